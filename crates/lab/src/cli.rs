@@ -1,0 +1,146 @@
+//! Command-line front end: one subcommand per scenario, plus `all` and `validate`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::harness::{CommonArgs, LabResult, Report};
+use crate::scenarios::REGISTRY;
+
+/// The foliocache lab: reproduces the seed patch threads' experiments, the kernel's vanilla
+/// behaviour against the patch, interleaved in one process.
+#[derive(Parser, Debug)]
+#[command(name = "foliocache-lab", version, about, long_about = None)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run every scenario (quick mode unless --full) and write a report directory.
+    All(AllArgs),
+    /// Check a JSON result file against the `foliocache-lab/1` schema rules.
+    Validate {
+        /// Result files to check.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Also fail if any recorded check is not ok.
+        #[arg(long)]
+        strict: bool,
+    },
+}
+
+/// Options of `all`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AllArgs {
+    /// Directory for the JSON results, plots and the summary report.
+    #[arg(long, default_value = "lab-results")]
+    pub out: PathBuf,
+    /// Full-length runs instead of quick mode.
+    #[arg(long)]
+    pub full: bool,
+    /// Only these scenarios (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Options passed to every scenario (--json and --quick are set by `all`).
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("foliocache-lab: error: {e}");
+            1
+        }
+    }
+}
+
+fn run(cli: Cli) -> LabResult<i32> {
+    match cli.command {
+        Command::All(a) => run_all(&a),
+        Command::Validate { files, strict } => {
+            let mut bad = 0;
+            for f in &files {
+                let (report, problems) = Report::validate_file(f)?;
+                let failed: Vec<_> = report.checks.iter().filter(|c| !c.ok).collect();
+                if problems.is_empty() && (!strict || failed.is_empty()) {
+                    println!(
+                        "{}: ok ({} rows, {} comparisons, {} checks)",
+                        f.display(),
+                        report.rows.len(),
+                        report.comparisons.len(),
+                        report.checks.len()
+                    );
+                } else {
+                    bad += 1;
+                    for p in problems {
+                        println!("{}: {p}", f.display());
+                    }
+                    if strict {
+                        for c in failed {
+                            println!(
+                                "{}: check {} failed (value {})",
+                                f.display(),
+                                c.name,
+                                c.value
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(i32::from(bad > 0))
+        }
+    }
+}
+
+fn run_all(a: &AllArgs) -> LabResult<i32> {
+    for name in &a.only {
+        if !REGISTRY.iter().any(|e| e.name == name) {
+            let names: Vec<_> = REGISTRY.iter().map(|e| e.name).collect();
+            return Err(crate::lab_err!(
+                "unknown scenario `{name}` (have: {})",
+                names.join(", ")
+            ));
+        }
+    }
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| crate::lab_err!("creating {}: {e}", a.out.display()))?;
+    let mut reports = Vec::new();
+    for e in REGISTRY
+        .iter()
+        .filter(|e| a.only.is_empty() || a.only.iter().any(|n| n == e.name))
+    {
+        println!("\n=== {} ({}): {}\n", e.name, e.seed, e.about);
+        let mut common = a.common.clone();
+        common.quick = !a.full;
+        common.json = Some(a.out.join(format!("{}.json", e.name)));
+        reports.push((e.name, (e.run)(&common)?));
+    }
+    let summary = crate::summary::markdown(&reports);
+    let path = a.out.join("report.md");
+    std::fs::write(&path, summary)
+        .map_err(|e| crate::lab_err!("writing {}: {e}", path.display()))?;
+    let failed: Vec<_> = reports
+        .iter()
+        .flat_map(|(n, r)| {
+            r.checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(move |c| format!("{n}.{}", c.name))
+        })
+        .collect();
+    println!("\nreport: {}", path.display());
+    if failed.is_empty() {
+        Ok(0)
+    } else {
+        eprintln!("checks failed: {}", failed.join(", "));
+        Ok(1)
+    }
+}

@@ -1,0 +1,100 @@
+//! The measurement harness every scenario shares.
+//!
+//! A scenario is a function from its options to a [`Report`]. The harness gives it:
+//!
+//! - [`CommonArgs`]: the options every scenario takes (`--threads`, `--duration`, `--runs`,
+//!   `--quick`, `--json`, `--no-pin`, `--no-plot`) and their parsing;
+//! - [`run_threads`]: N threads pinned to CPUs, started together behind a barrier, stopped
+//!   together after the duration, each returning its operation count;
+//! - [`Interleaver`]: runs every variant once per round, rounds repeated `runs` times
+//!   (A B A B ...), so the drift of a noisy machine hits every variant alike, and keeps the
+//!   samples;
+//! - [`Report`]: the `foliocache-lab/1` JSON document of `shared/LAB-RESULTS.md`, with rows
+//!   (median, min, max of the samples), comparisons and checks;
+//! - [`Table`] and [`seed_table`]: the human table in the seed's shape
+//!   (`#threads | vanilla | patched | boost (%)`);
+//! - [`plot`]: an SVG of a metric against threads, one line per variant;
+//! - [`Progress`]: a progress bar on stderr for runs longer than a couple of seconds.
+
+mod args;
+mod plot_svg;
+mod progress;
+mod report;
+mod run;
+mod stats;
+mod table;
+
+pub use args::{parse_duration, parse_threads, CommonArgs, Settings};
+pub use plot_svg::plot;
+pub use progress::Progress;
+pub use report::{Check, Comparison, Machine, Report, Row, SCHEMA};
+pub use run::{run_threads, Interleaver, ThreadRun, CHECK_EVERY};
+pub use stats::Summary;
+pub use table::{fmt_num, seed_table, Table};
+
+/// An error that stops a scenario; printed to the user with its context.
+#[derive(Debug)]
+pub struct LabError(pub String);
+
+impl std::fmt::Display for LabError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LabError {}
+
+impl From<std::io::Error> for LabError {
+    fn from(e: std::io::Error) -> Self {
+        LabError(format!("I/O error: {e}"))
+    }
+}
+
+impl From<serde_json::Error> for LabError {
+    fn from(e: serde_json::Error) -> Self {
+        LabError(format!("JSON error: {e}"))
+    }
+}
+
+/// Result of a lab step.
+pub type LabResult<T> = Result<T, LabError>;
+
+/// Shorthand for building a [`LabError`] with `format!` syntax.
+#[macro_export]
+macro_rules! lab_err {
+    ($($arg:tt)*) => { $crate::harness::LabError(format!($($arg)*)) };
+}
+
+/// Prints `tables`, and writes the report's JSON (and, unless disabled, the plot of
+/// `plot_metric` over `plot_extra` rows) where the settings ask. Returns the report.
+pub fn emit(
+    report: Report,
+    settings: &Settings,
+    tables: &[(String, Table)],
+    plot_metric: Option<(&str, &serde_json::Map<String, serde_json::Value>)>,
+) -> LabResult<Report> {
+    for (title, t) in tables {
+        if !title.is_empty() {
+            println!("{title}");
+        }
+        println!("{t}");
+    }
+    for c in &report.checks {
+        println!(
+            "check {:<28} {:>12}  {}",
+            c.name,
+            c.value.to_string(),
+            if c.ok { "ok" } else { "FAILED" }
+        );
+    }
+    if let Some(path) = &settings.json {
+        report.write_json(path)?;
+        println!("results: {}", path.display());
+        if let (true, Some((metric, extra))) = (settings.plot, plot_metric) {
+            let svg = path.with_extension("svg");
+            plot(&report, metric, extra, &svg)?;
+            println!("plot:    {}", svg.display());
+        }
+    }
+    Ok(report)
+}

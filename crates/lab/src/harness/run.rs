@@ -1,0 +1,186 @@
+//! Running workers on pinned threads, and interleaving variants.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use super::stats::Summary;
+
+/// Workers check the stop flag once per this many operations (a power of two), so the check
+/// costs nothing measurable and stopping lags by microseconds.
+pub const CHECK_EVERY: u64 = 256;
+
+/// What one multi-threaded measurement produced.
+#[derive(Clone, Debug)]
+pub struct ThreadRun<T> {
+    /// Wall time from the start barrier to the last worker's exit.
+    pub elapsed: Duration,
+    /// Each worker's result, in worker order.
+    pub results: Vec<T>,
+    /// Whether every worker was pinned as asked (false if pinning was off or refused).
+    pub pinned: bool,
+}
+
+impl ThreadRun<u64> {
+    /// Sum of the workers' operation counts per second of wall time.
+    pub fn ops_per_sec(&self) -> f64 {
+        let ops: u64 = self.results.iter().sum();
+        ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Runs `threads` workers for `duration`.
+///
+/// Worker `i` is pinned to the `i`-th CPU of the affinity mask (modulo its size) when `pin` is
+/// set, then waits on a barrier so all start together. `body(i, &stop)` runs the worker's loop
+/// and must return soon after `stop` becomes true (check it every [`CHECK_EVERY`] operations).
+/// The main thread sleeps for `duration`, raises `stop`, and joins. A panicking worker
+/// propagates its panic.
+pub fn run_threads<T, F>(threads: usize, pin: bool, duration: Duration, body: F) -> ThreadRun<T>
+where
+    T: Send + 'static,
+    F: Fn(usize, &AtomicBool) -> T + Send + Sync + 'static,
+{
+    let threads = threads.max(1);
+    let body = Arc::new(body);
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (body, stop, barrier) = (body.clone(), stop.clone(), barrier.clone());
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("lab-worker-{i}"))
+                .spawn(move || {
+                    let pinned = pin && foliocache::sync::pin_to_cpu(i);
+                    barrier.wait();
+                    (body(i, &stop), pinned)
+                })
+                .expect("spawning a lab worker thread"),
+        );
+    }
+    barrier.wait();
+    let start = Instant::now();
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    let mut results = Vec::with_capacity(threads);
+    let mut pinned = pin;
+    for h in handles {
+        match h.join() {
+            Ok((r, p)) => {
+                results.push(r);
+                pinned &= p;
+            }
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+    ThreadRun {
+        elapsed: start.elapsed(),
+        results,
+        pinned,
+    }
+}
+
+/// Collects samples of several variants measured in interleaved rounds.
+///
+/// For every key (variant, thread count, metric) it keeps all samples; [`Interleaver::rounds`]
+/// drives the A B A B order. Samples are stored as they come, so a scenario can record several
+/// metrics from one measurement.
+#[derive(Debug, Default)]
+pub struct Interleaver {
+    samples: BTreeMap<(String, usize, String), Vec<f64>>,
+    order: Vec<(String, usize, String)>,
+}
+
+impl Interleaver {
+    /// An empty collector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Calls `measure(variant, round)` for every variant, `runs` times, in the order
+    /// v0 v1 v2 v0 v1 v2 ... The closure records what it measured with [`Interleaver::add`]
+    /// (it receives `self`). `tick` is called after each measurement (progress).
+    pub fn rounds<V, E>(
+        &mut self,
+        variants: &[V],
+        runs: usize,
+        mut measure: impl FnMut(&mut Self, &V, usize) -> Result<(), E>,
+        mut tick: impl FnMut(),
+    ) -> Result<(), E> {
+        for round in 0..runs {
+            for v in variants {
+                measure(self, v, round)?;
+                tick();
+            }
+        }
+        Ok(())
+    }
+
+    /// Records one sample.
+    pub fn add(&mut self, variant: &str, threads: usize, metric: &str, value: f64) {
+        let key = (variant.to_string(), threads, metric.to_string());
+        if !self.samples.contains_key(&key) {
+            self.order.push(key.clone());
+        }
+        self.samples.entry(key).or_default().push(value);
+    }
+
+    /// The summary of one key, if it has samples.
+    pub fn summary(&self, variant: &str, threads: usize, metric: &str) -> Option<Summary> {
+        self.samples
+            .get(&(variant.to_string(), threads, metric.to_string()))
+            .and_then(|s| Summary::of(s))
+    }
+
+    /// Every key with its summary, in first-recorded order.
+    pub fn summaries(&self) -> impl Iterator<Item = (&str, usize, &str, Summary)> + '_ {
+        self.order.iter().filter_map(move |k| {
+            Summary::of(&self.samples[k]).map(|s| (k.0.as_str(), k.1, k.2.as_str(), s))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_start_together_and_stop() {
+        let run = run_threads(2, false, Duration::from_millis(30), |i, stop| {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                std::hint::black_box(i);
+            }
+            n
+        });
+        assert_eq!(run.results.len(), 2);
+        assert!(run.results.iter().all(|&n| n > 0));
+        assert!(run.elapsed >= Duration::from_millis(30));
+        assert!(run.ops_per_sec() > 0.0);
+        assert!(!run.pinned);
+    }
+
+    #[test]
+    fn rounds_interleave_variants() {
+        let mut il = Interleaver::new();
+        let mut seen = Vec::new();
+        il.rounds::<_, ()>(
+            &["a", "b"],
+            3,
+            |il, v, round| {
+                seen.push(format!("{v}{round}"));
+                il.add(v, 1, "x", round as f64);
+                Ok(())
+            },
+            || {},
+        )
+        .unwrap();
+        assert_eq!(seen, ["a0", "b0", "a1", "b1", "a2", "b2"]);
+        let s = il.summary("b", 1, "x").unwrap();
+        assert_eq!((s.median, s.runs), (1.0, 3));
+        assert_eq!(il.summaries().count(), 2);
+    }
+}

@@ -1,0 +1,28 @@
+//! The lab's scenarios, one per seed experiment.
+//!
+//! Each scenario module has the same shape:
+//!
+//! - `SEED`: the seed file it reproduces;
+//! - `Args`: its clap options, with [`CommonArgs`](crate::harness::CommonArgs) flattened in;
+//! - `run(&Args) -> LabResult<Report>`: measures (variants interleaved), prints the
+//!   seed-shaped table, writes JSON and plot when asked ([`crate::harness::emit`]), and returns
+//!   the report.
+//!
+//! [`REGISTRY`] lists them for `foliocache-lab all`.
+
+use crate::harness::{CommonArgs, LabResult, Report};
+
+/// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
+pub struct Entry {
+    /// Subcommand name.
+    pub name: &'static str,
+    /// Seed file reproduced.
+    pub seed: &'static str,
+    /// One line on what it measures.
+    pub about: &'static str,
+    /// Runs it with every scenario-specific option at its default.
+    pub run: fn(&CommonArgs) -> LabResult<Report>,
+}
+
+/// Every scenario, in the order `all` runs them.
+pub const REGISTRY: &[Entry] = &[];
