@@ -54,7 +54,20 @@ pub mod thread {
     #[cfg(loom)]
     pub use std::thread::panicking;
     #[cfg(not(loom))]
-    pub use std::thread::{current, panicking, spawn, yield_now, JoinHandle};
+    pub use std::thread::{current, panicking, spawn, yield_now, Builder, JoinHandle};
+
+    /// Sleeps for `d` (`std::thread::sleep`); under loom, where there is no clock, a yield so
+    /// the model explores the other threads.
+    #[inline]
+    pub fn sleep(d: std::time::Duration) {
+        #[cfg(not(loom))]
+        std::thread::sleep(d);
+        #[cfg(loom)]
+        {
+            let _ = d;
+            loom::thread::yield_now();
+        }
+    }
 }
 
 #[cfg(loom)]
