@@ -187,10 +187,8 @@ impl<T: ?Sized> Mutex<T> {
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         match self.0.try_lock() {
             Ok(g) => Some(g),
-            #[cfg(not(loom))]
+            // loom's try_lock returns std's TryLockResult too.
             Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            #[cfg(loom)]
-            Err(loom::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
             Err(_) => None,
         }
     }
