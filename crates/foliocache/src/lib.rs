@@ -7,10 +7,12 @@
 //! | module | mechanism | kernel model |
 //! |---|---|---|
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
+//! | [`rcu`] | read sections with no shared atomic, grace periods via `membarrier(2)`, `call_rcu` | RCU (`rcu_read_lock`, `synchronize_rcu`, `call_rcu`), liburcu memb |
 //!
 //! The crate is being built issue by issue; the table grows with it (see the README).
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod rcu;
 pub mod sync;
