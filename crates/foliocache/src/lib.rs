@@ -7,10 +7,12 @@
 //! | module | mechanism | kernel model |
 //! |---|---|---|
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
+//! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
 //!
 //! The crate is being built issue by issue; the table grows with it (see the README).
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod refcount;
 pub mod sync;
