@@ -9,6 +9,7 @@
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
 //! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
 //! | [`backing`] | positional reads of the file behind a cache (`pread`/`preadv`), fault injection | `->read_folio`, `read_pages` |
+//! | [`folio`] | folio header and flags, the arena (memmap + buddy allocator + per-CPU lists), folio lock and wait table, bad-page check | `struct folio`, `mm/page_alloc.c`, `folio_lock`, `free_pages_prepare` |
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
 //!
 //! The crate is being built issue by issue; the table grows with it (see the README).
@@ -17,6 +18,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
+pub mod folio;
 pub mod readahead;
 pub mod refcount;
 pub mod sync;
