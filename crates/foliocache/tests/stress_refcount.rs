@@ -302,7 +302,13 @@ fn hot_counter(s: RefStrategy) {
             let (rc, frozen, stop) = (rc.clone(), frozen.clone(), stop.clone());
             thread::spawn(move || {
                 let mut got = 0u64;
+                let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    if i % 64 == 0 {
+                        // Leave the freezer windows with only the cache's reference.
+                        thread::yield_now();
+                    }
                     if rc.try_get(s) {
                         // The freezer sets `frozen` only between its freeze and unfreeze,
                         // and no freeze can succeed while we hold this reference.
@@ -322,7 +328,12 @@ fn hot_counter(s: RefStrategy) {
         })
         .collect();
     let mut freezes = 0u64;
-    for _ in 0..iterations() / 4 {
+    let mut attempts = 0u64;
+    // Attempt until enough freezes succeeded (each needs a moment when no getter holds a
+    // reference), with a generous cap so a broken freeze fails the assertion below instead of
+    // hanging.
+    while (attempts < iterations() / 4 || freezes < iterations() / 100) && attempts < 200_000_000 {
+        attempts += 1;
         if rc.freeze(s, 1) {
             frozen.store(true, Ordering::Relaxed);
             freezes += 1;
@@ -339,7 +350,10 @@ fn hot_counter(s: RefStrategy) {
     let got: u64 = getters.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(rc.count(s), 1, "{s}: balanced");
     assert_eq!(rc.raw(), 1);
-    assert!(freezes > 0 && got > 0, "{s}: freezes {freezes}, gets {got}");
+    assert!(
+        freezes >= iterations() / 100 && got > 0,
+        "{s}: freezes {freezes} in {attempts} attempts, gets {got}"
+    );
     assert!(rc.freeze(s, 1) && rc.is_frozen(s));
 }
 
