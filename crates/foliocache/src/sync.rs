@@ -177,7 +177,7 @@ impl<T: ?Sized> Mutex<T> {
             #[cfg(not(loom))]
             Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
             #[cfg(loom)]
-            Err(loom::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
             Err(_) => None,
         }
     }
