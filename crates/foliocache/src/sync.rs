@@ -45,6 +45,11 @@ pub use loom::sync::Arc;
 #[cfg(not(loom))]
 pub use std::sync::Arc;
 
+/// A cell written once before it is shared (e.g. a hook installed at construction). std's in
+/// both builds: loom has no model of it, and a value set before any thread can see the cell
+/// needs none.
+pub use std::sync::OnceLock;
+
 pub use crossbeam_utils::CachePadded;
 
 /// Threads: `spawn`, `yield_now`, `JoinHandle`, from std or loom.
@@ -54,7 +59,20 @@ pub mod thread {
     #[cfg(loom)]
     pub use std::thread::panicking;
     #[cfg(not(loom))]
-    pub use std::thread::{current, panicking, spawn, yield_now, JoinHandle};
+    pub use std::thread::{current, panicking, spawn, yield_now, Builder, JoinHandle};
+
+    /// Sleeps for `d` (`std::thread::sleep`); under loom, where there is no clock, a yield so
+    /// the model explores the other threads.
+    #[inline]
+    pub fn sleep(d: std::time::Duration) {
+        #[cfg(not(loom))]
+        std::thread::sleep(d);
+        #[cfg(loom)]
+        {
+            let _ = d;
+            loom::thread::yield_now();
+        }
+    }
 }
 
 #[cfg(loom)]
@@ -174,9 +192,7 @@ impl<T: ?Sized> Mutex<T> {
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         match self.0.try_lock() {
             Ok(g) => Some(g),
-            #[cfg(not(loom))]
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            #[cfg(loom)]
+            // loom's try_lock returns std's TryLockResult too.
             Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
             Err(_) => None,
         }
@@ -418,6 +434,69 @@ pub fn pin_to_cpu(cpu: usize) -> bool {
     unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
 }
 
+/// Byte copies of shared memory that other threads may write at the same time.
+///
+/// Plain `memcpy` racing with a write is undefined behaviour in Rust even when the reader then
+/// discards the bytes; these copies use relaxed atomic loads and stores (whole aligned words in
+/// the middle, bytes at the ends), which are allowed to race with each other. They are the
+/// standard library's atomics in both builds: loom does not model raw memory, and the bytes
+/// copied are never part of a protocol's state.
+pub mod racy {
+    use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+    /// Copies `dst.len()` bytes from `src` with relaxed atomic loads.
+    ///
+    /// # Safety
+    /// `src..src + dst.len()` must be valid for reads for the whole call, and every concurrent
+    /// write to it must be atomic (e.g. [`store`]); no `&mut` to it may exist.
+    pub unsafe fn load(src: *const u8, dst: &mut [u8]) {
+        let n = dst.len();
+        let mut i = 0;
+        while i < n && (src as usize + i) % 8 != 0 {
+            // SAFETY: in bounds and valid per the contract; AtomicU8 has no alignment need.
+            dst[i] = unsafe { AtomicU8::from_ptr(src.add(i) as *mut u8) }.load(Ordering::Relaxed);
+            i += 1;
+        }
+        while i + 8 <= n {
+            // SAFETY: `src + i` is 8-aligned here and the 8 bytes are in bounds.
+            let w = unsafe { AtomicU64::from_ptr(src.add(i) as *mut u64) }.load(Ordering::Relaxed);
+            dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            i += 8;
+        }
+        while i < n {
+            // SAFETY: as above.
+            dst[i] = unsafe { AtomicU8::from_ptr(src.add(i) as *mut u8) }.load(Ordering::Relaxed);
+            i += 1;
+        }
+    }
+
+    /// Copies `src` to `dst` with relaxed atomic stores.
+    ///
+    /// # Safety
+    /// `dst..dst + src.len()` must be valid for writes for the whole call, and every concurrent
+    /// access to it must be atomic (e.g. [`load`]); no reference to it may exist.
+    pub unsafe fn store(dst: *mut u8, src: &[u8]) {
+        let n = src.len();
+        let mut i = 0;
+        while i < n && (dst as usize + i) % 8 != 0 {
+            // SAFETY: in bounds and valid per the contract.
+            unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+        while i + 8 <= n {
+            let w = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
+            // SAFETY: `dst + i` is 8-aligned here and the 8 bytes are in bounds.
+            unsafe { AtomicU64::from_ptr(dst.add(i) as *mut u64) }.store(w, Ordering::Relaxed);
+            i += 8;
+        }
+        while i < n {
+            // SAFETY: as above.
+            unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
 /// Runs `f` under the loom model checker when built with `--cfg loom`, and once, directly,
 /// otherwise (the tokio helper): protocol tests written with it run in both builds.
 pub fn model<F>(f: F)
@@ -460,6 +539,22 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn racy_copies_round_trip_at_any_alignment() {
+        let mut buf = vec![0u8; 64];
+        let src: Vec<u8> = (0..40).collect();
+        for off in 0..9 {
+            buf.fill(0);
+            // SAFETY: in bounds of `buf`, no other access during the call.
+            unsafe { racy::store(buf.as_mut_ptr().add(off), &src) };
+            assert_eq!(&buf[off..off + 40], &src[..]);
+            let mut out = vec![0u8; 40];
+            // SAFETY: as above.
+            unsafe { racy::load(buf.as_ptr().add(off), &mut out) };
+            assert_eq!(out, src);
+        }
     }
 
     #[test]

@@ -7,5 +7,6 @@
 
 pub mod cli;
 pub mod harness;
+pub mod published;
 pub mod scenarios;
 pub mod summary;

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::harness::{fmt_num, Report, Table};
+use crate::harness::{Report, Table};
 
 /// The summary of a set of reports as markdown.
 pub fn markdown(reports: &[(&str, Report)]) -> String {
@@ -46,7 +46,14 @@ pub fn markdown(reports: &[(&str, Report)]) -> String {
                 format!("{:+.1}", c.boost_pct),
             ]);
         }
+        let _ = writeln!(
+            out,
+            "Our comparisons (medians, ratio above 1 = candidate better):\n"
+        );
         let _ = writeln!(out, "```\n{t}```\n");
+        if let Some(p) = crate::published::for_scenario(name) {
+            let _ = writeln!(out, "Published ({}): {}\n", p.seed, p.text);
+        }
         for c in &r.checks {
             let _ = writeln!(
                 out,
@@ -57,7 +64,6 @@ pub fn markdown(reports: &[(&str, Report)]) -> String {
             );
         }
         let _ = writeln!(out, "\nRows: {}; plot `{name}.svg`.\n", r.rows.len());
-        let _ = fmt_num;
     }
     out
 }

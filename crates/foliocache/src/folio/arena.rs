@@ -1,0 +1,630 @@
+//! The arena: memmap, page_ext, data frames, allocator, free path and statistics of one cache.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use super::buddy::{FrameAllocator, MAX_ORDER, NR_ORDERS};
+use super::flags::*;
+use super::handle::FolioRef;
+use super::wait::WaitTable;
+use super::{Folio, FolioExt, PAGE_SHIFT, PAGE_SIZE, STATE_FREE, STATE_HEAD, STATE_TAIL};
+use crate::refcount::RefStrategy;
+use crate::sync::{current_cpu, num_cpus, AtomicU64, CachePadded, Mutex, OnceLock, Ordering};
+
+/// How to build an [`Arena`] (the memory budget of a cache and its refcount strategy).
+#[derive(Clone, Debug)]
+pub struct ArenaConfig {
+    /// Bytes of folio data the arena may hold; rounded down to whole 4 KiB pages.
+    pub budget_bytes: usize,
+    /// The refcount strategy every folio of this arena uses.
+    pub strategy: RefStrategy,
+    /// Panic when the free path finds a bad page (after counting it and freeing the folio
+    /// anyway). Defaults to `cfg!(debug_assertions)`, the kernel's `VM_BUG_ON`-style behaviour
+    /// in debug builds; tests that provoke bad pages set it to false and read
+    /// [`ArenaStats::bad_pages`].
+    pub panic_on_bad_page: bool,
+    /// Cache free folios of orders `0..=PCP_MAX_ORDER` per CPU (`pcp` lists). Default true.
+    pub per_cpu_lists: bool,
+}
+
+impl ArenaConfig {
+    /// A configuration with `budget_bytes` of data, `strategy`, and the defaults.
+    pub fn new(budget_bytes: usize, strategy: RefStrategy) -> Self {
+        Self {
+            budget_bytes,
+            strategy,
+            panic_on_bad_page: cfg!(debug_assertions),
+            per_cpu_lists: true,
+        }
+    }
+}
+
+/// Why an arena could not be built.
+#[derive(Debug)]
+pub enum ArenaError {
+    /// The budget holds no whole page.
+    BudgetTooSmall {
+        /// The budget asked for.
+        budget_bytes: usize,
+    },
+    /// The budget holds more pages than a `u32` frame number can name (16 TiB).
+    BudgetTooLarge {
+        /// The budget asked for.
+        budget_bytes: usize,
+    },
+    /// The operating system refused the data mapping.
+    Map(std::io::Error),
+}
+
+impl fmt::Display for ArenaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArenaError::BudgetTooSmall { budget_bytes } => write!(
+                f,
+                "memory budget of {budget_bytes} bytes holds no 4 KiB page: give at least {PAGE_SIZE} bytes"
+            ),
+            ArenaError::BudgetTooLarge { budget_bytes } => write!(
+                f,
+                "memory budget of {budget_bytes} bytes exceeds the 16 TiB an arena can address: use a smaller budget"
+            ),
+            ArenaError::Map(e) => write!(
+                f,
+                "cannot map the arena's data frames ({e}): lower the memory budget or raise the address-space limit"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ArenaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ArenaError::Map(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why [`Arena::alloc`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// `-ENOMEM`: no free block of this order exists (the budget is used up, or fragmented:
+    /// compare `free_pages` with `2^order`).
+    OutOfMemory {
+        /// The order asked for.
+        order: u32,
+        /// Free pages at the time of the failure, in blocks of any order.
+        free_pages: u64,
+    },
+    /// The order exceeds [`MAX_ORDER`].
+    OrderTooLarge {
+        /// The order asked for.
+        order: u32,
+    },
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            AllocError::OutOfMemory { order, free_pages } => write!(
+                f,
+                "out of memory: no free block of order {order} ({} KiB) left in the arena ({free_pages} pages free); \
+                 release folio references or give the cache a larger memory budget",
+                4u64 << order
+            ),
+            AllocError::OrderTooLarge { order } => write!(
+                f,
+                "folio order {order} is too large: orders 0..={MAX_ORDER} (4 KiB to 2 MiB) are supported"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// A snapshot of an arena's accounting (`/proc/vmstat`, `/proc/buddyinfo`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArenaStats {
+    /// Pages in the budget.
+    pub total_pages: u64,
+    /// Pages not allocated (in the buddy lists or parked per CPU).
+    pub free_pages: u64,
+    /// Pages held by allocated folios.
+    pub allocated_pages: u64,
+    /// Allocated folios per order (`allocated_folios[o]` folios of `2^o` pages each).
+    pub allocated_folios: [u64; NR_ORDERS],
+    /// Successful allocations since creation.
+    pub allocations: u64,
+    /// Folios freed since creation.
+    pub frees: u64,
+    /// Allocations that failed with [`AllocError::OutOfMemory`].
+    pub alloc_failures: u64,
+    /// Bad pages found by the free path or at allocation (`bad_page()` reports).
+    pub bad_pages: u64,
+    /// Folios freed with `PG_mlocked` still set (cleared and counted, as the kernel's
+    /// `UNEVICTABLE_MLOCKFREED`).
+    pub mlocked_freed: u64,
+}
+
+/// Per-CPU event counters (relaxed; summed by `stats`).
+struct CpuStats {
+    allocs: [AtomicU64; NR_ORDERS],
+    frees: [AtomicU64; NR_ORDERS],
+}
+
+impl CpuStats {
+    fn new() -> Self {
+        Self {
+            allocs: std::array::from_fn(|_| AtomicU64::new(0)),
+            frees: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The data frames: one anonymous private mapping, never moved or shrunk.
+struct Frames {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Frames {
+    fn map(len: usize) -> Result<Self, ArenaError> {
+        // SAFETY: a fresh anonymous mapping with no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ArenaError::Map(std::io::Error::last_os_error()));
+        }
+        Ok(Self {
+            base: NonNull::new(p as *mut u8).expect("mmap returned null"),
+            len,
+        })
+    }
+}
+
+impl Drop for Frames {
+    fn drop(&mut self) {
+        // SAFETY: we mapped exactly this range and nothing borrows it any more (every handle
+        // borrows the arena, which is being dropped).
+        unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
+
+/// The memmap, page_ext and page allocator of one cache: owns every folio header, extension
+/// record and data frame for its whole life.
+///
+/// Headers never move and are never freed while the arena lives, so a `&Folio` found
+/// without a reference is always safe to dereference and to [`Arena::try_get`].
+pub struct Arena {
+    config: ArenaConfig,
+    strategy: RefStrategy,
+    nr_pages: u32,
+    headers: Box<[Folio]>,
+    ext: Box<[FolioExt]>,
+    frames: Frames,
+    alloc: FrameAllocator,
+    waits: WaitTable,
+    cpu_stats: Box<[CachePadded<CpuStats>]>,
+    alloc_failures: AtomicU64,
+    bad_pages: AtomicU64,
+    mlocked_freed: AtomicU64,
+    last_bad_page: Mutex<Option<String>>,
+    next_mapping: AtomicU64,
+    release_hook: OnceLock<ReleaseHook>,
+}
+
+/// `__page_cache_release`: what the free path runs first for a folio whose `PG_lru` is still
+/// set (the final put of a folio on an LRU list): take it off the list and clear its LRU
+/// flags. Installed once by the LRU ([`Arena::set_release_hook`]).
+pub type ReleaseHook = Box<dyn Fn(&Folio) + Send + Sync>;
+
+// SAFETY: the only non-Sync/Send field is the data mapping's base pointer; the mapping is
+// owned by the arena, and every access to its bytes follows the rules in the module docs
+// (writes only by the unique lock holder of a non-uptodate folio, reads after an acquire of
+// PG_uptodate, racy copies otherwise).
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+unsafe impl Sync for Arena {}
+
+impl fmt::Debug for Arena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Arena")
+            .field("nr_pages", &self.nr_pages)
+            .field("strategy", &self.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Arena {
+    /// `free_area_init` + `memblock_free_all`: maps the budget's frames, builds a header and an
+    /// extension record per frame, and puts every frame on the free lists.
+    pub fn new(config: ArenaConfig) -> Result<Self, ArenaError> {
+        let pages = config.budget_bytes >> PAGE_SHIFT;
+        if pages == 0 {
+            return Err(ArenaError::BudgetTooSmall {
+                budget_bytes: config.budget_bytes,
+            });
+        }
+        if pages >= u32::MAX as usize {
+            return Err(ArenaError::BudgetTooLarge {
+                budget_bytes: config.budget_bytes,
+            });
+        }
+        let nr_pages = pages as u32;
+        let frames = Frames::map(pages << PAGE_SHIFT)?;
+        let headers = (0..nr_pages).map(Folio::new).collect();
+        let ext = (0..nr_pages).map(|_| FolioExt::new()).collect();
+        let cpu_stats = (0..num_cpus())
+            .map(|_| CachePadded::new(CpuStats::new()))
+            .collect();
+        Ok(Self {
+            strategy: config.strategy,
+            nr_pages,
+            headers,
+            ext,
+            frames,
+            alloc: FrameAllocator::new(nr_pages, config.per_cpu_lists),
+            waits: WaitTable::new(),
+            cpu_stats,
+            alloc_failures: AtomicU64::new(0),
+            bad_pages: AtomicU64::new(0),
+            mlocked_freed: AtomicU64::new(0),
+            last_bad_page: Mutex::new(None),
+            next_mapping: AtomicU64::new(1),
+            release_hook: OnceLock::new(),
+            config,
+        })
+    }
+
+    /// The configuration the arena was built with.
+    pub fn config(&self) -> &ArenaConfig {
+        &self.config
+    }
+
+    /// The refcount strategy of every folio in this arena.
+    #[inline]
+    pub fn strategy(&self) -> RefStrategy {
+        self.strategy
+    }
+
+    /// `totalram_pages`: the number of 4 KiB frames in the budget.
+    #[inline]
+    pub fn nr_pages(&self) -> u32 {
+        self.nr_pages
+    }
+
+    /// `pfn_folio`: the header of frame `pfn`, for lockless paths (a hint until
+    /// [`Arena::try_get`] succeeds and the caller re-validates).
+    ///
+    /// # Panics
+    /// If `pfn` is not below [`Arena::nr_pages`].
+    #[inline]
+    pub fn folio(&self, pfn: u32) -> &Folio {
+        &self.headers[pfn as usize]
+    }
+
+    /// `page_ext_get`: the extension record of a folio (of its head frame).
+    #[inline]
+    pub fn ext(&self, folio: &Folio) -> &FolioExt {
+        &self.ext[folio.pfn() as usize]
+    }
+
+    /// `page_ext_get` by frame: the extension record of frame `pfn` (tail records of a large
+    /// folio belong to its owner while it lives).
+    ///
+    /// # Panics
+    /// If `pfn` is not below [`Arena::nr_pages`].
+    #[inline]
+    pub fn ext_of(&self, pfn: u32) -> &FolioExt {
+        &self.ext[pfn as usize]
+    }
+
+    /// Whether `folio` is a header of this arena.
+    #[inline]
+    pub fn owns(&self, folio: &Folio) -> bool {
+        let base = self.headers.as_ptr() as usize;
+        let p = folio as *const Folio as usize;
+        p >= base && p < base + self.headers.len() * std::mem::size_of::<Folio>()
+    }
+
+    /// A fresh, nonzero id for an address space or mapping (`struct address_space *` as a
+    /// number), unique within this arena.
+    pub fn new_mapping_id(&self) -> u64 {
+        self.next_mapping.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `folio_try_get` on a header found without a reference: a counted reference unless the
+    /// folio is free or frozen.
+    ///
+    /// Speculative: the folio may have been freed and reused since the caller found it, so
+    /// the caller must re-check where it found it (the index slot, the page table) and drop
+    /// the reference if that no longer points at this folio. That drop may be the final put
+    /// of the folio's new life; the free path handles it from the folio's current state.
+    #[inline]
+    pub fn try_get<'a>(&'a self, folio: &'a Folio) -> Option<FolioRef<'a>> {
+        debug_assert!(self.owns(folio));
+        if folio.refcount().try_get(self.strategy) {
+            Some(FolioRef::owned(self, folio))
+        } else {
+            None
+        }
+    }
+
+    /// `folio_alloc`: a new folio of `2^order` pages with one reference, unlocked, not
+    /// uptodate, no mapping, flags clear. Its bytes are whatever the frames held before.
+    pub fn alloc(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
+        if order > MAX_ORDER {
+            return Err(AllocError::OrderTooLarge { order });
+        }
+        let Some(pfn) = self.alloc.alloc(order) else {
+            self.alloc_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(AllocError::OutOfMemory {
+                order,
+                free_pages: self.stats().free_pages,
+            });
+        };
+        let folio = &self.headers[pfn as usize];
+        // `check_new_page`: a free folio's header must be exactly as the free path left it.
+        let flags = folio.flags();
+        let mapping = folio.mapping.load(Ordering::Relaxed);
+        if flags & FLAGS_CHECK_AT_PREP != 0 || mapping != 0 || !folio.is_frozen(self.strategy) {
+            let msg = format!(
+                "BUG: Bad page state at allocation: pfn {pfn} flags {} mapping {mapping} refcount {:#x} \
+                 (a free folio was written through a stale pointer)",
+                describe(flags),
+                folio.refcount().raw()
+            );
+            folio.flags.store(0, Ordering::Relaxed);
+            folio.mapping.store(0, Ordering::Relaxed);
+            // A live refcount on a free folio means someone holds a reference to it: leak the
+            // block rather than hand it out twice (the kernel takes such pages out of use).
+            let leak = !folio.is_frozen(self.strategy);
+            self.bad_page(msg, || {
+                if !leak {
+                    self.alloc.free(pfn, order)
+                }
+            });
+            return self.alloc(order);
+        }
+        // `prep_new_page`.
+        folio.order.store(order as u8, Ordering::Relaxed);
+        folio.state.store(STATE_HEAD, Ordering::Relaxed);
+        folio.index.store(0, Ordering::Relaxed);
+        self.ext[pfn as usize].prep();
+        for tail in pfn + 1..pfn + (1 << order) {
+            self.headers[tail as usize]
+                .state
+                .store(STATE_TAIL, Ordering::Relaxed);
+            self.ext[tail as usize].prep();
+        }
+        self.cpu_stat().allocs[order as usize].fetch_add(1, Ordering::Relaxed);
+        // `set_page_refcounted`: the Release store publishes the header writes above to any
+        // later successful `try_get`.
+        folio.refcount().init(self.strategy, 1);
+        Ok(FolioRef::owned(self, folio))
+    }
+
+    /// `__folio_put` / `free_frozen_pages`: the free path, reached only by the winner of the
+    /// final put or the owner of a frozen folio. Decides everything from the header now.
+    pub(crate) fn free_won(&self, folio: &Folio) {
+        debug_assert!(folio.is_frozen(self.strategy), "free of a live folio");
+        let pfn = folio.pfn();
+        let order = folio.order();
+        let state = folio.state();
+        assert_eq!(
+            state, STATE_HEAD,
+            "free of pfn {pfn} which is not an allocated folio head (double free?)"
+        );
+        // The winner's refcount operation was an acquire: every holder's writes are visible.
+        let mut flags = folio.flags();
+        if flags & PG_LRU != 0 {
+            if let Some(release) = self.release_hook.get() {
+                release(folio);
+                flags = folio.flags();
+            }
+        }
+        if flags & PG_MLOCKED != 0 {
+            self.mlocked_freed.fetch_add(1, Ordering::Relaxed);
+            flags &= !PG_MLOCKED;
+        }
+        let mapping = folio.mapping.load(Ordering::Relaxed);
+        let mut reasons = Vec::new();
+        if flags & PG_ANON == 0 && mapping != 0 {
+            reasons.push(format!(
+                "still in mapping {mapping} at index {}",
+                folio.index()
+            ));
+        }
+        if flags & FLAGS_CHECK_AT_FREE != 0 {
+            reasons.push(format!(
+                "PAGE_FLAGS_CHECK_AT_FREE flag(s) set: {}",
+                describe(flags & FLAGS_CHECK_AT_FREE)
+            ));
+        }
+        if let Some(r) = self.ext[pfn as usize].check_at_free() {
+            reasons.push(r.to_string());
+        }
+        // Sanitise, whatever we found (the kernel clears PAGE_FLAGS_CHECK_AT_PREP after
+        // reporting): the folio is freed anyway.
+        folio.flags.store(0, Ordering::Relaxed);
+        folio.mapping.store(0, Ordering::Relaxed);
+        folio.index.store(0, Ordering::Relaxed);
+        folio.private.store(0, Ordering::Relaxed);
+        folio.state.store(STATE_FREE, Ordering::Relaxed);
+        for tail in pfn + 1..pfn + (1 << order) {
+            self.headers[tail as usize]
+                .state
+                .store(STATE_FREE, Ordering::Relaxed);
+        }
+        self.cpu_stat().frees[order as usize].fetch_add(1, Ordering::Relaxed);
+        let release = || self.alloc.free(pfn, order);
+        if reasons.is_empty() {
+            release();
+        } else {
+            let msg = format!(
+                "BUG: Bad page state: pfn {pfn} order {order} flags {} mapping {mapping}: {}",
+                describe(flags),
+                reasons.join("; ")
+            );
+            self.bad_page(msg, release);
+        }
+    }
+
+    /// Installs the LRU's [`ReleaseHook`], run by the free path for folios still on a list.
+    /// Returns false (and drops `hook`) if one is installed already.
+    pub fn set_release_hook(&self, hook: ReleaseHook) -> bool {
+        self.release_hook.set(hook).is_ok()
+    }
+
+    /// `bad_page`: counts and records the report, runs `release` (the folio is freed anyway),
+    /// then panics if the configuration asks for it.
+    #[cold]
+    fn bad_page(&self, msg: String, release: impl FnOnce()) {
+        self.bad_pages.fetch_add(1, Ordering::Relaxed);
+        *self.last_bad_page.lock() = Some(msg.clone());
+        release();
+        if self.config.panic_on_bad_page && !crate::sync::thread::panicking() {
+            panic!("{msg}");
+        }
+    }
+
+    /// The last bad-page report, if any (the kernel's `dump_page` output, in one line).
+    pub fn last_bad_page(&self) -> Option<String> {
+        self.last_bad_page.lock().clone()
+    }
+
+    #[inline]
+    fn cpu_stat(&self) -> &CpuStats {
+        &self.cpu_stats[current_cpu() % self.cpu_stats.len()]
+    }
+
+    #[inline]
+    pub(crate) fn waits(&self) -> &WaitTable {
+        &self.waits
+    }
+
+    /// The first byte of frame `pfn`.
+    #[inline]
+    pub(crate) fn frame_ptr(&self, pfn: u32) -> *mut u8 {
+        assert!(pfn < self.nr_pages);
+        // SAFETY: pfn < nr_pages, so the offset is inside the mapping.
+        unsafe { self.frames.base.as_ptr().add((pfn as usize) << PAGE_SHIFT) }
+    }
+
+    /// `drain_all_pages`: returns every folio parked on a per-CPU free list to the buddy
+    /// lists (they merge again). Allocation does this itself before failing.
+    pub fn drain_per_cpu_lists(&self) {
+        self.alloc.drain_all();
+    }
+
+    /// A snapshot of the accounting (exact when no allocation or free runs concurrently).
+    pub fn stats(&self) -> ArenaStats {
+        let mut s = ArenaStats {
+            total_pages: self.nr_pages as u64,
+            alloc_failures: self.alloc_failures.load(Ordering::Relaxed),
+            bad_pages: self.bad_pages.load(Ordering::Relaxed),
+            mlocked_freed: self.mlocked_freed.load(Ordering::Relaxed),
+            ..ArenaStats::default()
+        };
+        for o in 0..NR_ORDERS {
+            let (mut a, mut f) = (0u64, 0u64);
+            for c in self.cpu_stats.iter() {
+                a += c.allocs[o].load(Ordering::Relaxed);
+                f += c.frees[o].load(Ordering::Relaxed);
+            }
+            s.allocations += a;
+            s.frees += f;
+            // Counters of different CPUs are read at slightly different times.
+            s.allocated_folios[o] = a.saturating_sub(f);
+            s.allocated_pages += s.allocated_folios[o] << o;
+        }
+        s.free_pages = s.total_pages.saturating_sub(s.allocated_pages);
+        s
+    }
+
+    /// Recomputes the accounting from scratch and checks it against the counters: every frame
+    /// is exactly one of free (in the buddy or per-CPU lists, header sanitised and frozen) or
+    /// part of one allocated folio (head + tails, head live); the per-order counts and free
+    /// pages match; nobody sleeps in the wait table. Call it when nothing allocates or frees.
+    pub fn validate(&self) -> Result<ArenaStats, String> {
+        let stats = self.stats();
+        let blocks = self.alloc.free_blocks()?;
+        let n = self.nr_pages as usize;
+        let mut free = vec![false; n];
+        let mut free_pages = 0u64;
+        for &(pfn, order) in &blocks {
+            for p in pfn..pfn + (1 << order) {
+                if std::mem::replace(&mut free[p as usize], true) {
+                    return Err(format!("frame {p} is on two free lists"));
+                }
+                let h = &self.headers[p as usize];
+                if h.state() != STATE_FREE {
+                    return Err(format!("free frame {p} has state {}", h.state()));
+                }
+                if h.flags() != 0 || h.mapping.load(Ordering::Relaxed) != 0 {
+                    return Err(format!("free frame {p} not sanitised: {h:?}"));
+                }
+                if !h.is_frozen(self.strategy) {
+                    return Err(format!("free frame {p} has a live refcount: {h:?}"));
+                }
+            }
+            free_pages += 1 << order;
+        }
+        let mut folios = [0u64; NR_ORDERS];
+        let mut pfn = 0usize;
+        while pfn < n {
+            if free[pfn] {
+                pfn += 1;
+                continue;
+            }
+            let h = &self.headers[pfn];
+            if h.state() != STATE_HEAD {
+                return Err(format!("frame {pfn} neither free nor a folio head: {h:?}"));
+            }
+            let order = h.order() as usize;
+            if pfn % (1 << order) != 0 || pfn + (1 << order) > n {
+                return Err(format!("folio at {pfn} of order {order} misaligned"));
+            }
+            if h.is_frozen(self.strategy) {
+                return Err(format!(
+                    "allocated folio {pfn} is frozen but not freed: {h:?}"
+                ));
+            }
+            let tails = pfn + 1..pfn + (1 << order);
+            if let Some(t) = tails
+                .clone()
+                .find(|&t| free[t] || self.headers[t].state() != STATE_TAIL)
+            {
+                return Err(format!("tail {t} of folio {pfn} is not a tail"));
+            }
+            folios[order] += 1;
+            pfn += 1 << order;
+        }
+        if folios != stats.allocated_folios {
+            return Err(format!(
+                "allocated folios per order: counted {folios:?}, stats say {:?}",
+                stats.allocated_folios
+            ));
+        }
+        if free_pages != stats.free_pages {
+            return Err(format!(
+                "free pages: counted {free_pages}, stats say {}",
+                stats.free_pages
+            ));
+        }
+        let sleepers = self.waits.sleepers();
+        if sleepers != 0 {
+            return Err(format!(
+                "{sleepers} threads still registered in the wait table"
+            ));
+        }
+        Ok(stats)
+    }
+}

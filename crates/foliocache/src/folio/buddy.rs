@@ -1,0 +1,391 @@
+//! The frame allocator behind the arena: a binary buddy allocator (`mm/page_alloc.c`,
+//! `__rmqueue_smallest` / `__free_one_page`) with per-CPU free lists (`struct per_cpu_pages`,
+//! `rmqueue_pcplist` / `free_unref_folios`) in front of it for the small orders.
+//!
+//! # Buddy
+//!
+//! Frames are numbered `0..nr_pages` (the pfn). A free block of order `o` is `2^o` frames
+//! starting at a pfn aligned to `2^o`; its buddy is the block at `pfn ^ 2^o`. Freeing merges a
+//! block with its buddy while the buddy is free at the same order; allocating takes the
+//! smallest free block of at least the order asked for and splits it, putting the unused
+//! halves back. Each order keeps an intrusive doubly linked free list threaded through two
+//! `u32` arrays indexed by pfn, so every list operation is O(1) and a whole alloc or free is
+//! O([`MAX_ORDER`]). A budget that is not a multiple of the largest block is covered by
+//! smaller aligned blocks at its end.
+//!
+//! Fragmentation: like the kernel's, the buddy system keeps free memory in the largest blocks
+//! it can, but a single order-0 folio still allocated inside a 2 MiB block prevents that block
+//! from serving an order-9 request. Large allocations can therefore fail while many small
+//! frames are free; the error reports both so a caller can tell exhaustion from fragmentation.
+//! There is no compaction (folios never move: their headers are addressed by pfn).
+//!
+//! # Per-CPU lists
+//!
+//! Orders `0..=`[`PCP_MAX_ORDER`] (the kernel caches up to `PAGE_ALLOC_COSTLY_ORDER`) are served
+//! from a per-CPU stack of free blocks under a per-CPU mutex, refilled from and drained to the
+//! buddy in batches under one buddy-lock hold, so the shared buddy lock is taken once per
+//! `batch` folios. The CPU is only a hint (a thread may migrate): the per-CPU lock makes a
+//! migrated access correct, just not local. Frames parked on a per-CPU list are free but not
+//! mergeable; when the buddy cannot satisfy a request the allocator drains every per-CPU list
+//! and retries once (`drain_all_pages` in `__alloc_pages_direct_reclaim`), so an allocation
+//! fails only when no suitable block exists anywhere.
+
+use crate::sync::{current_cpu, num_cpus, CachePadded, Mutex};
+
+/// `MAX_PAGE_ORDER`: the largest folio order (2^9 pages = 2 MiB).
+pub const MAX_ORDER: u32 = 9;
+/// Number of orders, `0..=MAX_ORDER`.
+pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
+/// `PAGE_ALLOC_COSTLY_ORDER`: orders up to this one are cached per CPU.
+pub const PCP_MAX_ORDER: u32 = 3;
+const NR_PCP_ORDERS: usize = PCP_MAX_ORDER as usize + 1;
+
+/// "No pfn" in the intrusive lists.
+const NONE: u32 = u32::MAX;
+/// `free_order` value of a frame that does not head a free buddy block.
+const NOT_FREE: u8 = u8::MAX;
+
+/// The buddy lists, under the zone lock.
+pub(crate) struct Buddy {
+    nr_pages: u32,
+    head: [u32; NR_ORDERS],
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    /// Order of the free block headed by this pfn, or [`NOT_FREE`].
+    free_order: Vec<u8>,
+    nr_free: [usize; NR_ORDERS],
+}
+
+impl Buddy {
+    /// All frames free, in the largest aligned blocks that fit.
+    pub(crate) fn new(nr_pages: u32) -> Self {
+        let n = nr_pages as usize;
+        let mut b = Self {
+            nr_pages,
+            head: [NONE; NR_ORDERS],
+            next: vec![NONE; n],
+            prev: vec![NONE; n],
+            free_order: vec![NOT_FREE; n],
+            nr_free: [0; NR_ORDERS],
+        };
+        let mut pfn = 0u32;
+        while pfn < nr_pages {
+            let mut order = MAX_ORDER;
+            while pfn % (1 << order) != 0 || pfn as u64 + (1u64 << order) > nr_pages as u64 {
+                order -= 1;
+            }
+            b.push(pfn, order);
+            pfn += 1 << order;
+        }
+        b
+    }
+
+    fn push(&mut self, pfn: u32, order: u32) {
+        let o = order as usize;
+        let old = self.head[o];
+        self.next[pfn as usize] = old;
+        self.prev[pfn as usize] = NONE;
+        if old != NONE {
+            self.prev[old as usize] = pfn;
+        }
+        self.head[o] = pfn;
+        self.free_order[pfn as usize] = order as u8;
+        self.nr_free[o] += 1;
+    }
+
+    fn unlink(&mut self, pfn: u32, order: u32) {
+        let o = order as usize;
+        let (p, n) = (self.prev[pfn as usize], self.next[pfn as usize]);
+        if p == NONE {
+            self.head[o] = n;
+        } else {
+            self.next[p as usize] = n;
+        }
+        if n != NONE {
+            self.prev[n as usize] = p;
+        }
+        self.free_order[pfn as usize] = NOT_FREE;
+        self.nr_free[o] -= 1;
+    }
+
+    /// `__rmqueue_smallest`: a free block of exactly `order`, split from a larger one if needed.
+    pub(crate) fn alloc(&mut self, order: u32) -> Option<u32> {
+        let mut o = order;
+        while o <= MAX_ORDER && self.head[o as usize] == NONE {
+            o += 1;
+        }
+        if o > MAX_ORDER {
+            return None;
+        }
+        let pfn = self.head[o as usize];
+        self.unlink(pfn, o);
+        while o > order {
+            o -= 1;
+            self.push(pfn + (1 << o), o);
+        }
+        Some(pfn)
+    }
+
+    /// `__free_one_page`: returns a block and merges it with its free buddies.
+    pub(crate) fn free(&mut self, mut pfn: u32, mut order: u32) {
+        debug_assert_eq!(pfn % (1 << order), 0, "misaligned free");
+        while order < MAX_ORDER {
+            let buddy = pfn ^ (1 << order);
+            if buddy as u64 + (1u64 << order) > self.nr_pages as u64
+                || self.free_order[buddy as usize] != order as u8
+            {
+                break;
+            }
+            self.unlink(buddy, order);
+            pfn = pfn.min(buddy);
+            order += 1;
+        }
+        self.push(pfn, order);
+    }
+
+    /// Free blocks per order.
+    #[cfg(test)]
+    pub(crate) fn nr_free(&self) -> [usize; NR_ORDERS] {
+        self.nr_free
+    }
+
+    /// Every free block as `(pfn, order)`, walking the lists (for `validate`); checks the
+    /// links on the way.
+    pub(crate) fn blocks(&self) -> Result<Vec<(u32, u32)>, String> {
+        let mut out = Vec::new();
+        for o in 0..NR_ORDERS {
+            let mut prev = NONE;
+            let mut pfn = self.head[o];
+            let mut n = 0;
+            while pfn != NONE {
+                if self.prev[pfn as usize] != prev {
+                    return Err(format!("buddy: bad prev link at pfn {pfn} order {o}"));
+                }
+                if self.free_order[pfn as usize] != o as u8 {
+                    return Err(format!(
+                        "buddy: pfn {pfn} on list {o} marked {}",
+                        self.free_order[pfn as usize]
+                    ));
+                }
+                if pfn % (1 << o) != 0 || pfn as u64 + (1u64 << o) > self.nr_pages as u64 {
+                    return Err(format!(
+                        "buddy: block {pfn} order {o} misaligned or out of range"
+                    ));
+                }
+                out.push((pfn, o as u32));
+                n += 1;
+                prev = pfn;
+                pfn = self.next[pfn as usize];
+            }
+            if n != self.nr_free[o] {
+                return Err(format!(
+                    "buddy: order {o} lists {n} blocks, counts {}",
+                    self.nr_free[o]
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One CPU's cache of free blocks (`struct per_cpu_pages`).
+#[derive(Default)]
+pub(crate) struct Pcp {
+    lists: [Vec<u32>; NR_PCP_ORDERS],
+    /// Pages (not blocks) held.
+    count: usize,
+}
+
+/// The allocator: buddy lists plus the per-CPU caches.
+pub(crate) struct FrameAllocator {
+    buddy: CachePadded<Mutex<Buddy>>,
+    pcp: Box<[CachePadded<Mutex<Pcp>>]>,
+    /// Pages a per-CPU list may hold before it drains `batch` of them (`pcp->high`).
+    high: usize,
+    /// Blocks moved per refill or drain (`pcp->batch`).
+    batch: usize,
+}
+
+impl FrameAllocator {
+    pub(crate) fn new(nr_pages: u32, use_pcp: bool) -> Self {
+        let cpus = num_cpus();
+        // Keep at most ~1/8 of the memory parked per CPU, and no more than 2 MiB.
+        let high = if use_pcp {
+            (nr_pages as usize / (8 * cpus)).min(512)
+        } else {
+            0
+        };
+        let batch = (high / 4).max(1);
+        let pcp = (0..if high > 0 { cpus } else { 0 })
+            .map(|_| CachePadded::new(Mutex::new(Pcp::default())))
+            .collect();
+        Self {
+            buddy: CachePadded::new(Mutex::new(Buddy::new(nr_pages))),
+            pcp,
+            high,
+            batch,
+        }
+    }
+
+    fn pcp_for(&self, order: u32) -> Option<&Mutex<Pcp>> {
+        if order > PCP_MAX_ORDER || self.pcp.is_empty() {
+            return None;
+        }
+        Some(&self.pcp[current_cpu() % self.pcp.len()])
+    }
+
+    /// `rmqueue`: one free block of `order`, or `None` if none exists anywhere.
+    pub(crate) fn alloc(&self, order: u32) -> Option<u32> {
+        if let Some(pcp) = self.pcp_for(order) {
+            let mut p = pcp.lock();
+            if let Some(pfn) = p.lists[order as usize].pop() {
+                p.count -= 1 << order;
+                return Some(pfn);
+            }
+            // Refill: `batch` pages' worth of blocks in one buddy-lock hold.
+            let want = (self.batch >> order).max(1);
+            let mut b = self.buddy.lock();
+            for _ in 0..want {
+                match b.alloc(order) {
+                    Some(pfn) => {
+                        p.lists[order as usize].push(pfn);
+                        p.count += 1 << order;
+                    }
+                    None => break,
+                }
+            }
+            drop(b);
+            if let Some(pfn) = p.lists[order as usize].pop() {
+                p.count -= 1 << order;
+                return Some(pfn);
+            }
+        } else if let Some(pfn) = self.buddy.lock().alloc(order) {
+            return Some(pfn);
+        }
+        self.alloc_slow(order)
+    }
+
+    #[cold]
+    fn alloc_slow(&self, order: u32) -> Option<u32> {
+        self.drain_all();
+        self.buddy.lock().alloc(order)
+    }
+
+    /// `free_one_page` / `free_unref_folios`: returns a block.
+    pub(crate) fn free(&self, pfn: u32, order: u32) {
+        if let Some(pcp) = self.pcp_for(order) {
+            let mut p = pcp.lock();
+            p.lists[order as usize].push(pfn);
+            p.count += 1 << order;
+            if p.count > self.high {
+                let mut b = self.buddy.lock();
+                // `free_pcppages_bulk`: return the oldest blocks first, largest orders first
+                // so the buddy gets the best chance to merge.
+                let mut freed = 0;
+                for o in (0..NR_PCP_ORDERS).rev() {
+                    while freed < self.batch && !p.lists[o].is_empty() {
+                        let pfn = p.lists[o].remove(0);
+                        b.free(pfn, o as u32);
+                        freed += 1 << o;
+                        p.count -= 1 << o;
+                    }
+                }
+            }
+        } else {
+            self.buddy.lock().free(pfn, order);
+        }
+    }
+
+    /// `drain_all_pages`: moves every per-CPU block back to the buddy.
+    pub(crate) fn drain_all(&self) {
+        for pcp in self.pcp.iter() {
+            let mut p = pcp.lock();
+            if p.count == 0 {
+                continue;
+            }
+            let mut b = self.buddy.lock();
+            for (o, list) in p.lists.iter_mut().enumerate() {
+                for pfn in list.drain(..) {
+                    b.free(pfn, o as u32);
+                }
+            }
+            p.count = 0;
+        }
+    }
+
+    /// Every free block, in the buddy or parked per CPU, as `(pfn, order)` (for `validate`;
+    /// callers make sure nothing allocates).
+    pub(crate) fn free_blocks(&self) -> Result<Vec<(u32, u32)>, String> {
+        let mut out = Vec::new();
+        for pcp in self.pcp.iter() {
+            let p = pcp.lock();
+            let mut pages = 0;
+            for (o, list) in p.lists.iter().enumerate() {
+                for &pfn in list {
+                    out.push((pfn, o as u32));
+                    pages += 1 << o;
+                }
+            }
+            if pages != p.count {
+                return Err(format!("pcp holds {pages} pages but counts {}", p.count));
+            }
+        }
+        let b = self.buddy.lock();
+        out.extend(b.blocks()?);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_pages(b: &Buddy) -> usize {
+        b.nr_free().iter().enumerate().map(|(o, n)| n << o).sum()
+    }
+
+    #[test]
+    fn initial_blocks_cover_an_odd_budget() {
+        let b = Buddy::new(1000);
+        assert_eq!(free_pages(&b), 1000);
+        // 1000 = 512 + 256 + 128 + 64 + 32 + 8
+        assert_eq!(b.nr_free()[9], 1);
+        assert_eq!(b.nr_free()[3], 1);
+        assert_eq!(b.blocks().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn split_and_merge_round_trip() {
+        let mut b = Buddy::new(512);
+        let a = b.alloc(0).unwrap();
+        assert_eq!(a, 0);
+        // 1 + 2 + 4 + ... + 256 remain as one block of each order below 9.
+        for o in 0..9 {
+            assert_eq!(b.nr_free()[o], 1, "order {o}");
+        }
+        let big = b.alloc(8).unwrap();
+        assert_eq!(big, 256);
+        b.free(a, 0);
+        b.free(big, 8);
+        assert_eq!(b.nr_free()[9], 1);
+        assert_eq!(free_pages(&b), 512);
+        assert!(b.blocks().is_ok());
+    }
+
+    #[test]
+    fn exhaustion_and_fragmentation() {
+        let mut b = Buddy::new(8);
+        let pfns: Vec<u32> = (0..8).map(|_| b.alloc(0).unwrap()).collect();
+        assert!(b.alloc(0).is_none());
+        // Free every other frame: 4 pages free, no order-1 block.
+        for &p in pfns.iter().step_by(2) {
+            b.free(p, 0);
+        }
+        assert_eq!(free_pages(&b), 4);
+        assert!(b.alloc(1).is_none());
+        for &p in pfns.iter().skip(1).step_by(2) {
+            b.free(p, 0);
+        }
+        assert_eq!(b.nr_free()[3], 1);
+    }
+}

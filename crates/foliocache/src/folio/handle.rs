@@ -1,0 +1,465 @@
+//! Counted handles on folios: a reference ([`FolioRef`]), a reference holding the folio lock
+//! ([`FolioLocked`]) and the sole owner of a frozen folio ([`FrozenFolio`]).
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+
+use super::flags::{PG_ERROR, PG_LOCKED, PG_UPTODATE, PG_WAITERS};
+use super::{Arena, Folio, FolioExt};
+use crate::sync::Ordering;
+
+/// A counted reference to a live folio (`folio_get` on clone, `folio_put` on drop).
+///
+/// The drop that wins the final put frees the folio through its arena. Dereferences to the
+/// [`Folio`] header.
+pub struct FolioRef<'a> {
+    arena: &'a Arena,
+    folio: &'a Folio,
+}
+
+impl<'a> FolioRef<'a> {
+    /// Wraps a reference the caller owns (built by the arena and the index).
+    #[inline]
+    pub(crate) fn owned(arena: &'a Arena, folio: &'a Folio) -> Self {
+        Self { arena, folio }
+    }
+
+    /// Takes ownership of a counted reference previously leaked with [`FolioRef::into_raw`]
+    /// (or counted by hand, e.g. one of the references a structure holds).
+    ///
+    /// # Safety
+    /// The caller must own one reference on `folio` that nobody else will drop, and `folio`
+    /// must be a header of `arena`. An unbalanced put frees the folio under its users.
+    #[inline]
+    pub unsafe fn from_raw(arena: &'a Arena, folio: &'a Folio) -> Self {
+        debug_assert!(arena.owns(folio), "folio of another arena");
+        Self { arena, folio }
+    }
+
+    /// Leaks the reference (no put) and returns the header; undo with [`FolioRef::from_raw`].
+    /// The way to keep a reference in a structure (an LRU batch, a page table).
+    #[inline]
+    pub fn into_raw(self) -> &'a Folio {
+        let folio = self.folio;
+        std::mem::forget(self);
+        folio
+    }
+
+    /// The header, with the handle's lifetime.
+    #[inline]
+    pub fn folio(&self) -> &'a Folio {
+        self.folio
+    }
+
+    /// The arena the folio belongs to.
+    #[inline]
+    pub fn arena(&self) -> &'a Arena {
+        self.arena
+    }
+
+    /// `page_ext_get`: the folio's extension record.
+    #[inline]
+    pub fn ext(&self) -> &'a FolioExt {
+        self.arena.ext(self.folio)
+    }
+
+    /// `folio_address` + `folio_test_uptodate`: the folio's bytes, if it is uptodate and not
+    /// anonymous (anonymous bytes change under the racy copies).
+    ///
+    /// Uptodate bytes never change while a reference exists (module docs, "Who may touch the
+    /// bytes"), so the slice is a plain shared borrow.
+    #[inline]
+    pub fn data(&self) -> Option<&[u8]> {
+        // ORDERING: Acquire; pairs with the Release RMW that set PG_uptodate, after which the
+        // bytes written by the lock holder are visible and final.
+        let f = self.folio.flags.load(Ordering::Acquire);
+        if f & PG_UPTODATE == 0 || f & super::flags::PG_ANON != 0 {
+            return None;
+        }
+        // SAFETY: rules 1-4 of the module docs: no write to these bytes can happen while the
+        // folio is uptodate, non-anonymous and referenced (we hold a reference, so it is not
+        // freed and reallocated). The range is the folio's frames, mapped for the arena's life.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.arena.frame_ptr(self.folio.pfn), self.folio.size())
+        })
+    }
+
+    /// `folio_lock`: takes the folio lock, sleeping while another holder has it.
+    #[inline]
+    pub fn lock(self) -> FolioLocked<'a> {
+        if !self.folio.try_lock_bit() {
+            self.arena.waits().wait_bit(self.folio, PG_LOCKED, true);
+        }
+        FolioLocked {
+            inner: ManuallyDrop::new(self),
+        }
+    }
+
+    /// `folio_trylock`: takes the folio lock if it is free right now.
+    #[inline]
+    pub fn try_lock(self) -> Result<FolioLocked<'a>, Self> {
+        if self.folio.try_lock_bit() {
+            Ok(FolioLocked {
+                inner: ManuallyDrop::new(self),
+            })
+        } else {
+            Err(self)
+        }
+    }
+
+    /// `folio_wait_locked`: sleeps until the folio is unlocked, without taking the lock.
+    /// Afterwards the holder's writes are visible (e.g. check [`Folio::is_uptodate`]).
+    #[inline]
+    pub fn wait_locked(&self) {
+        // ORDERING: Acquire; pairs with the Release clear in `Folio::unlock_bit`.
+        if self.folio.flags.load(Ordering::Acquire) & PG_LOCKED != 0 {
+            self.arena.waits().wait_bit(self.folio, PG_LOCKED, false);
+        }
+    }
+
+    /// `folio_ref_freeze(folio, 1)`: if this is the only reference, freeze the folio and
+    /// become its sole owner (the LRU batch's dead-folio test); otherwise give it back.
+    #[inline]
+    pub fn freeze_sole(self) -> Result<FrozenFolio<'a>, Self> {
+        // SAFETY: expected = 1 is exactly the reference this handle owns.
+        unsafe { self.freeze(1) }
+    }
+
+    /// `folio_ref_freeze`: if exactly `expected` references exist (this one included), freeze
+    /// the folio and become its sole owner; otherwise give the reference back.
+    ///
+    /// # Safety
+    /// The caller must own all `expected` references: this handle's plus references held by
+    /// structures it is removing the folio from (e.g. the page cache's `nr_pages`, under the
+    /// index lock). Freezing a count that includes other holders frees the folio under them.
+    #[inline]
+    pub unsafe fn freeze(self, expected: u32) -> Result<FrozenFolio<'a>, Self> {
+        if self.folio.refcount.freeze(self.arena.strategy(), expected) {
+            let (arena, folio) = (self.arena, self.folio);
+            std::mem::forget(self);
+            Ok(FrozenFolio {
+                arena,
+                folio,
+                locked: false,
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl Deref for FolioRef<'_> {
+    type Target = Folio;
+
+    #[inline]
+    fn deref(&self) -> &Folio {
+        self.folio
+    }
+}
+
+impl Clone for FolioRef<'_> {
+    /// `folio_get`.
+    #[inline]
+    fn clone(&self) -> Self {
+        self.folio.refcount.get(self.arena.strategy());
+        Self {
+            arena: self.arena,
+            folio: self.folio,
+        }
+    }
+}
+
+impl Drop for FolioRef<'_> {
+    /// `folio_put`: the winner of the final put frees the folio.
+    #[inline]
+    fn drop(&mut self) {
+        if self.folio.refcount.put(self.arena.strategy()) {
+            self.arena.free_won(self.folio);
+        }
+    }
+}
+
+impl fmt::Debug for FolioRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FolioRef").field(self.folio).finish()
+    }
+}
+
+/// A reference that holds the folio lock (`folio_lock` held); dropping it unlocks, then puts.
+///
+/// The only handle that may write a folio's bytes (while it is not uptodate) or set
+/// `PG_uptodate`; dereferences to the [`Folio`].
+pub struct FolioLocked<'a> {
+    inner: ManuallyDrop<FolioRef<'a>>,
+}
+
+impl<'a> FolioLocked<'a> {
+    /// The counted reference this lock holder owns (for `clone`, `ext`, `data`).
+    #[inline]
+    pub fn folio_ref(&self) -> &FolioRef<'a> {
+        &self.inner
+    }
+
+    /// The header, with the handle's lifetime.
+    #[inline]
+    pub fn folio(&self) -> &'a Folio {
+        self.inner.folio
+    }
+
+    /// Leaks the lock and the reference (no unlock, no put), e.g. to hand a folio under I/O
+    /// to another structure; undo with [`FolioLocked::from_raw_locked`].
+    #[inline]
+    pub fn into_raw_locked(self) -> &'a Folio {
+        let folio = self.inner.folio;
+        std::mem::forget(self);
+        folio
+    }
+
+    /// Takes ownership of a locked reference leaked with [`FolioLocked::into_raw_locked`].
+    ///
+    /// # Safety
+    /// The caller must own one reference on `folio` and the folio lock it holds (nobody else
+    /// will unlock or put them), and `folio` must be a header of `arena`.
+    #[inline]
+    pub unsafe fn from_raw_locked(arena: &'a Arena, folio: &'a Folio) -> Self {
+        debug_assert!(folio.is_locked());
+        // SAFETY: forwarded from the caller.
+        let inner = unsafe { FolioRef::from_raw(arena, folio) };
+        Self {
+            inner: ManuallyDrop::new(inner),
+        }
+    }
+
+    /// The arena the folio belongs to.
+    #[inline]
+    pub fn arena(&self) -> &'a Arena {
+        self.inner.arena
+    }
+
+    /// The folio's bytes if uptodate (see [`FolioRef::data`]).
+    #[inline]
+    pub fn data(&self) -> Option<&[u8]> {
+        self.inner.data()
+    }
+
+    /// `kmap_local_folio` for filling: the folio's bytes, writable, while it is not uptodate.
+    ///
+    /// `None` once uptodate (its bytes are then final). Freshly allocated folios hold stale
+    /// bytes of their previous life: fill or zero them before marking uptodate.
+    #[inline]
+    pub fn data_mut(&mut self) -> Option<&mut [u8]> {
+        if self.inner.folio.flags() & PG_UPTODATE != 0 {
+            return None;
+        }
+        // SAFETY: we hold the folio lock, which is unique, and `&mut self` makes this borrow
+        // unique among this holder's accesses. Readers touch the bytes only after seeing
+        // PG_uptodate, which is set only through this handle (`&mut self`/`self`) and is clear
+        // now; racy accessors also require PG_uptodate. Our reference keeps the folio
+        // allocated; the range is the folio's frames, mapped for the arena's life.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(
+                self.inner.arena.frame_ptr(self.inner.folio.pfn),
+                self.inner.folio.size(),
+            )
+        })
+    }
+
+    /// `folio_mark_uptodate`: the bytes are valid and final from now on.
+    #[inline]
+    pub fn mark_uptodate(&mut self) {
+        // ORDERING: Release; pairs with the Acquire loads of `is_uptodate`/`data`, which then
+        // see every byte written through `data_mut`.
+        self.inner
+            .folio
+            .flags
+            .fetch_or(PG_UPTODATE, Ordering::Release);
+    }
+
+    /// `__folio_set_anon` for the address-space layer: marks the folio anonymous, owned by
+    /// `mapping` (an id from [`Arena::new_mapping_id`]) at page offset `index`. From now on
+    /// its bytes, once uptodate, are accessed only with the racy copies.
+    ///
+    /// # Panics
+    /// If the folio already has a mapping.
+    pub fn set_anon(&mut self, mapping: u64, index: u64) {
+        assert_eq!(
+            self.inner.folio.mapping(),
+            0,
+            "set_anon on a folio that has a mapping"
+        );
+        self.inner
+            .folio
+            .flags
+            .fetch_or(super::flags::PG_ANON, Ordering::Relaxed);
+        self.inner.folio.set_mapping(mapping, index);
+    }
+
+    /// `folio_end_read`: marks the folio uptodate (if `success`, else sets `PG_error`) and
+    /// unlocks it in one atomic operation, waking readers waiting for the data.
+    #[inline]
+    pub fn end_read(self, success: bool) -> FolioRef<'a> {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again; we move the reference out once.
+        let inner = unsafe { ManuallyDrop::take(&mut me.inner) };
+        let f = inner.folio;
+        let uptodate = if success && f.flags() & PG_UPTODATE == 0 {
+            PG_UPTODATE
+        } else {
+            if !success {
+                f.flags.fetch_or(PG_ERROR, Ordering::Relaxed);
+            }
+            0
+        };
+        f.unlock_bit(inner.arena, uptodate);
+        inner
+    }
+
+    /// `folio_unlock`: releases the lock, keeping the reference.
+    #[inline]
+    pub fn unlock(self) -> FolioRef<'a> {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again; we move the reference out once.
+        let inner = unsafe { ManuallyDrop::take(&mut me.inner) };
+        inner.folio.unlock_bit(inner.arena, 0);
+        inner
+    }
+
+    /// `folio_ref_freeze` on a locked folio (reclaim, invalidation): if exactly `expected`
+    /// references exist (this one included), freeze it; the lock stays held by the frozen
+    /// owner and is dropped by [`FrozenFolio::free`] or [`FrozenFolio::unfreeze`].
+    ///
+    /// # Safety
+    /// As for [`FolioRef::freeze`]: the caller must own all `expected` references.
+    #[inline]
+    pub unsafe fn freeze(self, expected: u32) -> Result<FrozenFolio<'a>, Self> {
+        let (arena, folio) = (self.inner.arena, self.inner.folio);
+        if folio.refcount.freeze(arena.strategy(), expected) {
+            std::mem::forget(self);
+            Ok(FrozenFolio {
+                arena,
+                folio,
+                locked: true,
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl Deref for FolioLocked<'_> {
+    type Target = Folio;
+
+    #[inline]
+    fn deref(&self) -> &Folio {
+        self.inner.folio
+    }
+}
+
+impl Drop for FolioLocked<'_> {
+    /// `folio_unlock` + `folio_put`.
+    #[inline]
+    fn drop(&mut self) {
+        self.inner.folio.unlock_bit(self.inner.arena, 0);
+        // SAFETY: dropped exactly once, here.
+        unsafe { ManuallyDrop::drop(&mut self.inner) };
+    }
+}
+
+impl fmt::Debug for FolioLocked<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FolioLocked")
+            .field(self.inner.folio)
+            .finish()
+    }
+}
+
+/// The sole owner of a frozen folio (after a successful `folio_ref_freeze`): no reference
+/// exists and every `try_get` fails. Dropping it frees the folio ([`FrozenFolio::free`]).
+pub struct FrozenFolio<'a> {
+    arena: &'a Arena,
+    folio: &'a Folio,
+    /// Frozen from a [`FolioLocked`]: the lock bit is ours.
+    locked: bool,
+}
+
+impl<'a> FrozenFolio<'a> {
+    /// The header, with the handle's lifetime.
+    #[inline]
+    pub fn folio(&self) -> &'a Folio {
+        self.folio
+    }
+
+    /// The arena the folio belongs to.
+    #[inline]
+    pub fn arena(&self) -> &'a Arena {
+        self.arena
+    }
+
+    /// `__folio_clear_lru_flags` and friends: clears any flags before the free (the sole
+    /// owner may clear every bit but the lock, which the free path drops itself).
+    #[inline]
+    pub fn clear_flags(&self, mask: u64) {
+        self.folio
+            .flags
+            .fetch_and(!(mask & !PG_LOCKED), Ordering::Relaxed);
+    }
+
+    /// `folio_ref_unfreeze`: gives the folio `count` references again (this handle becomes
+    /// one of them) and unlocks it if it was frozen locked.
+    ///
+    /// # Safety
+    /// `count` must be exactly the references that exist again: this handle's plus those
+    /// owned by structures that keep holding the folio (as counted at the freeze). Fewer
+    /// would let their puts free the folio under another holder.
+    ///
+    /// # Panics
+    /// If `count` is 0.
+    pub unsafe fn unfreeze(self, count: u32) -> FolioRef<'a> {
+        assert!(count > 0, "unfreeze needs at least the caller's reference");
+        let me = ManuallyDrop::new(self);
+        me.folio.refcount.unfreeze(me.arena.strategy(), count);
+        let r = FolioRef::owned(me.arena, me.folio);
+        if me.locked {
+            me.folio.unlock_bit(me.arena, 0);
+        }
+        r
+    }
+
+    /// Frees the folio through the arena's free path (`free_frozen_pages`), from its current
+    /// state: a flag of `FLAGS_CHECK_AT_FREE` still set or a mapping still attached is a bad
+    /// page. A lock taken before the freeze is dropped first, as reclaim does.
+    pub fn free(self) {
+        drop(self)
+    }
+}
+
+impl Drop for FrozenFolio<'_> {
+    fn drop(&mut self) {
+        if self.locked {
+            // No waiter can exist: it would hold a reference, and the freeze proved there is
+            // none besides ours. So no wake-up; a stale PG_waiters is sanitised by the free.
+            let old = self
+                .folio
+                .flags
+                .fetch_and(!(PG_LOCKED | PG_WAITERS), Ordering::Relaxed);
+            debug_assert!(old & PG_LOCKED != 0);
+        }
+        self.arena.free_won(self.folio);
+    }
+}
+
+impl Deref for FrozenFolio<'_> {
+    type Target = Folio;
+
+    #[inline]
+    fn deref(&self) -> &Folio {
+        self.folio
+    }
+}
+
+impl fmt::Debug for FrozenFolio<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FrozenFolio").field(self.folio).finish()
+    }
+}
