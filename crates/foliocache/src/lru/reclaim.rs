@@ -149,7 +149,7 @@ impl Lru {
                 keep.push(folio);
                 continue;
             }
-            if folio.is_anon() || arena.ext(&folio).mapcount.load(Ordering::Relaxed) != 0 {
+            if folio.is_anon() || arena.ext(&folio).rmap.mapcount() != 0 {
                 keep.push(folio);
                 continue;
             }
