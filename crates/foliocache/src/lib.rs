@@ -7,11 +7,14 @@
 //! | module | mechanism | kernel model |
 //! |---|---|---|
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
+//! | [`percpu_ref`] | per-thread reference counts with a grace-period switch to one atomic; kill, wait-for-zero, re-arm (seed 003) | `lib/percpu-refcount.c`, `futex_ref_get`/`futex_ref_put`/`futex_ref_drop` |
 //! | [`rcu`] | read sections with no shared atomic, grace periods via `membarrier(2)`, `call_rcu` | RCU (`rcu_read_lock`, `synchronize_rcu`, `call_rcu`), liburcu memb |
 //! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
 //! | [`backing`] | positional reads of the file behind a cache (`pread`/`preadv`), fault injection | `->read_folio`, `read_pages` |
 //! | [`folio`] | folio header and flags, the arena (memmap + buddy allocator + per-CPU lists), folio lock and wait table, bad-page check | `struct folio`, `mm/page_alloc.c`, `folio_lock`, `free_pages_prepare` |
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
+//! | [`space`] | address spaces, rmap IDs, exact mapped-shared detection, COW | `rmap.c`, `memory.c`, RFC `rmap_id.c` (seed 002) |
+//! | [`seqcount`] | atomic seqcount: concurrent adding writers, exclusive fast path | RFC `atomic_seqcount.h` (seed 002) |
 //!
 //! The crate is being built issue by issue; the table grows with it (see the README).
 
@@ -20,7 +23,10 @@
 
 pub mod backing;
 pub mod folio;
+pub mod percpu_ref;
 pub mod rcu;
 pub mod readahead;
 pub mod refcount;
+pub mod seqcount;
+pub mod space;
 pub mod sync;
