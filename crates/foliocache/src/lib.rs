@@ -7,6 +7,7 @@
 //! | module | mechanism | kernel model |
 //! |---|---|---|
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
+//! | [`filetable`] | resizable hash of open files; each lookup pins the table with an `immutable`, `atomic`, `percpu` or `percpu-fast` reference (seed 003) | futex private hash: `futex_hash`, `futex_hash_allocate`, `__futex_pivot_hash` |
 //! | [`percpu_ref`] | per-thread reference counts with a grace-period switch to one atomic; kill, wait-for-zero, re-arm (seed 003) | `lib/percpu-refcount.c`, `futex_ref_get`/`futex_ref_put`/`futex_ref_drop` |
 //! | [`rcu`] | read sections with no shared atomic, grace periods via `membarrier(2)`, `call_rcu` | RCU (`rcu_read_lock`, `synchronize_rcu`, `call_rcu`), liburcu memb |
 //! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
@@ -22,6 +23,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
+pub mod filetable;
 pub mod folio;
 pub mod percpu_ref;
 pub mod rcu;
