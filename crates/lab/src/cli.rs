@@ -28,6 +28,9 @@ pub enum Command {
     /// Seed 003: file-table lookups under a table reference (immutable, atomic, percpu,
     /// percpu-fast), `perf bench futex hash`, and resize completion time under full load.
     Hash(crate::scenarios::hash::Args),
+    /// foliocache against what a storage engine would use instead (quick_cache, moka, the
+    /// kernel's pread and mmap): 4 KiB Zipf block reads of a file 4x the cache budget.
+    Peers(crate::scenarios::peers::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -73,6 +76,7 @@ fn run(cli: Cli) -> LabResult<i32> {
         Command::All(a) => run_all(&a),
         Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
         Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
+        Command::Peers(a) => Ok(exit_code(crate::scenarios::peers::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {

@@ -14,10 +14,13 @@
 //! | scenario | seed | measures |
 //! |---|---|---|
 //! | [`refcount`] | 000 | get+put pairs on one shared folio count, four primitives |
+//! | [`hash`] | 003 | file-table lookups under a table reference, resize under load |
+//! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
 pub mod hash;
+pub mod peers;
 pub mod refcount;
 
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
@@ -45,5 +48,11 @@ pub const REGISTRY: &[Entry] = &[
         seed: hash::SEED,
         about: hash::ABOUT,
         run: hash::run_common,
+    },
+    Entry {
+        name: peers::NAME,
+        seed: peers::SEED,
+        about: peers::ABOUT,
+        run: peers::run_common,
     },
 ];
