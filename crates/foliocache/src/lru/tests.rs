@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::folio::flags::{FLAGS_CHECK_AT_FREE, PG_WORKINGSET};
-use crate::folio::{AllocError, ArenaConfig, FolioLocked, FrozenFolio, PAGE_SIZE};
+use crate::folio::{AllocError, ArenaConfig, FolioLocked, PAGE_SIZE};
 use crate::refcount::RefStrategy;
 
 fn arena(pages: usize, s: RefStrategy) -> Arena {
@@ -65,10 +65,7 @@ impl<'a> Cache<'a> {
 }
 
 impl Evict for Cache<'_> {
-    fn remove_mapping<'b>(
-        &self,
-        folio: FolioLocked<'b>,
-    ) -> Result<FrozenFolio<'b>, FolioLocked<'b>> {
+    fn evict<'b>(&self, folio: FolioLocked<'b>) -> Result<(), FolioLocked<'b>> {
         let mut pages = self.pages.lock();
         if pages.get(&folio.index()) != Some(&folio.pfn()) {
             return Err(folio);
@@ -77,7 +74,8 @@ impl Evict for Cache<'_> {
         let frozen = unsafe { folio.freeze(2) }?;
         pages.remove(&frozen.index());
         frozen.set_mapping(0, 0);
-        Ok(frozen)
+        frozen.free();
+        Ok(())
     }
 }
 
