@@ -39,9 +39,13 @@ pub trait Evict: Sync {
     /// `__remove_mapping`: `folio` is locked, off the LRU, and holds reclaim's isolation
     /// reference. Under the index lock of the folio's mapping, freeze it at exactly the page
     /// cache's references plus this one, delete it from the index and free it (the index's
-    /// `evict`). Give the folio back, untouched and still locked, if anything else holds it (a
-    /// reader, a pinned guard, a mapping) or it is no longer in its mapping.
-    fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioLocked<'a>>;
+    /// `evict`). If anything else holds it (a reader, a pinned guard, a mapping) or it is no
+    /// longer in its mapping, unlock it and give the reference back.
+    ///
+    /// Unlocking before returning matters when the implementation holds the mapping alive
+    /// only for the call: if its drop is the mapping's last, it truncates the file, which
+    /// takes every folio lock, this one included.
+    fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioRef<'a>>;
 }
 
 /// What a reclaim call did.
@@ -166,13 +170,15 @@ impl Lru {
                 // the last one, the folio is ours to free.
                 // SAFETY: the folio is in no mapping, so the only reference we can account
                 // for is our isolation reference: exactly the `1` we freeze at.
-                unsafe { locked.freeze(1) }.map(FrozenFolio::free)
+                unsafe { locked.freeze(1) }
+                    .map(FrozenFolio::free)
+                    .map_err(FolioLocked::unlock)
             } else {
                 evict.evict(locked)
             };
             match freed {
                 Ok(()) => reclaimed += nr,
-                Err(locked) => keep.push(locked.unlock()),
+                Err(folio) => keep.push(folio),
             }
         }
         self.putback(arena, keep, rotated);

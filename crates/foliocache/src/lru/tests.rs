@@ -65,13 +65,13 @@ impl<'a> Cache<'a> {
 }
 
 impl Evict for Cache<'_> {
-    fn evict<'b>(&self, folio: FolioLocked<'b>) -> Result<(), FolioLocked<'b>> {
+    fn evict<'b>(&self, folio: FolioLocked<'b>) -> Result<(), FolioRef<'b>> {
         let mut pages = self.pages.lock();
         if pages.get(&folio.index()) != Some(&folio.pfn()) {
-            return Err(folio);
+            return Err(folio.unlock());
         }
         // SAFETY: the cache's reference (we hold the index lock) plus the caller's.
-        let frozen = unsafe { folio.freeze(2) }?;
+        let frozen = unsafe { folio.freeze(2) }.map_err(FolioLocked::unlock)?;
         pages.remove(&frozen.index());
         frozen.set_mapping(0, 0);
         frozen.free();
