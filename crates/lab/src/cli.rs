@@ -25,6 +25,9 @@ pub enum Command {
     /// Seed 000: get+put pairs on one shared folio count (fetch-add, cas-loop, optimistic,
     /// locked-bit), Pedro Falcato's microbenchmark, and the seed's table.
     Refcount(crate::scenarios::refcount::Args),
+    /// Seed 003: file-table lookups under a table reference (immutable, atomic, percpu,
+    /// percpu-fast), `perf bench futex hash`, and resize completion time under full load.
+    Hash(crate::scenarios::hash::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -69,6 +72,7 @@ fn run(cli: Cli) -> LabResult<i32> {
     match cli.command {
         Command::All(a) => run_all(&a),
         Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
+        Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {

@@ -17,6 +17,7 @@
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
+pub mod hash;
 pub mod refcount;
 
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
@@ -32,9 +33,17 @@ pub struct Entry {
 }
 
 /// Every scenario, in the order `all` runs them.
-pub const REGISTRY: &[Entry] = &[Entry {
-    name: refcount::NAME,
-    seed: refcount::SEED,
-    about: refcount::ABOUT,
-    run: refcount::run_common,
-}];
+pub const REGISTRY: &[Entry] = &[
+    Entry {
+        name: refcount::NAME,
+        seed: refcount::SEED,
+        about: refcount::ABOUT,
+        run: refcount::run_common,
+    },
+    Entry {
+        name: hash::NAME,
+        seed: hash::SEED,
+        about: hash::ABOUT,
+        run: hash::run_common,
+    },
+];
