@@ -295,7 +295,15 @@ impl RefCount {
         check_fresh(count);
         // ORDERING: Release; pairs with the Acquire increment of a later successful `try_get`,
         // so the getter sees the folio's metadata written before this store.
+        #[cfg(not(loom))]
         self.word.store(count, Ordering::Release);
+        // Under loom the store is a swap: loom 0.7 lets a plain store slip between the read and
+        // the write of a concurrent RMW (tokio-rs/loom#254), which would make the model report
+        // a wipe CAS overwriting the fresh count, an execution C11 forbids. A swap's write is
+        // ordered identically in the word's modification order and it adds no synchronization
+        // (its read is Relaxed), so the model checks the same program.
+        #[cfg(loom)]
+        self.word.swap(count, Ordering::Release);
     }
 
     /// `folio_try_get`: take a speculative reference unless the folio is free or frozen.
@@ -345,6 +353,13 @@ impl RefCount {
     #[inline]
     pub fn put(&self, s: RefStrategy) -> bool {
         self.sub_and_test(s, 1)
+    }
+
+    /// `folio_ref_dec_and_test`: the same operation as [`RefCount::put`], under the kernel's
+    /// other name.
+    #[inline]
+    pub fn dec_and_test(&self, s: RefStrategy) -> bool {
+        self.put(s)
     }
 
     /// `folio_ref_sub_and_test`: drop `n` references; `true` as for [`RefCount::put`].
@@ -937,6 +952,9 @@ mod tests {
             assert!(!rc.try_get(s));
             rc.init(s, 1);
             assert!(rc.sub_and_test(s, 1));
+            rc.init(s, 2);
+            assert!(!rc.dec_and_test(s));
+            assert!(rc.dec_and_test(s));
         }
     }
 

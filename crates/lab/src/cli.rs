@@ -22,6 +22,12 @@ pub struct Cli {
 pub enum Command {
     /// Run every scenario (quick mode unless --full) and write a report directory.
     All(AllArgs),
+    /// Seed 000: get+put pairs on one shared folio count (fetch-add, cas-loop, optimistic,
+    /// locked-bit), Pedro Falcato's microbenchmark, and the seed's table.
+    Refcount(crate::scenarios::refcount::Args),
+    /// Seed 003: file-table lookups under a table reference (immutable, atomic, percpu,
+    /// percpu-fast), `perf bench futex hash`, and resize completion time under full load.
+    Hash(crate::scenarios::hash::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -65,6 +71,8 @@ pub fn main() -> i32 {
 fn run(cli: Cli) -> LabResult<i32> {
     match cli.command {
         Command::All(a) => run_all(&a),
+        Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
+        Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {
@@ -98,6 +106,11 @@ fn run(cli: Cli) -> LabResult<i32> {
             Ok(i32::from(bad > 0))
         }
     }
+}
+
+/// A scenario's exit code: 0 if every check held, 1 otherwise.
+fn exit_code(report: Report) -> i32 {
+    i32::from(!report.all_checks_ok())
 }
 
 fn run_all(a: &AllArgs) -> LabResult<i32> {

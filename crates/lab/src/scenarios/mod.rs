@@ -8,9 +8,17 @@
 //!   seed-shaped table, writes JSON and plot when asked ([`crate::harness::emit`]), and returns
 //!   the report.
 //!
-//! [`REGISTRY`] lists them for `foliocache-lab all`.
+//! [`REGISTRY`] lists them for `foliocache-lab all`. [`refcount`] is the reference example of
+//! this shape; copy it to start a new scenario.
+//!
+//! | scenario | seed | measures |
+//! |---|---|---|
+//! | [`refcount`] | 000 | get+put pairs on one shared folio count, four primitives |
 
 use crate::harness::{CommonArgs, LabResult, Report};
+
+pub mod hash;
+pub mod refcount;
 
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
 pub struct Entry {
@@ -25,4 +33,17 @@ pub struct Entry {
 }
 
 /// Every scenario, in the order `all` runs them.
-pub const REGISTRY: &[Entry] = &[];
+pub const REGISTRY: &[Entry] = &[
+    Entry {
+        name: refcount::NAME,
+        seed: refcount::SEED,
+        about: refcount::ABOUT,
+        run: refcount::run_common,
+    },
+    Entry {
+        name: hash::NAME,
+        seed: hash::SEED,
+        about: hash::ABOUT,
+        run: hash::run_common,
+    },
+];
