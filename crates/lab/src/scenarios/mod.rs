@@ -14,11 +14,13 @@
 //! | scenario | seed | measures |
 //! |---|---|---|
 //! | [`refcount`] | 000 | get+put pairs on one shared folio count, four primitives |
+//! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
 //! | [`hash`] | 003 | file-table lookups under a table reference, resize under load |
 //! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
+pub mod cow;
 pub mod hash;
 pub mod peers;
 pub mod refcount;
@@ -42,6 +44,12 @@ pub const REGISTRY: &[Entry] = &[
         seed: refcount::SEED,
         about: refcount::ABOUT,
         run: refcount::run_common,
+    },
+    Entry {
+        name: cow::NAME,
+        seed: cow::SEED,
+        about: cow::ABOUT,
+        run: cow::run_common,
     },
     Entry {
         name: hash::NAME,
