@@ -183,7 +183,11 @@ struct Sample {
 pub fn run(args: &Args) -> LabResult<Report> {
     let settings = args.common.settings();
     let kinds = if args.contenders.is_empty() {
-        Kind::ALL.to_vec()
+        // The foliocache contenders join the default set with the FolioCache API.
+        Kind::ALL
+            .into_iter()
+            .filter(|k| !matches!(k, Kind::Foliocache | Kind::FoliocachePinned))
+            .collect()
     } else {
         args.contenders
             .iter()
