@@ -19,8 +19,16 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
+#[cfg(not(loom))]
+pub mod cache;
 pub mod folio;
+pub mod index;
 pub mod rcu;
 pub mod readahead;
 pub mod refcount;
 pub mod sync;
+
+#[cfg(not(loom))]
+pub use cache::{CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, PinnedFolio};
+pub use readahead::InsertMode;
+pub use refcount::RefStrategy;

@@ -22,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Run every scenario (quick mode unless --full) and write a report directory.
     All(AllArgs),
+    /// Seed 000's pread benchmark: foliocache (each refcount strategy) against the kernel.
+    Pread(crate::scenarios::pread::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -65,6 +67,7 @@ pub fn main() -> i32 {
 fn run(cli: Cli) -> LabResult<i32> {
     match cli.command {
         Command::All(a) => run_all(&a),
+        Command::Pread(a) => crate::scenarios::pread::run(&a).map(|r| exit_code(&r)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {
@@ -98,6 +101,11 @@ fn run(cli: Cli) -> LabResult<i32> {
             Ok(i32::from(bad > 0))
         }
     }
+}
+
+/// 0 if every check of the report held, 1 otherwise.
+fn exit_code(r: &Report) -> i32 {
+    i32::from(!r.all_checks_ok())
 }
 
 fn run_all(a: &AllArgs) -> LabResult<i32> {

@@ -12,6 +12,9 @@
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
+pub mod files;
+pub mod pread;
+
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
 pub struct Entry {
     /// Subcommand name.
@@ -25,4 +28,9 @@ pub struct Entry {
 }
 
 /// Every scenario, in the order `all` runs them.
-pub const REGISTRY: &[Entry] = &[];
+pub const REGISTRY: &[Entry] = &[Entry {
+    name: "pread",
+    seed: pread::SEED,
+    about: "64-byte pread at offset 0 of one tmpfs file, N pinned threads: foliocache with each refcount strategy against the kernel's pread",
+    run: pread::run_common,
+}];
