@@ -24,6 +24,8 @@ pub enum Command {
     All(AllArgs),
     /// Seed 000's pread benchmark: foliocache (each refcount strategy) against the kernel.
     Pread(crate::scenarios::pread::Args),
+    /// Seed 001's db_bench readseq: one-by-one against batched readahead insertion.
+    Readseq(crate::scenarios::readseq::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -68,6 +70,7 @@ fn run(cli: Cli) -> LabResult<i32> {
     match cli.command {
         Command::All(a) => run_all(&a),
         Command::Pread(a) => crate::scenarios::pread::run(&a).map(|r| exit_code(&r)),
+        Command::Readseq(a) => crate::scenarios::readseq::run(&a).map(|r| exit_code(&r)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {

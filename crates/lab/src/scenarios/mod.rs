@@ -14,6 +14,7 @@ use crate::harness::{CommonArgs, LabResult, Report};
 
 pub mod files;
 pub mod pread;
+pub mod readseq;
 
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
 pub struct Entry {
@@ -33,4 +34,9 @@ pub const REGISTRY: &[Entry] = &[Entry {
     seed: pread::SEED,
     about: "64-byte pread at offset 0 of one tmpfs file, N pinned threads: foliocache with each refcount strategy against the kernel's pread",
     run: pread::run_common,
+}, Entry {
+    name: "readseq",
+    seed: readseq::SEED,
+    about: "db_bench readseq: threads stream 8 KiB values through a cold cache; one-by-one vs batched readahead insertion, per-thread files and one shared file",
+    run: readseq::run_common,
 }];
