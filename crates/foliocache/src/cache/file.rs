@@ -11,7 +11,7 @@ use super::{CacheError, CacheInner};
 use crate::backing::Backing;
 use crate::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
-use crate::index::PageIndex;
+use crate::index::Index;
 use crate::readahead::{self, RaOutcome, RaRequest, RaState, RaTarget};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
@@ -32,7 +32,7 @@ pub(crate) struct Mapping {
     /// `i_size`, read at open.
     pub(crate) size: u64,
     /// The page index (`i_pages`).
-    pub(crate) pages: PageIndex,
+    pub(crate) pages: Index,
 }
 
 impl std::fmt::Debug for Mapping {
@@ -76,8 +76,10 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // The inode is evicted: drop every cached page (nobody can hold one: a pinned folio
         // keeps the mapping alive) and fold the index's counters into the cache's totals.
-        let dropped = self.pages.truncate(&self.cache.arena, 0..u64::MAX);
-        self.cache.counters.add(Event::Invalidated, dropped as u64);
+        let dropped = self.pages.truncate(0, u64::MAX);
+        self.cache
+            .counters
+            .add(Event::Invalidated, dropped.pages_freed);
         self.cache.retire_index_stats(self.pages.stats());
         if let Some(key) = &self.key {
             let mut files = self.cache.files.lock();
@@ -141,7 +143,7 @@ impl CachedFile {
 
     /// Pages of this file in the cache right now.
     pub fn cached_pages(&self) -> u64 {
-        self.mapping().pages.nr_pages()
+        self.mapping().pages.stats().nr_pages
     }
 
     /// Another handle on the same cached file, with a fresh readahead stream (`open` again).
@@ -272,9 +274,9 @@ impl CachedFile {
         }
         let first = range.start >> PAGE_SHIFT;
         let last = (range.end - 1) >> PAGE_SHIFT;
-        let n = m.pages.invalidate(&m.cache.arena, first..last + 1);
-        m.cache.counters.add(Event::Invalidated, n as u64);
-        Ok(n)
+        let out = m.pages.invalidate(first, last + 1);
+        m.cache.counters.add(Event::Invalidated, out.pages_freed);
+        Ok(out.pages_freed as usize)
     }
 
     /// `filemap_get_pages` for one folio: the uptodate folio holding page `index`, for a read
@@ -289,7 +291,7 @@ impl CachedFile {
         let c = &m.cache;
         let mut missed = false;
         loop {
-            let folio = match m.pages.lookup(&c.arena, index) {
+            let folio = match m.pages.lookup(index) {
                 Some(f) => f,
                 None => {
                     if !missed {
@@ -349,7 +351,7 @@ impl CachedFile {
         if let Some(req) = req {
             c.counters.inc(Event::SyncRa);
             let out = do_page_cache_ra(m, req);
-            if let Some(f) = m.pages.lookup(&c.arena, index) {
+            if let Some(f) = m.pages.lookup(index) {
                 return Ok(Some(f));
             }
             if let Some((offset, e)) = out.error {

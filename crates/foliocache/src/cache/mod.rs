@@ -70,7 +70,7 @@ pub(crate) use stats::{Counters, Event};
 
 use crate::backing::{Backing, FileBacking};
 use crate::folio::{AllocError, Arena, ArenaConfig, FolioRef};
-use crate::index::{IndexStats, PageIndex};
+use crate::index::{Index, IndexStats};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use file::Mapping;
 
@@ -105,7 +105,7 @@ pub struct FolioCache {
 /// The shared state of a cache.
 pub(crate) struct CacheInner {
     pub(crate) config: Config,
-    pub(crate) arena: Arena,
+    pub(crate) arena: Arc<Arena>,
     pub(crate) counters: Counters,
     /// Open files by canonical path (the inode cache); entries die with their mapping.
     pub(crate) files: Mutex<HashMap<PathBuf, std::sync::Weak<Mapping>>>,
@@ -131,7 +131,7 @@ impl FolioCache {
         config.validate()?;
         let mut ac = ArenaConfig::new(config.budget_bytes, config.strategy);
         ac.panic_on_bad_page = config.panic_on_bad_page;
-        let arena = Arena::new(ac)?;
+        let arena = Arc::new(Arena::new(ac)?);
         Ok(FolioCache {
             inner: Arc::new(CacheInner {
                 config,
@@ -195,15 +195,15 @@ impl FolioCache {
             path: path.clone(),
             source,
         })?;
-        let id = self.inner.arena.new_mapping_id();
+        let pages = Index::new(self.inner.arena.clone());
         let m = Arc::new(Mapping {
             cache: self.inner.clone(),
-            id,
+            id: pages.mapping_id(),
             path,
             key,
             backing,
             size,
-            pages: PageIndex::new(id),
+            pages,
         });
         let mut live = self.inner.live.lock();
         live.retain(|w| w.strong_count() > 0);

@@ -10,12 +10,12 @@ use crate::backing::{self, Backing};
 use crate::cache::{CacheInner, Event};
 use crate::folio::flags::PG_READAHEAD;
 use crate::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
-use crate::index::{AddError, PageIndex};
+use crate::index::Index;
 
 /// Where a window is read into and from: one file of one cache.
 pub(crate) struct RaTarget<'a> {
     pub(crate) cache: &'a CacheInner,
-    pub(crate) pages: &'a PageIndex,
+    pub(crate) pages: &'a Index,
     pub(crate) backing: &'a dyn Backing,
     /// The mapping id (for debugging; the index sets it on the folios).
     #[allow(dead_code)]
@@ -39,7 +39,7 @@ pub(crate) struct RaOutcome {
 
 /// [`RaProbe`] over a file's index (`page_cache_prev_miss`, `page_cache_next_miss`), read
 /// without references under RCU.
-pub(crate) struct IndexProbe<'a>(pub(crate) &'a PageIndex);
+pub(crate) struct IndexProbe<'a>(pub(crate) &'a Index);
 
 impl RaProbe for IndexProbe<'_> {
     fn prev_miss(&self, index: u64, max_scan: usize) -> Option<u64> {
@@ -127,10 +127,11 @@ fn fill_batched<'a>(
             i += 1;
             continue;
         }
-        let n = match t.pages.add_folio_range(idx, end, &folios[used..]) {
-            Ok(n) => n,
-            Err(AddError::Exists) => 0,
-        };
+        // Stops at the first occupied slot; an error means nothing was inserted.
+        let n = t
+            .pages
+            .add_folio_range(idx, end, &folios[used..])
+            .map_or(0, |pages| pages as usize);
         if n == 0 {
             // Raced: another reader inserted this page since the peek. Skip it.
             i += 1;
@@ -169,13 +170,11 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
                 break;
             }
         };
-        match t.pages.add_folio(&folio, idx) {
-            Ok(()) => {}
-            Err(AddError::Exists) => {
-                drop(folio);
-                read_pages(t, run_start, std::mem::take(&mut run), out);
-                continue;
-            }
+        if t.pages.add_folio(&folio, idx).is_err() {
+            // Raced: another reader inserted this page since the peek.
+            drop(folio);
+            read_pages(t, run_start, std::mem::take(&mut run), out);
+            continue;
         }
         if mark == Some(i) {
             folio.set_flag(PG_READAHEAD);
@@ -256,9 +255,9 @@ pub(crate) fn read_one<'a>(
         Ok(f) => lock_new(f),
         Err(_) => return Err(ReadOneError::OutOfMemory),
     };
-    match t.pages.add_folio(&folio, index) {
-        Ok(()) => {}
-        Err(AddError::Exists) => return Ok(None),
+    if t.pages.add_folio(&folio, index).is_err() {
+        // Another reader inserted it first.
+        return Ok(None);
     }
     let offset = index << PAGE_SHIFT;
     let expected = (t.file_size.saturating_sub(offset)).min(PAGE_SIZE as u64) as usize;
@@ -290,7 +289,7 @@ pub(crate) fn read_one<'a>(
 /// `single` checks each slot and inserts one folio per index lock hold; `batched` inserts the
 /// whole run under one hold (`filemap_add_folio_range`).
 pub fn insert_preallocated(
-    pages: &PageIndex,
+    pages: &Index,
     start: u64,
     folios: &[FolioLocked<'_>],
     mode: InsertMode,
@@ -298,10 +297,9 @@ pub fn insert_preallocated(
     match mode {
         InsertMode::Batched => {
             let end = start + folios.len() as u64;
-            match pages.add_folio_range(start, end, folios) {
-                Ok(n) => n,
-                Err(AddError::Exists) => 0,
-            }
+            pages
+                .add_folio_range(start, end, folios)
+                .map_or(0, |pages| pages as usize)
         }
         InsertMode::Single => {
             let mut n = 0;

@@ -55,11 +55,11 @@
 //!   most 1/16 with the default 32-page window.
 
 use std::path::PathBuf;
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use foliocache::folio::{Arena, ArenaConfig, FolioLocked};
-use foliocache::index::PageIndex;
+use foliocache::index::Index;
 use foliocache::readahead::insert_preallocated;
 use foliocache::{CachedFile, Config, FolioCache, InsertMode, RefStrategy};
 use hdrhistogram::Histogram;
@@ -250,11 +250,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 Ok((*v, c))
             })
             .collect::<LabResult<_>>()?;
-        let insert_arena = Arena::new(ArenaConfig::new(
-            (max_threads as u64 * region + (1 << 20)) as usize,
-            RefStrategy::LockedBit,
-        ))
-        .map_err(|e| crate::lab_err!("{e}"))?;
+        let insert_arena = Arc::new(
+            Arena::new(ArenaConfig::new(
+                (max_threads as u64 * region + (1 << 20)) as usize,
+                RefStrategy::LockedBit,
+            ))
+            .map_err(|e| crate::lab_err!("{e}"))?,
+        );
         prefault(&insert_arena);
 
         let mut il = Interleaver::new();
@@ -528,7 +530,7 @@ fn check(file: &LabFile, got: &[u8], off: u64, full: bool) -> bool {
 /// `window` pages from preallocated folios. Returns (pages/s over all threads, index lock
 /// acquisitions per inserted page).
 fn insertion_phase(
-    arena: &Arena,
+    arena: &Arc<Arena>,
     shared: bool,
     threads: usize,
     region: u64,
@@ -537,8 +539,8 @@ fn insertion_phase(
     pin: bool,
 ) -> (f64, f64) {
     let pages_per_thread = (region / 4096) as usize;
-    let indexes: Vec<PageIndex> = (0..if shared { 1 } else { threads })
-        .map(|_| PageIndex::new(arena.new_mapping_id()))
+    let indexes: Vec<Index> = (0..if shared { 1 } else { threads })
+        .map(|_| Index::new(arena.clone()))
         .collect();
     let barrier = Barrier::new(threads + 1);
     let elapsed = std::thread::scope(|s| {
@@ -589,7 +591,7 @@ fn insertion_phase(
         let s = index.stats();
         locks += s.lock_acquisitions;
         pages += s.pages_inserted;
-        index.truncate(arena, 0..u64::MAX);
+        index.truncate(0, u64::MAX);
     }
     let total = (threads * pages_per_thread) as f64;
     (
