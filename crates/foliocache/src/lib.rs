@@ -7,11 +7,16 @@
 //! | module | mechanism | kernel model |
 //! |---|---|---|
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
+//! | [`filetable`] | resizable hash of open files; each lookup pins the table with an `immutable`, `atomic`, `percpu` or `percpu-fast` reference (seed 003) | futex private hash: `futex_hash`, `futex_hash_allocate`, `__futex_pivot_hash` |
+//! | [`percpu_ref`] | per-thread reference counts with a grace-period switch to one atomic; kill, wait-for-zero, re-arm (seed 003) | `lib/percpu-refcount.c`, `futex_ref_get`/`futex_ref_put`/`futex_ref_drop` |
 //! | [`rcu`] | read sections with no shared atomic, grace periods via `membarrier(2)`, `call_rcu` | RCU (`rcu_read_lock`, `synchronize_rcu`, `call_rcu`), liburcu memb |
 //! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
 //! | [`backing`] | positional reads of the file behind a cache (`pread`/`preadv`), fault injection | `->read_folio`, `read_pages` |
 //! | [`folio`] | folio header and flags, the arena (memmap + buddy allocator + per-CPU lists), folio lock and wait table, bad-page check | `struct folio`, `mm/page_alloc.c`, `folio_lock`, `free_pages_prepare` |
+//! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec` |
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
+//! | [`space`] | address spaces, rmap IDs, exact mapped-shared detection, COW | `rmap.c`, `memory.c`, RFC `rmap_id.c` (seed 002) |
+//! | [`seqcount`] | atomic seqcount: concurrent adding writers, exclusive fast path | RFC `atomic_seqcount.h` (seed 002) |
 //!
 //! The crate is being built issue by issue; the table grows with it (see the README).
 
@@ -21,11 +26,16 @@
 pub mod backing;
 #[cfg(not(loom))]
 pub mod cache;
+pub mod filetable;
 pub mod folio;
 pub mod index;
+pub mod lru;
+pub mod percpu_ref;
 pub mod rcu;
 pub mod readahead;
 pub mod refcount;
+pub mod seqcount;
+pub mod space;
 pub mod sync;
 
 #[cfg(not(loom))]

@@ -586,6 +586,14 @@ impl Rcu {
         self.inner.flavor
     }
 
+    /// The writer-side barrier of this domain's flavour (`smp_mb_master()`): `membarrier` or
+    /// `fence(SeqCst)`. For protocols that embed their own reader marker (`percpu_ref`'s
+    /// fast variant) and pair it with the reader's compiler fence (membarrier flavour) or
+    /// `fence(SeqCst)` (fence flavour).
+    pub(crate) fn writer_barrier(&self) {
+        self.inner.writer_barrier();
+    }
+
     /// Enters a read-side critical section (`rcu_read_lock()`); the guard's drop leaves it.
     ///
     /// Wait-free: a thread-local lookup, one load of the domain's counter and one store to

@@ -295,7 +295,15 @@ impl RefCount {
         check_fresh(count);
         // ORDERING: Release; pairs with the Acquire increment of a later successful `try_get`,
         // so the getter sees the folio's metadata written before this store.
+        #[cfg(not(loom))]
         self.word.store(count, Ordering::Release);
+        // Under loom the store is a swap: loom 0.7 lets a plain store slip between the read and
+        // the write of a concurrent RMW (tokio-rs/loom#254), which would make the model report
+        // a wipe CAS overwriting the fresh count, an execution C11 forbids. A swap's write is
+        // ordered identically in the word's modification order and it adds no synchronization
+        // (its read is Relaxed), so the model checks the same program.
+        #[cfg(loom)]
+        self.word.swap(count, Ordering::Release);
     }
 
     /// `folio_try_get`: take a speculative reference unless the folio is free or frozen.

@@ -45,6 +45,11 @@ pub use loom::sync::Arc;
 #[cfg(not(loom))]
 pub use std::sync::Arc;
 
+/// A cell written once before it is shared (e.g. a hook installed at construction). std's in
+/// both builds: loom has no model of it, and a value set before any thread can see the cell
+/// needs none.
+pub use std::sync::OnceLock;
+
 pub use crossbeam_utils::CachePadded;
 
 /// Threads: `spawn`, `yield_now`, `JoinHandle`, from std or loom.

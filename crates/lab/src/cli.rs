@@ -22,6 +22,9 @@ pub struct Cli {
 pub enum Command {
     /// Run every scenario (quick mode unless --full) and write a report directory.
     All(AllArgs),
+    /// Seed 000: get+put pairs on one shared folio count (fetch-add, cas-loop, optimistic,
+    /// locked-bit), Pedro Falcato's microbenchmark, and the seed's table.
+    Refcount(crate::scenarios::refcount::Args),
     /// Seed 000's pread benchmark: foliocache (each refcount strategy) against the kernel.
     Pread(crate::scenarios::pread::Args),
     /// Seed 001's db_bench readseq: one-by-one against batched readahead insertion.
@@ -69,8 +72,9 @@ pub fn main() -> i32 {
 fn run(cli: Cli) -> LabResult<i32> {
     match cli.command {
         Command::All(a) => run_all(&a),
-        Command::Pread(a) => crate::scenarios::pread::run(&a).map(|r| exit_code(&r)),
-        Command::Readseq(a) => crate::scenarios::readseq::run(&a).map(|r| exit_code(&r)),
+        Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
+        Command::Pread(a) => Ok(exit_code(crate::scenarios::pread::run(&a)?)),
+        Command::Readseq(a) => Ok(exit_code(crate::scenarios::readseq::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {
@@ -106,9 +110,9 @@ fn run(cli: Cli) -> LabResult<i32> {
     }
 }
 
-/// 0 if every check of the report held, 1 otherwise.
-fn exit_code(r: &Report) -> i32 {
-    i32::from(!r.all_checks_ok())
+/// A scenario's exit code: 0 if every check held, 1 otherwise.
+fn exit_code(report: Report) -> i32 {
+    i32::from(!report.all_checks_ok())
 }
 
 fn run_all(a: &AllArgs) -> LabResult<i32> {

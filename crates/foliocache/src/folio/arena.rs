@@ -9,7 +9,7 @@ use super::handle::FolioRef;
 use super::wait::WaitTable;
 use super::{Folio, FolioExt, PAGE_SHIFT, PAGE_SIZE, STATE_FREE, STATE_HEAD, STATE_TAIL};
 use crate::refcount::RefStrategy;
-use crate::sync::{current_cpu, num_cpus, AtomicU64, CachePadded, Mutex, Ordering};
+use crate::sync::{current_cpu, num_cpus, AtomicU64, CachePadded, Mutex, OnceLock, Ordering};
 
 /// How to build an [`Arena`] (the memory budget of a cache and its refcount strategy).
 #[derive(Clone, Debug)]
@@ -217,7 +217,13 @@ pub struct Arena {
     mlocked_freed: AtomicU64,
     last_bad_page: Mutex<Option<String>>,
     next_mapping: AtomicU64,
+    release_hook: OnceLock<ReleaseHook>,
 }
+
+/// `__page_cache_release`: what the free path runs first for a folio whose `PG_lru` is still
+/// set (the final put of a folio on an LRU list): take it off the list and clear its LRU
+/// flags. Installed once by the LRU ([`Arena::set_release_hook`]).
+pub type ReleaseHook = Box<dyn Fn(&Folio) + Send + Sync>;
 
 // SAFETY: the only non-Sync/Send field is the data mapping's base pointer; the mapping is
 // owned by the arena, and every access to its bytes follows the rules in the module docs
@@ -272,6 +278,7 @@ impl Arena {
             mlocked_freed: AtomicU64::new(0),
             last_bad_page: Mutex::new(None),
             next_mapping: AtomicU64::new(1),
+            release_hook: OnceLock::new(),
             config,
         })
     }
@@ -417,6 +424,12 @@ impl Arena {
         );
         // The winner's refcount operation was an acquire: every holder's writes are visible.
         let mut flags = folio.flags();
+        if flags & PG_LRU != 0 {
+            if let Some(release) = self.release_hook.get() {
+                release(folio);
+                flags = folio.flags();
+            }
+        }
         if flags & PG_MLOCKED != 0 {
             self.mlocked_freed.fetch_add(1, Ordering::Relaxed);
             flags &= !PG_MLOCKED;
@@ -462,6 +475,12 @@ impl Arena {
             );
             self.bad_page(msg, release);
         }
+    }
+
+    /// Installs the LRU's [`ReleaseHook`], run by the free path for folios still on a list.
+    /// Returns false (and drops `hook`) if one is installed already.
+    pub fn set_release_hook(&self, hook: ReleaseHook) -> bool {
+        self.release_hook.set(hook).is_ok()
     }
 
     /// `bad_page`: counts and records the report, runs `release` (the folio is freed anyway),

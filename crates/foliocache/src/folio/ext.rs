@@ -12,7 +12,8 @@
 //! records of their tail frames (`arena.ext_of(pfn + i)`), which nothing else touches while
 //! the folio lives; `prep` runs on every frame of a new folio.
 
-use crate::sync::{AtomicI32, AtomicU32, Ordering};
+use crate::space::rmap::FolioRmap;
+use crate::sync::{AtomicU32, Ordering};
 
 /// "No neighbour" in the pfn-linked lists.
 pub const EXT_NONE: u32 = u32::MAX;
@@ -24,8 +25,9 @@ pub struct FolioExt {
     pub lru_prev: AtomicU32,
     /// LRU list link to the next folio's pfn ([`EXT_NONE`] = none); owned by `lru`.
     pub lru_next: AtomicU32,
-    /// `_mapcount`: page-table mappings of the folio; owned by `space`; 0 at free.
-    pub mapcount: AtomicI32,
+    /// `_mapcount`, `_large_mapcount`, the rmap values and mm-owner slots: who maps the folio
+    /// (meaningful on the head frame); owned by `space`; unmapped at free.
+    pub rmap: FolioRmap,
 }
 
 impl FolioExt {
@@ -33,7 +35,7 @@ impl FolioExt {
         Self {
             lru_prev: AtomicU32::new(EXT_NONE),
             lru_next: AtomicU32::new(EXT_NONE),
-            mapcount: AtomicI32::new(0),
+            rmap: FolioRmap::new(),
         }
     }
 
@@ -41,15 +43,12 @@ impl FolioExt {
     pub(crate) fn prep(&self) {
         self.lru_prev.store(EXT_NONE, Ordering::Relaxed);
         self.lru_next.store(EXT_NONE, Ordering::Relaxed);
-        self.mapcount.store(0, Ordering::Relaxed);
+        self.rmap.prep();
     }
 
     /// `free_page_is_bad` for the extension: a reason if a field says a layer still uses the
     /// folio.
     pub(crate) fn check_at_free(&self) -> Option<&'static str> {
-        if self.mapcount.load(Ordering::Relaxed) != 0 {
-            return Some("nonzero mapcount");
-        }
-        None
+        self.rmap.check_at_free()
     }
 }

@@ -111,7 +111,7 @@ pub mod flags;
 mod handle;
 mod wait;
 
-pub use arena::{AllocError, Arena, ArenaConfig, ArenaError, ArenaStats};
+pub use arena::{AllocError, Arena, ArenaConfig, ArenaError, ArenaStats, ReleaseHook};
 pub use buddy::{MAX_ORDER, NR_ORDERS, PCP_MAX_ORDER};
 pub use ext::FolioExt;
 pub use handle::{FolioLocked, FolioRef, FrozenFolio};

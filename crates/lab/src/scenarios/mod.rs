@@ -8,13 +8,21 @@
 //!   seed-shaped table, writes JSON and plot when asked ([`crate::harness::emit`]), and returns
 //!   the report.
 //!
-//! [`REGISTRY`] lists them for `foliocache-lab all`.
+//! [`REGISTRY`] lists them for `foliocache-lab all`. [`refcount`] is the reference example of
+//! this shape; copy it to start a new scenario.
+//!
+//! | scenario | seed | measures |
+//! |---|---|---|
+//! | [`refcount`] | 000 | get+put pairs on one shared folio count, four primitives |
+//! | [`pread`] | 000 | the seed's benchmark: 64-byte reads at offset 0 of one file, foliocache (each refcount strategy) against the kernel's `pread` |
+//! | [`readseq`] | 001 | db_bench `readseq`: cold sequential 8 KiB reads, one-by-one vs batched readahead insertion, two layouts |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
 pub mod files;
 pub mod pread;
 pub mod readseq;
+pub mod refcount;
 
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
 pub struct Entry {
@@ -29,14 +37,23 @@ pub struct Entry {
 }
 
 /// Every scenario, in the order `all` runs them.
-pub const REGISTRY: &[Entry] = &[Entry {
-    name: "pread",
-    seed: pread::SEED,
-    about: "64-byte pread at offset 0 of one tmpfs file, N pinned threads: foliocache with each refcount strategy against the kernel's pread",
-    run: pread::run_common,
-}, Entry {
-    name: "readseq",
-    seed: readseq::SEED,
-    about: "db_bench readseq: threads stream 8 KiB values through a cold cache; one-by-one vs batched readahead insertion, per-thread files and one shared file",
-    run: readseq::run_common,
-}];
+pub const REGISTRY: &[Entry] = &[
+    Entry {
+        name: refcount::NAME,
+        seed: refcount::SEED,
+        about: refcount::ABOUT,
+        run: refcount::run_common,
+    },
+    Entry {
+        name: pread::NAME,
+        seed: pread::SEED,
+        about: pread::ABOUT,
+        run: pread::run_common,
+    },
+    Entry {
+        name: readseq::NAME,
+        seed: readseq::SEED,
+        about: readseq::ABOUT,
+        run: readseq::run_common,
+    },
+];

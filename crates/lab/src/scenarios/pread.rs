@@ -58,6 +58,13 @@ use crate::harness::{
 /// The seed reproduced.
 pub const SEED: &str = "000_b7e69cdd1cb63f8c.txt";
 
+/// Subcommand name.
+pub const NAME: &str = "pread";
+
+/// One line on what it measures.
+pub const ABOUT: &str = "64-byte pread at offset 0 of one tmpfs file, N pinned threads: \
+foliocache with each refcount strategy against the kernel's pread";
+
 /// Variant names, in table order.
 pub const VARIANTS: [&str; 4] = ["cas-loop", "locked-bit", "optimistic", "kernel-pread"];
 
@@ -155,7 +162,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     progress.finish();
 
     let mut report = Report::new(
-        "pread",
+        NAME,
         SEED,
         settings.params(json!({
             "read_size": args.read_size,

@@ -74,6 +74,13 @@ use crate::harness::{
 /// The seed reproduced.
 pub const SEED: &str = "001_1b60c5657c9329ae.txt";
 
+/// Subcommand name.
+pub const NAME: &str = "readseq";
+
+/// One line on what it measures.
+pub const ABOUT: &str = "db_bench readseq: threads stream 8 KiB values through a cold cache; \
+one-by-one vs batched readahead insertion, per-thread files and one shared file";
+
 /// Variant names (vanilla first).
 pub const VARIANTS: [&str; 2] = ["single", "batched"];
 
@@ -188,7 +195,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let budget = (max_threads as u64 * region + (8 << 20)) as usize;
 
     let mut report = Report::new(
-        "readseq",
+        NAME,
         SEED,
         settings.params(json!({
             "value_size": args.value_size,

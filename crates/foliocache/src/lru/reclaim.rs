@@ -1,0 +1,269 @@
+//! Reclaim: `shrink_lruvec` and the allocation slow path of `mm/vmscan.c` and
+//! `mm/page_alloc.c`, for the classic two-list LRU.
+//!
+//! One reclaim step holds the lruvec lock once to age the active list (if the inactive list is
+//! short) and isolate up to [`SWAP_CLUSTER_MAX`] folios from the inactive tail, then works on
+//! them without the lock:
+//!
+//! | isolated folio | outcome |
+//! |---|---|
+//! | `PG_referenced` set | second chance: flag cleared, back to the inactive head (`PGROTATED`) |
+//! | anonymous, or mapped by an address space | kept (no swap, no unmapping here) |
+//! | locked (I/O, truncation) | kept |
+//! | no mapping (truncated under us) | freed if our isolation reference is the last |
+//! | in a mapping | [`Evict::remove_mapping`]: freeze at page-cache refs + isolation, delete, free; kept if someone holds it |
+//!
+//! Kept folios go back under a second lock hold (`move_folios_to_lru`), where a put that
+//! turns out final unlinks its folio again before freeing it. Two lock holds per 32 scanned.
+//!
+//! A deliberate difference from `folio_check_references`: the kernel reclaims a clean,
+//! unmapped file folio even if `PG_referenced` is set (promotion is `folio_mark_accessed`'s
+//! job). We give it one more trip down the inactive list, a CLOCK-style second chance, so a
+//! folio read once since it was last scanned survives one more scan.
+
+use super::{Lru, LruList, LruVec, LRU_FLAGS_AT_FREE};
+use crate::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
+use crate::folio::{AllocError, Arena, FolioLocked, FolioRef, FrozenFolio};
+use crate::sync::{thread, MutexGuard, Ordering};
+
+/// Folios isolated per reclaim step (`SWAP_CLUSTER_MAX`).
+pub const SWAP_CLUSTER_MAX: usize = 32;
+
+/// Reclaim passes without progress after which an allocation gives up
+/// (`MAX_RECLAIM_RETRIES`).
+pub const MAX_RECLAIM_RETRIES: u32 = 16;
+
+/// How reclaim takes a folio out of the page cache: implemented by the layer that owns the
+/// mappings (the cache), so the LRU needs no knowledge of indexes or files.
+pub trait Evict: Sync {
+    /// `__remove_mapping`: `folio` is locked, off the LRU, and holds reclaim's isolation
+    /// reference. Under the index lock of the folio's mapping, freeze it at exactly the page
+    /// cache's references plus this one, and delete it from the index (clearing its mapping).
+    /// Return the frozen folio, which reclaim frees; or give the folio back if anything else
+    /// holds it (a reader, a pinned guard, a mapping) or it is no longer in its mapping.
+    fn remove_mapping<'a>(
+        &self,
+        folio: FolioLocked<'a>,
+    ) -> Result<FrozenFolio<'a>, FolioLocked<'a>>;
+}
+
+/// What a reclaim call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReclaimResult {
+    /// Folios looked at on the inactive tail.
+    pub scanned: u64,
+    /// Pages freed.
+    pub reclaimed: u64,
+}
+
+impl std::ops::AddAssign for ReclaimResult {
+    fn add_assign(&mut self, o: Self) {
+        self.scanned += o.scanned;
+        self.reclaimed += o.reclaimed;
+    }
+}
+
+impl Lru {
+    /// `try_to_free_pages` → `shrink_lruvec`: drains every CPU's batches, then reclaims until
+    /// `nr_pages` pages are freed or every folio on the lists was looked at twice (enough for
+    /// referenced folios to use up their second chance).
+    pub fn reclaim(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
+        self.check_arena(arena);
+        self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
+        self.drain_all(arena);
+        let on_lists = {
+            let v = self.vec.lock_uncounted();
+            v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active)
+        } as u64;
+        let budget = 2 * on_lists + SWAP_CLUSTER_MAX as u64;
+        let mut total = ReclaimResult::default();
+        while total.reclaimed < nr_pages as u64 && total.scanned < budget {
+            let step = self.shrink_step(arena, evict);
+            total += step;
+            if step.scanned == 0 {
+                break;
+            }
+        }
+        self.reclaim
+            .reclaimed
+            .fetch_add(total.reclaimed, Ordering::Relaxed);
+        total
+    }
+
+    /// `__alloc_pages` with its slow path: allocate a folio of `order`; if the budget is used
+    /// up, reclaim in this thread (direct reclaim, an allocation stall) and retry. Fails with
+    /// [`AllocError::OutOfMemory`] only after [`MAX_RECLAIM_RETRIES`] passes freed nothing,
+    /// i.e. when (nearly) every folio is pinned, mapped or busy.
+    pub fn alloc<'a>(
+        &self,
+        arena: &'a Arena,
+        evict: &dyn Evict,
+        order: u32,
+    ) -> Result<FolioRef<'a>, AllocError> {
+        match arena.alloc(order) {
+            Err(AllocError::OutOfMemory { .. }) => {}
+            done => return done,
+        }
+        self.reclaim.stalls.fetch_add(1, Ordering::Relaxed);
+        let mut fruitless = 0;
+        loop {
+            let r = self.reclaim(arena, evict, SWAP_CLUSTER_MAX.max(1 << order));
+            match arena.alloc(order) {
+                Err(e @ AllocError::OutOfMemory { .. }) => {
+                    if r.reclaimed == 0 {
+                        fruitless += 1;
+                        if fruitless >= MAX_RECLAIM_RETRIES {
+                            self.reclaim.oom.fetch_add(1, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                        // Others may be freeing (their isolated folios, pinned guards).
+                        thread::yield_now();
+                    }
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// One step of `shrink_lruvec`: age the active list if the inactive one is short
+    /// (`shrink_active_list`), isolate from the inactive tail (`isolate_lru_folios`), and try
+    /// to free what was isolated (`shrink_folio_list`).
+    fn shrink_step(&self, arena: &Arena, evict: &dyn Evict) -> ReclaimResult {
+        let mut isolated: Vec<FolioRef<'_>> = Vec::with_capacity(SWAP_CLUSTER_MAX);
+        let mut skipped: Vec<FolioRef<'_>> = Vec::new();
+        let scanned = {
+            let mut v = self.vec.lock();
+            if v.inactive_is_low() {
+                deactivate(&mut v, arena, SWAP_CLUSTER_MAX);
+            }
+            isolate(&mut v, arena, &mut isolated, &mut skipped)
+        };
+        // Outside the lock: a put of a skipped folio may be final, and the final put takes it.
+        drop(skipped);
+        let mut reclaimed = 0u64;
+        let mut keep: Vec<FolioRef<'_>> = Vec::with_capacity(isolated.len());
+        let mut rotated = 0u64;
+        for folio in isolated {
+            if folio.test_clear_flag(PG_REFERENCED) {
+                rotated += 1;
+                keep.push(folio);
+                continue;
+            }
+            if folio.is_anon() || arena.ext(&folio).rmap.mapcount() != 0 {
+                keep.push(folio);
+                continue;
+            }
+            let locked = match folio.try_lock() {
+                Ok(l) => l,
+                Err(f) => {
+                    keep.push(f);
+                    continue;
+                }
+            };
+            let freed = if locked.mapping() == 0 {
+                // Truncated while isolated: the page cache's references are gone; if ours is
+                // the last one, the folio is ours to free.
+                // SAFETY: the folio is in no mapping, so the only reference we can account
+                // for is our isolation reference: exactly the `1` we freeze at.
+                unsafe { locked.freeze(1) }
+            } else {
+                evict.remove_mapping(locked)
+            };
+            match freed {
+                Ok(frozen) => {
+                    reclaimed += frozen.nr_pages() as u64;
+                    frozen.clear_flags(LRU_FLAGS_AT_FREE);
+                    frozen.free();
+                }
+                Err(locked) => keep.push(locked.unlock()),
+            }
+        }
+        self.putback(arena, keep, rotated);
+        ReclaimResult {
+            scanned: scanned as u64,
+            reclaimed,
+        }
+    }
+
+    /// `move_folios_to_lru`: relinks folios reclaim kept and drops its isolation references;
+    /// a put that is final unlinks the folio again and frees it after the lock.
+    fn putback(&self, arena: &Arena, folios: Vec<FolioRef<'_>>, rotated: u64) {
+        if folios.is_empty() {
+            return;
+        }
+        let s = arena.strategy();
+        let mut freed = Vec::new();
+        {
+            let mut v = self.vec.lock();
+            v.rotated += rotated;
+            for r in folios {
+                // We take over the reference and put it by hand, under the lock.
+                let folio = r.into_raw();
+                v.link(folio);
+                if folio.refcount().put(s) {
+                    v.release(folio);
+                    freed.push(folio);
+                }
+            }
+        }
+        for folio in freed {
+            arena.free_won(folio);
+        }
+    }
+}
+
+/// `shrink_active_list` for unmapped file folios (nothing to ask the page tables): up to `nr`
+/// folios from the active tail lose `PG_active`, gain `PG_workingset`, and move to the
+/// inactive head. Done under the lock without isolating, since no rmap walk is needed.
+fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) {
+    for _ in 0..nr {
+        let Some(pfn) = v.lists.tail(LruList::Active) else {
+            break;
+        };
+        let folio = arena.folio(pfn);
+        if folio.test_flag(PG_LRU) {
+            folio.clear_flag(PG_ACTIVE);
+            folio.set_flag(PG_WORKINGSET);
+            v.lists.move_head(pfn, LruList::Inactive);
+            v.deactivated += 1;
+        } else {
+            // Someone isolated it (an activate drain); it is theirs to relink.
+            v.lists.move_head(pfn, LruList::Active);
+        }
+    }
+}
+
+/// `isolate_lru_folios` from the inactive tail: up to [`SWAP_CLUSTER_MAX`] folios leave the
+/// list with a reference and `PG_lru` cleared. Folios being freed, or isolated by someone
+/// else, are rotated to the head. Returns the number scanned.
+fn isolate<'a>(
+    v: &mut MutexGuard<'_, LruVec>,
+    arena: &'a Arena,
+    isolated: &mut Vec<FolioRef<'a>>,
+    skipped: &mut Vec<FolioRef<'a>>,
+) -> usize {
+    let mut scanned = 0;
+    while scanned < SWAP_CLUSTER_MAX {
+        let Some(pfn) = v.lists.tail(LruList::Inactive) else {
+            break;
+        };
+        scanned += 1;
+        let folio = arena.folio(pfn);
+        // A folio whose count reached zero is being freed: its final put will take the lock
+        // and unlink it. Never isolate it.
+        let Some(r) = arena.try_get(folio) else {
+            v.lists.move_head(pfn, LruList::Inactive);
+            continue;
+        };
+        if !folio.test_clear_flag(PG_LRU) {
+            v.lists.move_head(pfn, LruList::Inactive);
+            skipped.push(r);
+            continue;
+        }
+        v.lists.del(pfn);
+        isolated.push(r);
+    }
+    v.scanned += scanned as u64;
+    v.isolated += isolated.len() as u64;
+    scanned
+}

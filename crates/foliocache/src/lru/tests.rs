@@ -1,0 +1,387 @@
+//! Unit tests of the LRU: batching, the drain filter, flags, activation, reclaim.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::folio::flags::{FLAGS_CHECK_AT_FREE, PG_WORKINGSET};
+use crate::folio::{AllocError, ArenaConfig, FolioLocked, FrozenFolio, PAGE_SIZE};
+use crate::refcount::RefStrategy;
+
+fn arena(pages: usize, s: RefStrategy) -> Arena {
+    let mut c = ArenaConfig::new(pages * PAGE_SIZE, s);
+    c.panic_on_bad_page = false;
+    Arena::new(c).unwrap()
+}
+
+fn lru(arena: &Arena, filter: DrainFilter) -> Lru {
+    Lru::new(
+        arena,
+        LruConfig {
+            filter,
+            batch_slots: 1,
+            ..LruConfig::default()
+        },
+    )
+}
+
+/// A one-file page cache: holds one reference per cached folio, with the folio's mapping set;
+/// its mutex plays the index lock.
+struct Cache<'a> {
+    arena: &'a Arena,
+    id: u64,
+    pages: Mutex<HashMap<u64, u32>>,
+}
+
+impl<'a> Cache<'a> {
+    fn new(arena: &'a Arena) -> Self {
+        Self {
+            arena,
+            id: arena.new_mapping_id(),
+            pages: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `filemap_add_folio` + `folio_add_lru`: returns the caller's reference.
+    fn add(&self, lru: &Lru, index: u64) -> FolioRef<'a> {
+        let f = self.arena.alloc(0).unwrap();
+        f.set_mapping(self.id, index);
+        self.pages.lock().insert(index, f.clone().into_raw().pfn());
+        lru.add(self.arena, &f);
+        f
+    }
+
+    /// `truncate_inode_folio`: deletes from the index and drops the cache's reference.
+    fn truncate(&self, index: u64) {
+        let pfn = self.pages.lock().remove(&index).unwrap();
+        let folio = self.arena.folio(pfn);
+        folio.set_mapping(0, 0);
+        // SAFETY: the cache owned one reference on the folio, removed from it just now.
+        drop(unsafe { FolioRef::from_raw(self.arena, folio) });
+    }
+
+    fn cached(&self) -> usize {
+        self.pages.lock().len()
+    }
+}
+
+impl Evict for Cache<'_> {
+    fn remove_mapping<'b>(
+        &self,
+        folio: FolioLocked<'b>,
+    ) -> Result<FrozenFolio<'b>, FolioLocked<'b>> {
+        let mut pages = self.pages.lock();
+        if pages.get(&folio.index()) != Some(&folio.pfn()) {
+            return Err(folio);
+        }
+        // SAFETY: the cache's reference (we hold the index lock) plus the caller's.
+        let frozen = unsafe { folio.freeze(2) }?;
+        pages.remove(&frozen.index());
+        frozen.set_mapping(0, 0);
+        Ok(frozen)
+    }
+}
+
+#[test]
+fn lru_flags_at_free_are_checked_at_free() {
+    assert_eq!(LRU_FLAGS_AT_FREE & !FLAGS_CHECK_AT_FREE, 0);
+    assert_ne!(LRU_FLAGS_AT_FREE & PG_ACTIVE, 0);
+    assert_eq!("filtered".parse::<DrainFilter>(), Ok(DrainFilter::Filtered));
+    let e = "mglru".parse::<DrainFilter>().unwrap_err();
+    assert!(e.to_string().contains("vanilla, filtered or naive"));
+}
+
+#[test]
+fn a_full_batch_drains_under_one_lock_hold() {
+    for s in RefStrategy::ALL {
+        let a = arena(64, s);
+        let l = lru(&a, DrainFilter::Filtered);
+        let c = Cache::new(&a);
+        let mut held = Vec::new();
+        for i in 0..FOLIO_BATCH_SIZE as u64 - 1 {
+            held.push(c.add(&l, i));
+            assert!(!held[i as usize].test_flag(PG_LRU));
+            // cache + caller + batch
+            assert_eq!(held[i as usize].ref_count(s), 3);
+        }
+        assert_eq!(l.stats().lock_acquisitions, 0);
+        assert_eq!(l.stats().batched, 30);
+        held.push(c.add(&l, 30));
+        let st = l.validate(&a).unwrap();
+        assert_eq!(st.lock_acquisitions, 1);
+        assert_eq!((st.queued, st.drained, st.inserted), (31, 31, 31));
+        assert_eq!(st.folios[LruList::Inactive as usize], 31);
+        assert!(held
+            .iter()
+            .all(|f| f.test_flag(PG_LRU) && f.ref_count(s) == 2));
+        // Oldest at the tail.
+        let order = l.list_snapshot(LruList::Inactive);
+        assert_eq!(*order.last().unwrap(), held[0].pfn());
+        assert_eq!(order[0], held[30].pfn());
+        drop(held);
+        for i in 0..31 {
+            c.truncate(i);
+        }
+        // Every final put unlinked its folio.
+        let st = l.validate(&a).unwrap();
+        assert_eq!(st.released, 31);
+        assert_eq!(st.folios, [0; NR_LRU_LISTS]);
+        assert_eq!(a.validate().unwrap().allocated_pages, 0);
+        assert_eq!(a.stats().bad_pages, 0);
+    }
+}
+
+/// Folios truncated while in the batch: vanilla links them and unlinks them again (two lock
+/// holds); filtered frees them without the lock.
+#[test]
+fn dead_folios_cost_vanilla_two_lock_holds_and_filtered_none() {
+    for filter in [DrainFilter::Vanilla, DrainFilter::Filtered] {
+        for s in RefStrategy::ALL {
+            let a = arena(64, s);
+            let l = lru(&a, filter);
+            let c = Cache::new(&a);
+            for i in 0..10 {
+                drop(c.add(&l, i));
+                c.truncate(i);
+            }
+            assert_eq!(a.stats().allocated_pages, 10, "the batch keeps them alive");
+            l.drain(&a);
+            let st = l.validate(&a).unwrap();
+            assert_eq!(a.validate().unwrap().allocated_pages, 0, "{filter}");
+            match filter {
+                DrainFilter::Vanilla => {
+                    assert_eq!(st.lock_acquisitions, 2);
+                    assert_eq!((st.inserted, st.dead_inserted, st.released), (10, 10, 10));
+                    assert_eq!(st.dead_filtered, 0);
+                }
+                _ => {
+                    assert_eq!(st.lock_acquisitions, 0);
+                    assert_eq!((st.inserted, st.dead_filtered), (0, 10));
+                }
+            }
+            assert_eq!(a.stats().bad_pages, 0);
+        }
+    }
+}
+
+#[test]
+fn live_and_dead_mixed_filtered_links_only_the_live() {
+    let s = RefStrategy::LockedBit;
+    let a = arena(64, s);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    let mut live = Vec::new();
+    for i in 0..8 {
+        let f = c.add(&l, i);
+        if i % 2 == 0 {
+            drop(f);
+            c.truncate(i);
+        } else {
+            live.push(f);
+        }
+    }
+    l.drain_all(&a);
+    let st = l.validate(&a).unwrap();
+    assert_eq!((st.inserted, st.dead_filtered, st.dead_inserted), (4, 4, 0));
+    assert_eq!(st.lock_acquisitions, 1);
+    assert_eq!(a.stats().allocated_pages, 4);
+    assert!(live.iter().all(|f| f.test_flag(PG_LRU)));
+}
+
+#[test]
+fn mark_accessed_references_then_activates() {
+    let a = arena(64, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    // Accessed twice while still batched: PG_active, lands on the active list.
+    let f = c.add(&l, 0);
+    l.mark_accessed(&a, &f);
+    assert!(f.test_flag(PG_REFERENCED) && !f.test_flag(PG_ACTIVE));
+    l.mark_accessed(&a, &f);
+    assert!(f.test_flag(PG_ACTIVE) && !f.test_flag(PG_REFERENCED));
+    // Accessed twice after reaching the inactive list: promoted by the activate batch.
+    let g = c.add(&l, 1);
+    l.drain(&a);
+    assert_eq!(l.list_of(&f), Some(LruList::Active));
+    assert_eq!(l.list_of(&g), Some(LruList::Inactive));
+    l.mark_accessed(&a, &g);
+    l.mark_accessed(&a, &g);
+    assert_eq!(l.list_of(&g), Some(LruList::Inactive), "still batched");
+    l.drain(&a);
+    assert_eq!(l.list_of(&g), Some(LruList::Active));
+    let st = l.validate(&a).unwrap();
+    assert_eq!(st.activated, 1);
+    // Further accesses of an active folio change nothing.
+    l.mark_accessed(&a, &g);
+    l.mark_accessed(&a, &g);
+    assert_eq!(l.stats().batched, 0);
+}
+
+#[test]
+fn mlocked_folios_go_to_the_unevictable_list() {
+    let a = arena(64, RefStrategy::CasLoop);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    let f = c.add(&l, 0);
+    f.set_flag(PG_MLOCKED);
+    l.drain(&a);
+    assert_eq!(l.list_of(&f), Some(LruList::Unevictable));
+    assert!(f.test_flag(PG_UNEVICTABLE));
+    let st = l.validate(&a).unwrap();
+    assert_eq!(st.culled, 1);
+    // Reclaim never looks at it.
+    let r = l.reclaim(&a, &c, 10);
+    assert_eq!(r.reclaimed, 0);
+    drop(f);
+    c.truncate(0);
+    assert_eq!(a.stats().bad_pages, 0);
+    assert_eq!(a.stats().mlocked_freed, 1);
+}
+
+/// The seed's bug: with folios added as active (MGLRU's fault path), the naive filter frees
+/// them with PG_active set and the bad-page detector fires; ours clears it first.
+#[test]
+fn naive_filter_frees_active_folios_as_bad_pages_and_ours_does_not() {
+    for (filter, bad) in [
+        (DrainFilter::Naive, true),
+        (DrainFilter::Filtered, false),
+        (DrainFilter::Vanilla, false),
+    ] {
+        let a = arena(64, RefStrategy::LockedBit);
+        let l = Lru::new(
+            &a,
+            LruConfig {
+                filter,
+                add_as_active: true,
+                batch_slots: 1,
+            },
+        );
+        let c = Cache::new(&a);
+        for i in 0..20 {
+            drop(c.add(&l, i));
+            c.truncate(i);
+        }
+        l.drain_all(&a);
+        assert_eq!(a.stats().bad_pages > 0, bad, "{filter}");
+        if bad {
+            assert!(a.last_bad_page().unwrap().contains("active"));
+        }
+        l.validate(&a).unwrap();
+        assert_eq!(a.validate().unwrap().allocated_pages, 0);
+    }
+}
+
+/// The classic path to PG_active in a batch: an access while the folio waits.
+#[test]
+fn naive_filter_also_trips_on_mark_accessed_in_the_batch() {
+    let a = arena(64, RefStrategy::CasLoop);
+    let l = lru(&a, DrainFilter::Naive);
+    let c = Cache::new(&a);
+    let f = c.add(&l, 0);
+    l.mark_accessed(&a, &f);
+    l.mark_accessed(&a, &f);
+    drop(f);
+    c.truncate(0);
+    l.drain(&a);
+    assert_eq!(a.stats().bad_pages, 1);
+}
+
+#[test]
+fn reclaim_frees_cold_folios_second_chances_referenced_and_skips_pinned() {
+    for s in RefStrategy::ALL {
+        let a = arena(64, s);
+        let l = lru(&a, DrainFilter::Filtered);
+        let c = Cache::new(&a);
+        let mut pinned = Vec::new();
+        for i in 0..40u64 {
+            let f = c.add(&l, i);
+            match i % 4 {
+                0 => pinned.push(f),
+                1 => l.mark_accessed(&a, &f),
+                _ => {}
+            }
+        }
+        l.drain_all(&a);
+        // Ask for everything: cold ones go at once, referenced ones on their second trip,
+        // pinned ones never.
+        let r = l.reclaim(&a, &c, 64);
+        assert_eq!(r.reclaimed, 30, "{s}");
+        assert_eq!(c.cached(), 10);
+        let st = l.validate(&a).unwrap();
+        assert_eq!(st.rotated, 10);
+        assert_eq!(st.folios[LruList::Inactive as usize], 10);
+        assert!(pinned.iter().all(|f| f.test_flag(PG_LRU)));
+        assert_eq!(a.validate().unwrap().allocated_pages, 10);
+        drop(pinned);
+        for i in (0..40).step_by(4) {
+            c.truncate(i);
+        }
+        l.validate(&a).unwrap();
+        assert_eq!(a.validate().unwrap().allocated_pages, 0);
+        assert_eq!(a.stats().bad_pages, 0);
+    }
+}
+
+#[test]
+fn a_short_inactive_list_is_refilled_from_the_active_tail() {
+    let a = arena(64, RefStrategy::LockedBit);
+    let l = Lru::new(
+        &a,
+        LruConfig {
+            add_as_active: true,
+            batch_slots: 1,
+            ..LruConfig::default()
+        },
+    );
+    let c = Cache::new(&a);
+    for i in 0..20 {
+        drop(c.add(&l, i));
+    }
+    l.drain(&a);
+    assert_eq!(l.stats().folios[LruList::Active as usize], 20);
+    let r = l.reclaim(&a, &c, 5);
+    assert!(r.reclaimed >= 5);
+    let st = l.validate(&a).unwrap();
+    assert!(st.deactivated >= 5);
+    // Aged folios carry PG_workingset.
+    for pfn in l.list_snapshot(LruList::Inactive) {
+        assert!(a.folio(pfn).test_flag(PG_WORKINGSET));
+    }
+}
+
+#[test]
+fn alloc_reclaims_when_the_budget_is_used_up_and_fails_only_when_all_is_pinned() {
+    let a = arena(32, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    // Fill the budget with unpinned cached folios, then keep allocating through reclaim.
+    for i in 0..200u64 {
+        let f = l.alloc(&a, &c, 0).expect("reclaim makes room");
+        f.set_mapping(c.id, i);
+        c.pages.lock().insert(i, f.clone().into_raw().pfn());
+        l.add(&a, &f);
+    }
+    let st = l.validate(&a).unwrap();
+    assert!(st.alloc_stalls > 0 && st.reclaimed > 0);
+    assert!(a.validate().unwrap().allocated_pages <= 32);
+    // Pin everything that is cached: now allocation must fail, not hang.
+    let pins: Vec<_> = c
+        .pages
+        .lock()
+        .values()
+        .map(|&pfn| a.try_get(a.folio(pfn)).unwrap())
+        .collect();
+    let mut rest = Vec::new();
+    while let Ok(f) = a.alloc(0) {
+        rest.push(f);
+    }
+    let e = l.alloc(&a, &c, 0).unwrap_err();
+    assert!(matches!(e, AllocError::OutOfMemory { .. }));
+    assert_eq!(l.stats().oom, 1);
+    drop((pins, rest));
+    let cached: Vec<u64> = c.pages.lock().keys().copied().collect();
+    for i in cached {
+        c.truncate(i);
+    }
+    l.validate(&a).unwrap();
+    assert_eq!(a.validate().unwrap().allocated_pages, 0);
+}

@@ -1,0 +1,150 @@
+//! Loom models of `percpu_ref`: gets and puts racing with the switch to atomic mode, kill,
+//! wait-for-zero and re-arm, for both fast-path variants; and a weakened switch (no grace
+//! period before the fold) that the model must catch.
+#![cfg(loom)]
+
+use foliocache::percpu_ref::{PercpuRef, RefVariant};
+use foliocache::rcu::Rcu;
+use foliocache::sync::{thread, Arc, AtomicBool, Ordering};
+
+fn new_ref(v: RefVariant) -> Arc<PercpuRef> {
+    Arc::new(PercpuRef::new(Arc::new(Rcu::new()), v))
+}
+
+/// A user: take a live reference if allowed, check the ref cannot read zero while it is held,
+/// drop it.
+fn user(r: &PercpuRef) -> bool {
+    if r.tryget_live() {
+        assert!(!r.is_zero(), "zero observed while a reference is held");
+        r.put();
+        true
+    } else {
+        false
+    }
+}
+
+fn kill_races_with_user(v: RefVariant) {
+    loom::model(move || {
+        let r = new_ref(v);
+        let r2 = r.clone();
+        let t = thread::spawn(move || user(&r2));
+        r.kill().unwrap();
+        r.wait_for_zero();
+        t.join().unwrap();
+        assert_eq!(r.count(), Some(0), "no count lost or doubled");
+        assert_eq!(r.zero_events(), 1, "zero detected exactly once");
+    });
+}
+
+#[test]
+fn kill_races_with_get_put_percpu() {
+    kill_races_with_user(RefVariant::Percpu);
+}
+
+#[test]
+fn kill_races_with_get_put_percpu_fast() {
+    kill_races_with_user(RefVariant::PercpuFast);
+}
+
+fn no_get_after_kill(v: RefVariant) {
+    loom::model(move || {
+        let r = new_ref(v);
+        let killed = Arc::new(AtomicBool::new(false));
+        let (r2, k2) = (r.clone(), killed.clone());
+        let t = thread::spawn(move || {
+            // ORDERING: Acquire pairs with the Release below: we ran after kill() returned.
+            let after = k2.load(Ordering::Acquire);
+            let got = user(&r2);
+            assert!(!(after && got), "tryget_live succeeded after kill returned");
+        });
+        r.kill().unwrap();
+        killed.store(true, Ordering::Release);
+        r.wait_for_zero();
+        t.join().unwrap();
+        assert_eq!(r.zero_events(), 1);
+    });
+}
+
+#[test]
+fn no_get_succeeds_after_kill_percpu() {
+    no_get_after_kill(RefVariant::Percpu);
+}
+
+#[test]
+fn no_get_succeeds_after_kill_percpu_fast() {
+    no_get_after_kill(RefVariant::PercpuFast);
+}
+
+fn rearm(v: RefVariant) {
+    loom::model(move || {
+        let r = new_ref(v);
+        let r2 = r.clone();
+        let t = thread::spawn(move || {
+            user(&r2);
+            user(&r2);
+        });
+        r.kill().unwrap();
+        r.wait_for_zero();
+        r.reinit().unwrap();
+        r.kill().unwrap();
+        r.wait_for_zero();
+        t.join().unwrap();
+        assert_eq!(r.count(), Some(0));
+        assert_eq!(r.zero_events(), 2, "one zero per life");
+    });
+}
+
+#[test]
+fn kill_reinit_kill_with_users_percpu() {
+    rearm(RefVariant::Percpu);
+}
+
+#[test]
+fn kill_reinit_kill_with_users_percpu_fast() {
+    rearm(RefVariant::PercpuFast);
+}
+
+/// A held reference (taken before the switch, dropped on another thread after it) is counted
+/// by the fold: the switch to atomic then reports exactly the references held.
+#[test]
+fn switch_counts_a_reference_taken_per_thread() {
+    loom::model(|| {
+        let r = new_ref(RefVariant::PercpuFast);
+        assert!(r.tryget_live());
+        let r2 = r.clone();
+        let t = thread::spawn(move || {
+            r2.switch_to_atomic_sync();
+        });
+        let dropped_last = r.put();
+        t.join().unwrap();
+        assert!(!dropped_last);
+        assert_eq!(r.count(), Some(1), "only the initial reference remains");
+    });
+}
+
+fn weakened(v: RefVariant) {
+    loom::model(move || {
+        let r = new_ref(v);
+        r.weaken_skip_grace_period();
+        let r2 = r.clone();
+        let t = thread::spawn(move || user(&r2));
+        r.kill().unwrap();
+        r.wait_for_zero();
+        t.join().unwrap();
+    });
+}
+
+/// Without the grace period a user that read per-CPU mode before the flip increments its slot
+/// after the fold summed it: the count reaches zero under a held reference (or underflows).
+#[test]
+#[should_panic]
+fn fold_without_grace_period_is_caught_percpu() {
+    weakened(RefVariant::Percpu);
+}
+
+/// The same for the fast variant's private grace period.
+#[test]
+#[should_panic]
+fn fold_without_grace_period_is_caught_percpu_fast() {
+    weakened(RefVariant::PercpuFast);
+}
