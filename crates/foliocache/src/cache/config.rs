@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::filetable::TableRef;
 use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
 use crate::refcount::RefStrategy;
 
@@ -32,19 +33,23 @@ pub struct Config {
     pub insert_mode: InsertMode,
     /// Maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead.
     pub ra_pages: usize,
+    /// How a read pins the open-file table while it resolves its handle (seed 003).
+    pub file_table: TableRef,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
     pub panic_on_bad_page: bool,
 }
 
 impl Config {
     /// A configuration with `budget_bytes` of folio data and the defaults: the `locked-bit`
-    /// refcount, `batched` insertion, a 32-page (128 KiB) readahead window.
+    /// refcount, `batched` insertion, a 32-page (128 KiB) readahead window, the
+    /// `percpu-fast` file-table reference.
     pub fn new(budget_bytes: usize) -> Config {
         Config {
             budget_bytes,
             strategy: RefStrategy::LockedBit,
             insert_mode: InsertMode::Batched,
             ra_pages: DEFAULT_RA_PAGES,
+            file_table: TableRef::PercpuFast,
             panic_on_bad_page: cfg!(debug_assertions),
         }
     }
@@ -64,6 +69,13 @@ impl Config {
     /// Sets the maximum readahead window in 4 KiB pages (0 disables readahead).
     pub fn readahead_pages(mut self, pages: usize) -> Config {
         self.ra_pages = pages;
+        self
+    }
+
+    /// Sets how reads pin the open-file table (`immutable`, `atomic`, `percpu`,
+    /// `percpu-fast`).
+    pub fn file_table(mut self, reference: TableRef) -> Config {
+        self.file_table = reference;
         self
     }
 

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::stats::Event;
 use super::{CacheError, CacheInner};
@@ -99,41 +99,83 @@ impl Drop for Mapping {
 /// A handle may be used from many threads at once (`read_at` takes `&self`), though a
 /// sequential reader per thread should open its own handle, as it would its own file
 /// descriptor, so that the streams do not confuse each other's readahead.
-#[derive(Debug)]
+///
+/// A handle is a number in the cache's file table (a file descriptor): every call resolves it
+/// there, under the table reference variant the cache was configured with
+/// ([`Config::file_table`](super::Config::file_table)).
 pub struct CachedFile {
-    mapping: Arc<Mapping>,
+    cache: Arc<CacheInner>,
+    /// The handle's key in the file table (`fd`).
+    id: u64,
     ra: Mutex<RaState>,
     /// `ra->prev_pos`: the byte after the previous read of this handle.
     prev_pos: AtomicU64,
 }
 
+impl std::fmt::Debug for CachedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedFile")
+            .field("id", &self.id)
+            .field("path", &self.path())
+            .finish()
+    }
+}
+
+/// What the hit-only fast path of `read_at` managed.
+enum Fast {
+    /// Everything was cached: the read is complete.
+    Done(usize),
+    /// Stopped before a folio that needs the slow path, after copying this many bytes.
+    Partial(usize),
+}
+
+/// Reads larger than this skip the fast path (it runs under the handle's file-table bucket
+/// lock, which should be held briefly).
+const FAST_READ_MAX: usize = 64 << 10;
+
 impl CachedFile {
+    /// `fd_install`: a new handle on `mapping`, entered in the cache's file table.
     pub(crate) fn new(mapping: Arc<Mapping>) -> CachedFile {
-        let ra_pages = mapping.cache.config.ra_pages;
+        let cache = mapping.cache.clone();
+        let id = cache.next_handle.fetch_add(1, Ordering::Relaxed);
+        let ra_pages = cache.config.ra_pages;
+        cache.table.insert_arc(id, mapping);
         CachedFile {
-            mapping,
+            cache,
+            id,
             ra: Mutex::new(RaState::new(ra_pages)),
             prev_pos: AtomicU64::new(0),
         }
     }
 
-    /// The file a read resolves to.
-    ///
-    /// The one place a read reaches its mapping: the per-CPU-referenced file table (issue 4)
-    /// plugs in here.
+    /// `fdget`: the mapping this handle resolves to, taken out of the file table (an `Arc`
+    /// clone: it may be held across I/O; the table reference is held only for the lookup).
     #[inline]
-    fn mapping(&self) -> &Mapping {
-        &self.mapping
+    fn mapping(&self) -> Arc<Mapping> {
+        self.cache
+            .table
+            .get(self.id)
+            .expect("an open handle is in the file table")
+    }
+
+    /// Runs `f` on this handle's mapping inside the file-table lookup (reference held, bucket
+    /// locked): no `Arc` clone, so nothing shared is written. Only for short, non-blocking work.
+    #[inline]
+    fn with_mapping<R>(&self, f: impl FnOnce(&Mapping) -> R) -> R {
+        self.cache
+            .table
+            .with(self.id, f)
+            .expect("an open handle is in the file table")
     }
 
     /// The path the file was opened with.
-    pub fn path(&self) -> &Path {
-        &self.mapping().path
+    pub fn path(&self) -> PathBuf {
+        self.with_mapping(|m| m.path.clone())
     }
 
     /// The file size in bytes (`i_size`, read when the file was first opened).
     pub fn len(&self) -> u64 {
-        self.mapping().size
+        self.with_mapping(|m| m.size)
     }
 
     /// True for an empty file.
@@ -143,12 +185,12 @@ impl CachedFile {
 
     /// Pages of this file in the cache right now.
     pub fn cached_pages(&self) -> u64 {
-        self.mapping().pages.stats().nr_pages
+        self.with_mapping(|m| m.pages.stats().nr_pages)
     }
 
     /// Another handle on the same cached file, with a fresh readahead stream (`open` again).
     pub fn reopen(&self) -> CachedFile {
-        CachedFile::new(self.mapping.clone())
+        CachedFile::new(self.mapping())
     }
 
     /// `filemap_read` (`pread(2)`): copies the file's bytes at `offset` into `buf` through
@@ -158,11 +200,60 @@ impl CachedFile {
     /// or past EOF. If an error stops the read after some bytes were copied, those bytes are
     /// reported (like `pread`); the error comes with the next call.
     ///
-    /// A hit makes no system call: RCU lookup, speculative reference, re-check, uptodate
-    /// check, copy, put.
+    /// A hit makes no system call and takes no shared lock: file-table lookup (per-CPU
+    /// reference, the handle's bucket), RCU lookup of the folio, speculative reference,
+    /// re-check, uptodate check, copy, put.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
+        self.cache.counters.inc(Event::ReadCalls);
+        let done = if buf.len() <= FAST_READ_MAX {
+            match self.with_mapping(|m| self.read_cached(m, buf, offset)) {
+                Fast::Done(n) => return Ok(n),
+                Fast::Partial(n) => n,
+            }
+        } else {
+            0
+        };
         let m = self.mapping();
-        m.cache.counters.inc(Event::ReadCalls);
+        match self.read_slow(&m, &mut buf[done..], offset + done as u64) {
+            Ok(n) => Ok(done + n),
+            // Bytes were copied: report them now, the error with the next call (pread).
+            Err(_) if done > 0 => Ok(done),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `filemap_read_fast`-like: copies from folios that are cached, uptodate and unmarked,
+    /// stopping at the first one that is not (readahead, I/O and waiting need the slow path).
+    #[inline]
+    fn read_cached(&self, m: &Mapping, buf: &mut [u8], offset: u64) -> Fast {
+        if buf.is_empty() || offset >= m.size {
+            return Fast::Done(0);
+        }
+        let end = offset + (buf.len() as u64).min(m.size - offset);
+        let mut pos = offset;
+        while pos < end {
+            let Some(folio) = m.pages.lookup(pos >> PAGE_SHIFT) else {
+                break;
+            };
+            if folio.flags() & PG_READAHEAD != 0 {
+                break;
+            }
+            let Some(data) = folio.data() else {
+                break;
+            };
+            m.cache.counters.inc(Event::Hit);
+            pos += copy_out(buf, offset, pos, end, folio.index(), data);
+        }
+        self.set_prev_pos(pos);
+        if pos == end {
+            Fast::Done((pos - offset) as usize)
+        } else {
+            Fast::Partial((pos - offset) as usize)
+        }
+    }
+
+    /// The full read path: misses, readahead, waiting for folios under I/O.
+    fn read_slow(&self, m: &Mapping, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
         if buf.is_empty() || offset >= m.size {
             return Ok(0);
         }
@@ -177,19 +268,19 @@ impl CachedFile {
                 Err(_) => break,
             };
             let data = folio.data().expect("get_page returns uptodate folios");
-            let start = folio.index() << PAGE_SHIFT;
-            let within = (pos - start) as usize;
-            let n = ((end - pos) as usize).min(data.len() - within);
-            let at = (pos - offset) as usize;
-            buf[at..at + n].copy_from_slice(&data[within..within + n]);
-            pos += n as u64;
+            pos += copy_out(buf, offset, pos, end, folio.index(), data);
         }
-        // `ra->prev_pos = last_pos`, stored only when it changes so that a handle re-reading
-        // one spot (the pread benchmark) writes nothing shared.
+        self.set_prev_pos(pos);
+        Ok((pos - offset) as usize)
+    }
+
+    /// `ra->prev_pos = last_pos`, stored only when it changes so that a handle re-reading one
+    /// spot (the pread benchmark) writes nothing.
+    #[inline]
+    fn set_prev_pos(&self, pos: u64) {
         if self.prev_pos.load(Ordering::Relaxed) != pos {
             self.prev_pos.store(pos, Ordering::Relaxed);
         }
-        Ok((pos - offset) as usize)
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails (`InvalidArgument` if the range
@@ -225,8 +316,8 @@ impl CachedFile {
                 ),
             });
         }
-        let folio = self.get_page(m, index, 1)?;
-        Ok(PinnedFolio::new(self.mapping.clone(), folio))
+        let folio = self.get_page(&m, index, 1)?.into_raw();
+        Ok(PinnedFolio::new(m.clone(), folio))
     }
 
     /// `readahead(2)` / `force_page_cache_ra`: reads the pages of the byte range `range` into
@@ -234,8 +325,8 @@ impl CachedFile {
     ///
     /// Pages already cached are skipped. The range is clamped to the file.
     pub fn readahead(&self, range: Range<u64>) -> Result<usize, CacheError> {
-        let m = self.mapping();
         check_range(&range)?;
+        let m = self.mapping();
         let end = range.end.min(m.size);
         if range.start >= end {
             return Ok(0);
@@ -250,7 +341,7 @@ impl CachedFile {
                 nr_to_read: nr,
                 lookahead: 0,
             };
-            let out = do_page_cache_ra(m, req);
+            let out = do_page_cache_ra(&m, req);
             inserted += out.inserted;
             if let Some((offset, e)) = out.error {
                 return Err(m.io_error(offset, e));
@@ -268,10 +359,10 @@ impl CachedFile {
     /// dropped.
     pub fn invalidate(&self, range: Range<u64>) -> Result<usize, CacheError> {
         check_range(&range)?;
-        let m = self.mapping();
         if range.is_empty() {
             return Ok(0);
         }
+        let m = self.mapping();
         let first = range.start >> PAGE_SHIFT;
         let last = (range.end - 1) >> PAGE_SHIFT;
         let out = m.pages.invalidate(first, last + 1);
@@ -386,6 +477,24 @@ impl CachedFile {
     }
 }
 
+impl Drop for CachedFile {
+    /// `close(2)`: the handle leaves the file table; the mapping goes with its last user.
+    fn drop(&mut self) {
+        drop(self.cache.table.remove(self.id));
+    }
+}
+
+/// Copies the part of a folio's `data` (first page `folio_index`) that `pos..end` covers into
+/// `buf` (which starts at file byte `offset`); returns the bytes copied.
+#[inline]
+fn copy_out(buf: &mut [u8], offset: u64, pos: u64, end: u64, folio_index: u64, data: &[u8]) -> u64 {
+    let within = (pos - (folio_index << PAGE_SHIFT)) as usize;
+    let n = ((end - pos) as usize).min(data.len() - within);
+    let at = (pos - offset) as usize;
+    buf[at..at + n].copy_from_slice(&data[within..within + n]);
+    n as u64
+}
+
 /// `do_page_cache_ra`: clamp to EOF, then instantiate and read.
 fn do_page_cache_ra(m: &Mapping, req: RaRequest) -> RaOutcome {
     match req.clamp_to_eof(m.nr_pages()) {
@@ -424,11 +533,11 @@ unsafe impl Send for PinnedFolio {}
 unsafe impl Sync for PinnedFolio {}
 
 impl PinnedFolio {
-    fn new(mapping: Arc<Mapping>, folio: FolioRef<'_>) -> PinnedFolio {
-        let raw = std::ptr::NonNull::from(folio.into_raw());
+    /// Takes over one reference on `folio` (leaked from a `FolioRef` of `mapping`'s arena).
+    fn new(mapping: Arc<Mapping>, folio: &crate::folio::Folio) -> PinnedFolio {
         PinnedFolio {
             mapping,
-            folio: raw,
+            folio: std::ptr::NonNull::from(folio),
         }
     }
 

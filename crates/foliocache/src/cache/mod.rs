@@ -14,6 +14,7 @@
 //! | the page allocator, memmap, memory | the cache's [`Arena`](crate::folio::Arena): a fixed memory budget |
 //! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per open path, shared by its handles |
 //! | `struct file` (`f_ra`, `f_pos`) | [`CachedFile`]: one readahead stream per handle |
+//! | the fd table, `fdget` | the cache's [`FileTable`]: handle number -> mapping, behind a per-CPU table reference (seed 003) |
 //! | `pread(2)` | [`CachedFile::read_at`] |
 //! | `filemap_get_folio` + `folio_get` | [`CachedFile::get_folio`] -> [`PinnedFolio`] |
 //! | `readahead(2)` | [`CachedFile::readahead`] |
@@ -24,6 +25,7 @@
 //!
 //! ```text
 //! read_at(buf, off)
+//!   resolve the handle in the file table (per-CPU reference on the table, the handle's bucket)
 //!   for each folio of the range:
 //!     lookup: RCU load of the index slot, try_get, re-check the slot   (no lock, no syscall)
 //!       miss  -> sync readahead of a window (one index lock hold per run when batched,
@@ -48,8 +50,11 @@
 //!
 //! # Why a hit is fast
 //!
-//! No lock, no system call, no shared write besides the folio's refcount: the file handle
-//! resolves to its mapping by a plain load, the index lookup runs under RCU, the statistics
+//! No shared lock, no system call, no shared write besides the folio's refcount: the handle
+//! resolves to its mapping in the file table under a per-CPU table reference and the lock of
+//! the handle's own bucket (handles of one file are separate entries, so threads with their
+//! own handles do not share a bucket, and a hit clones no shared `Arc`: it copies inside the
+//! lookup), the index lookup runs under RCU, the statistics
 //! are per-thread-sharded counters, and `prev_pos` is written only when it changes. The
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
 //! choice ([`Config::strategy`]).
@@ -69,8 +74,10 @@ pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 
 use crate::backing::{Backing, FileBacking};
+use crate::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::folio::{AllocError, Arena, ArenaConfig, FolioRef};
 use crate::index::{Index, IndexStats};
+use crate::rcu::Rcu;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use file::Mapping;
 
@@ -109,6 +116,13 @@ pub(crate) struct CacheInner {
     pub(crate) counters: Counters,
     /// Open files by canonical path (the inode cache); entries die with their mapping.
     pub(crate) files: Mutex<HashMap<PathBuf, std::sync::Weak<Mapping>>>,
+    /// Open handles by number (the file descriptor table): every read resolves its handle
+    /// here, under the configured table reference (seed 003).
+    pub(crate) table: FileTable<Mapping>,
+    /// The next handle number.
+    pub(crate) next_handle: AtomicU64,
+    /// The RCU domain of the file table and the indexes.
+    rcu: Arc<Rcu>,
     /// Index counters of files already closed.
     retired_lock_acquisitions: AtomicU64,
     retired_pages_inserted: AtomicU64,
@@ -132,12 +146,25 @@ impl FolioCache {
         let mut ac = ArenaConfig::new(config.budget_bytes, config.strategy);
         ac.panic_on_bad_page = config.panic_on_bad_page;
         let arena = Arc::new(Arena::new(ac)?);
+        // One RCU domain for the file table and every index of this cache: a read enters
+        // both, and a thread's read-side slot is cached for one domain at a time.
+        let rcu = Arc::new(Rcu::new());
+        let table = FileTable::with_rcu(
+            FileTableConfig {
+                reference: config.file_table,
+                sizing: Sizing::Auto,
+            },
+            rcu.clone(),
+        );
         Ok(FolioCache {
             inner: Arc::new(CacheInner {
                 config,
                 arena,
                 counters: Counters::new(),
                 files: Mutex::new(HashMap::new()),
+                table,
+                rcu,
+                next_handle: AtomicU64::new(1),
                 retired_lock_acquisitions: AtomicU64::new(0),
                 retired_pages_inserted: AtomicU64::new(0),
                 live: Mutex::new(Vec::new()),
@@ -195,7 +222,7 @@ impl FolioCache {
             path: path.clone(),
             source,
         })?;
-        let pages = Index::new(self.inner.arena.clone());
+        let pages = Index::with_rcu(self.inner.arena.clone(), self.inner.rcu.clone());
         let m = Arc::new(Mapping {
             cache: self.inner.clone(),
             id: pages.mapping_id(),

@@ -22,7 +22,11 @@
 //! | `kernel-pread` | `pread(2)` on the same file: the kernel's own page cache, syscall included |
 //!
 //! The variants are interleaved (A B C D A B C D ...) in one process. A foliocache hit makes
-//! no system call (RCU lookup, speculative reference, re-check, copy, put), so the
+//! no system call (handle lookup in the cache's file table, RCU lookup, speculative
+//! reference, re-check, copy, put; the file table's bucket lock is taken and released on a
+//! line private to the thread's handle, as the kernel's `fdget` takes and drops a private
+//! `struct file` count in a multi-threaded process; `--file-table` picks how the table
+//! itself is pinned), so the
 //! foliocache variants should lead the kernel's `pread` by an order of magnitude at one
 //! thread; between themselves they differ only in the refcount's atomic sequence, which is
 //! invisible without contention (1 thread) and shows as soon as two cores fight over the
@@ -46,6 +50,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use foliocache::filetable::TableRef;
 use foliocache::{CachedFile, Config, FolioCache, RefStrategy};
 use serde_json::{json, Map, Value};
 
@@ -80,6 +85,15 @@ pub struct Args {
     /// Bytes per read (the seed: 64).
     #[arg(long, default_value_t = 64)]
     pub read_size: usize,
+    /// How a read pins the cache's open-file table: immutable, atomic, percpu, percpu-fast.
+    #[arg(long, default_value = "percpu-fast", value_parser = parse_table_ref)]
+    pub file_table: TableRef,
+}
+
+fn parse_table_ref(s: &str) -> Result<TableRef, String> {
+    TableRef::from_name(s).ok_or_else(|| {
+        format!("unknown file-table reference `{s}`: use immutable, atomic, percpu or percpu-fast")
+    })
 }
 
 /// Runs `pread` with its defaults and the common options (for `all`).
@@ -88,6 +102,7 @@ pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
         common: common.clone(),
         dir: None,
         read_size: 64,
+        file_table: TableRef::PercpuFast,
     })
 }
 
@@ -119,8 +134,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let mut caches = Vec::new();
     for v in &VARIANTS[..3] {
         let s = strategy_of(v).expect("foliocache variant");
-        let cache = FolioCache::new(Config::new(1 << 20).strategy(s).panic_on_bad_page(false))
-            .map_err(|e| crate::lab_err!("{e}"))?;
+        let cache = FolioCache::new(
+            Config::new(1 << 20)
+                .strategy(s)
+                .file_table(args.file_table)
+                .panic_on_bad_page(false),
+        )
+        .map_err(|e| crate::lab_err!("{e}"))?;
         let f = cache
             .open(file.path())
             .map_err(|e| crate::lab_err!("{e}"))?;
@@ -169,6 +189,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "offset": 0,
             "dir": dir.display().to_string(),
             "file_bytes": file.size,
+            "file_table": args.file_table.name(),
         })),
     );
     let none = Map::new();
