@@ -280,12 +280,13 @@ impl<V> Table<V> {
         &self.buckets[h as usize]
     }
 
+    /// Takes a reference on this table, inside the caller's read section.
     #[inline]
-    fn tryget_live(&self) -> bool {
+    fn tryget_live(&self, section: &crate::rcu::RcuReadGuard<'_>) -> bool {
         match &self.r {
             TableRefImpl::None => true,
             TableRefImpl::Atomic(a) => a.tryget_live(),
-            TableRefImpl::Percpu(p) => p.tryget_live(),
+            TableRefImpl::Percpu(p) => p.tryget_live_rcu(section),
         }
     }
 
@@ -428,7 +429,7 @@ impl<V: Send + Sync + 'static> FileTable<V> {
             // SAFETY: inside the read section a retired table is not freed yet (it is freed
             // by call_rcu after its successor's publish).
             let t = unsafe { &*p };
-            if t.tryget_live() {
+            if t.tryget_live(&g) {
                 drop(g);
                 // The reference now keeps the table alive: it cannot be retired (hence freed)
                 // before our put.

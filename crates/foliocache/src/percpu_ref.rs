@@ -414,6 +414,29 @@ impl PercpuRef {
         )
     }
 
+    /// [`PercpuRef::tryget_live`] for a caller already inside a read section of the ref's RCU
+    /// domain (the file table's lookup, which needs the section to load the table pointer):
+    /// the [`RefVariant::Percpu`] path then skips entering a nested section.
+    #[inline]
+    pub fn tryget_live_rcu(&self, section: &crate::rcu::RcuReadGuard<'_>) -> bool {
+        let _ = section;
+        debug_assert!(
+            self.rcu.read_lock_held(),
+            "tryget_live_rcu outside a read section"
+        );
+        if self.variant == RefVariant::PercpuFast {
+            return self.tryget_live();
+        }
+        // ORDERING: as in `with_mode` (the caller's section plays the read section).
+        let m = self.mode.mode.load(Ordering::Acquire);
+        if m == 0 {
+            Self::slot_add(self.my_slot(), 1);
+            true
+        } else {
+            m & DEAD == 0 && self.inc_not_zero()
+        }
+    }
+
     #[cold]
     fn inc_not_zero(&self) -> bool {
         let mut c = self.count.load(Ordering::Relaxed);

@@ -355,6 +355,13 @@ impl RefCount {
         self.sub_and_test(s, 1)
     }
 
+    /// `folio_ref_dec_and_test`: the same operation as [`RefCount::put`], under the kernel's
+    /// other name.
+    #[inline]
+    pub fn dec_and_test(&self, s: RefStrategy) -> bool {
+        self.put(s)
+    }
+
     /// `folio_ref_sub_and_test`: drop `n` references; `true` as for [`RefCount::put`].
     ///
     /// # Panics
@@ -945,6 +952,9 @@ mod tests {
             assert!(!rc.try_get(s));
             rc.init(s, 1);
             assert!(rc.sub_and_test(s, 1));
+            rc.init(s, 2);
+            assert!(!rc.dec_and_test(s));
+            assert!(rc.dec_and_test(s));
         }
     }
 

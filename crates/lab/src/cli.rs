@@ -29,6 +29,13 @@ pub enum Command {
     Pread(crate::scenarios::pread::Args),
     /// Seed 001's db_bench readseq: one-by-one against batched readahead insertion.
     Readseq(crate::scenarios::readseq::Args),
+    /// Seed 002: fork / copy-on-write micro benchmarks (remap, munmap, fork, cow, cow-byte,
+    /// cow-reuse, cow-reuse-byte, pte-dontneed) and concurrent anon-cow, with the sharer
+    /// trackings none, rmap-id (with and without the exclusive seqcount path) and mm-owner.
+    Cow(crate::scenarios::cow::Args),
+    /// Seed 003: file-table lookups under a table reference (immutable, atomic, percpu,
+    /// percpu-fast), `perf bench futex hash`, and resize completion time under full load.
+    Hash(crate::scenarios::hash::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -75,6 +82,8 @@ fn run(cli: Cli) -> LabResult<i32> {
         Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
         Command::Pread(a) => Ok(exit_code(crate::scenarios::pread::run(&a)?)),
         Command::Readseq(a) => Ok(exit_code(crate::scenarios::readseq::run(&a)?)),
+        Command::Cow(a) => Ok(exit_code(crate::scenarios::cow::run(&a)?)),
+        Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {
