@@ -13,6 +13,7 @@
 //! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
 //! | [`backing`] | positional reads of the file behind a cache (`pread`/`preadv`), fault injection | `->read_folio`, `read_pages` |
 //! | [`folio`] | folio header and flags, the arena (memmap + buddy allocator + per-CPU lists), folio lock and wait table, bad-page check | `struct folio`, `mm/page_alloc.c`, `folio_lock`, `free_pages_prepare` |
+//! | [`index`] | per-file XArray-like radix tree: lockless RCU lookup with speculative `try_get` + re-check, one-folio and batched range insertion (seed 001), delete, evict, truncate, invalidate | `filemap_get_entry`, `__filemap_add_folio`, `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping` |
 //! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec` |
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
 //! | [`space`] | address spaces, rmap IDs, exact mapped-shared detection, COW | `rmap.c`, `memory.c`, RFC `rmap_id.c` (seed 002) |
@@ -26,6 +27,7 @@
 pub mod backing;
 pub mod filetable;
 pub mod folio;
+pub mod index;
 pub mod lru;
 pub mod percpu_ref;
 pub mod rcu;

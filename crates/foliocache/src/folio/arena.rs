@@ -505,6 +505,12 @@ impl Arena {
         &self.cpu_stats[current_cpu() % self.cpu_stats.len()]
     }
 
+    /// Threads sleeping in the folio wait table right now (`folio_wait_table` occupancy), for
+    /// tests and diagnostics.
+    pub fn wait_table_sleepers(&self) -> usize {
+        self.waits.sleepers()
+    }
+
     #[inline]
     pub(crate) fn waits(&self) -> &WaitTable {
         &self.waits

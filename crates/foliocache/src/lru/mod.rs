@@ -163,6 +163,12 @@ pub enum DrainFilter {
     /// up `PG_active` in the batch reaches the free path with it: a bad page. Kept to show the
     /// bug; never use it for real.
     Naive,
+    /// Loom only: a weakened filter that checks the count with a load and then drops the
+    /// batch's reference as if it were the last (check-then-act instead of one CAS). The loom
+    /// model must catch it freeing a folio a concurrent lookup just took.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    RacyCheck,
 }
 
 impl DrainFilter {
@@ -179,6 +185,8 @@ impl DrainFilter {
             DrainFilter::Vanilla => "vanilla",
             DrainFilter::Filtered => "filtered",
             DrainFilter::Naive => "naive",
+            #[cfg(loom)]
+            DrainFilter::RacyCheck => "racy-check",
         }
     }
 }
@@ -622,6 +630,14 @@ impl Lru {
         let mut v: Option<MutexGuard<'_, LruVec>> = None;
         for &pfn in batch.as_slice() {
             let folio = arena.folio(pfn);
+            #[cfg(loom)]
+            if self.config.filter == DrainFilter::RacyCheck && folio.ref_count(s) == 1 {
+                // Weakened on purpose: a lookup may take a reference right here.
+                let _ = folio.refcount().put(s);
+                folio.clear_flag(LRU_FLAGS_AT_FREE);
+                dead.add(pfn);
+                continue;
+            }
             // The batch owns one reference, so exactly 1 means nobody else does; the CAS also
             // makes every concurrent speculative `try_get` fail (module docs, hard part 1).
             if self.config.filter != DrainFilter::Vanilla && folio.refcount().freeze(s, 1) {

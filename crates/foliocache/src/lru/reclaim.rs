@@ -11,7 +11,7 @@
 //! | anonymous, or mapped by an address space | kept (no swap, no unmapping here) |
 //! | locked (I/O, truncation) | kept |
 //! | no mapping (truncated under us) | freed if our isolation reference is the last |
-//! | in a mapping | [`Evict::remove_mapping`]: freeze at page-cache refs + isolation, delete, free; kept if someone holds it |
+//! | in a mapping | [`Evict::evict`]: freeze at page-cache refs + isolation, delete, free; kept if someone holds it |
 //!
 //! Kept folios go back under a second lock hold (`move_folios_to_lru`), where a put that
 //! turns out final unlinks its folio again before freeing it. Two lock holds per 32 scanned.
@@ -38,13 +38,14 @@ pub const MAX_RECLAIM_RETRIES: u32 = 16;
 pub trait Evict: Sync {
     /// `__remove_mapping`: `folio` is locked, off the LRU, and holds reclaim's isolation
     /// reference. Under the index lock of the folio's mapping, freeze it at exactly the page
-    /// cache's references plus this one, and delete it from the index (clearing its mapping).
-    /// Return the frozen folio, which reclaim frees; or give the folio back if anything else
-    /// holds it (a reader, a pinned guard, a mapping) or it is no longer in its mapping.
-    fn remove_mapping<'a>(
-        &self,
-        folio: FolioLocked<'a>,
-    ) -> Result<FrozenFolio<'a>, FolioLocked<'a>>;
+    /// cache's references plus this one, delete it from the index and free it (the index's
+    /// `evict`). If anything else holds it (a reader, a pinned guard, a mapping) or it is no
+    /// longer in its mapping, unlock it and give the reference back.
+    ///
+    /// Unlocking before returning matters when the implementation holds the mapping alive
+    /// only for the call: if its drop is the mapping's last, it truncates the file, which
+    /// takes every folio lock, this one included.
+    fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioRef<'a>>;
 }
 
 /// What a reclaim call did.
@@ -160,22 +161,24 @@ impl Lru {
                     continue;
                 }
             };
+            // Isolated from the inactive list: PG_lru, PG_active and PG_unevictable are all
+            // clear, so the free path will find nothing of ours set.
+            debug_assert_eq!(locked.flags() & LRU_FLAGS_AT_FREE, 0);
+            let nr = locked.nr_pages() as u64;
             let freed = if locked.mapping() == 0 {
                 // Truncated while isolated: the page cache's references are gone; if ours is
                 // the last one, the folio is ours to free.
                 // SAFETY: the folio is in no mapping, so the only reference we can account
                 // for is our isolation reference: exactly the `1` we freeze at.
                 unsafe { locked.freeze(1) }
+                    .map(FrozenFolio::free)
+                    .map_err(FolioLocked::unlock)
             } else {
-                evict.remove_mapping(locked)
+                evict.evict(locked)
             };
             match freed {
-                Ok(frozen) => {
-                    reclaimed += frozen.nr_pages() as u64;
-                    frozen.clear_flags(LRU_FLAGS_AT_FREE);
-                    frozen.free();
-                }
-                Err(locked) => keep.push(locked.unlock()),
+                Ok(()) => reclaimed += nr,
+                Err(folio) => keep.push(folio),
             }
         }
         self.putback(arena, keep, rotated);

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::folio::flags::{FLAGS_CHECK_AT_FREE, PG_WORKINGSET};
-use crate::folio::{AllocError, ArenaConfig, FolioLocked, FrozenFolio, PAGE_SIZE};
+use crate::folio::{AllocError, ArenaConfig, FolioLocked, PAGE_SIZE};
 use crate::refcount::RefStrategy;
 
 fn arena(pages: usize, s: RefStrategy) -> Arena {
@@ -65,19 +65,17 @@ impl<'a> Cache<'a> {
 }
 
 impl Evict for Cache<'_> {
-    fn remove_mapping<'b>(
-        &self,
-        folio: FolioLocked<'b>,
-    ) -> Result<FrozenFolio<'b>, FolioLocked<'b>> {
+    fn evict<'b>(&self, folio: FolioLocked<'b>) -> Result<(), FolioRef<'b>> {
         let mut pages = self.pages.lock();
         if pages.get(&folio.index()) != Some(&folio.pfn()) {
-            return Err(folio);
+            return Err(folio.unlock());
         }
         // SAFETY: the cache's reference (we hold the index lock) plus the caller's.
-        let frozen = unsafe { folio.freeze(2) }?;
+        let frozen = unsafe { folio.freeze(2) }.map_err(FolioLocked::unlock)?;
         pages.remove(&frozen.index());
         frozen.set_mapping(0, 0);
-        Ok(frozen)
+        frozen.free();
+        Ok(())
     }
 }
 

@@ -14,9 +14,11 @@
 //! | scenario | seed | measures |
 //! |---|---|---|
 //! | [`refcount`] | 000 | get+put pairs on one shared folio count, four primitives |
+//! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
+pub mod cow;
 pub mod hash;
 pub mod refcount;
 
@@ -39,6 +41,12 @@ pub const REGISTRY: &[Entry] = &[
         seed: refcount::SEED,
         about: refcount::ABOUT,
         run: refcount::run_common,
+    },
+    Entry {
+        name: cow::NAME,
+        seed: cow::SEED,
+        about: cow::ABOUT,
+        run: cow::run_common,
     },
     Entry {
         name: hash::NAME,

@@ -1,0 +1,1107 @@
+//! The page-cache index of one file: an XArray-like radix tree from page offsets to folios
+//! (`mapping->i_pages`; `filemap_get_entry`, `__filemap_add_folio`, the seed's
+//! `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping`,
+//! `truncate_inode_pages_range` and `invalidate_mapping_pages` in `mm/filemap.c`,
+//! `mm/vmscan.c` and `mm/truncate.c`; the tree itself after `lib/xarray.c`).
+//!
+//! # The tree
+//!
+//! Nodes of 64 slots; a node of `shift` s covers `64 << s` indices and its slot `i` the
+//! indices `base + i << s ..`. The root covers `0 .. 64 << root.shift` and grows by adding a
+//! level on top (old root in slot 0) when a larger index arrives, and shrinks again when only
+//! slot 0 of the root is used. A slot word is one of:
+//!
+//! | word | entry |
+//! |---|---|
+//! | `0` | empty |
+//! | `pfn << 2 \| 1` | a folio (its head frame in the arena) |
+//! | `node \| 2` | a child node |
+//! | `offset << 2 \| 3` | sibling: part of the multi-index entry whose canonical slot is `offset` in this node |
+//! | `v << 2`, `v != 0` | value entry (shadow), reserved: never stored yet, read as "not cached" |
+//!
+//! A folio of order `o` (aligned to `2^o` pages, as the kernel requires) is stored at the
+//! level whose shift is `6 * floor(o / 6)`, in `2^(o - shift)` consecutive slots: the first
+//! holds the folio, the others sibling entries pointing back at it. A lookup of any index the
+//! folio covers lands on it. Orders `0..=9` therefore use leaf slots (orders 0 to 5) or slots
+//! one level up (orders 6 to 9).
+//!
+//! # Locking and lifetimes
+//!
+//! Writers (insert, delete, evict, truncate) hold the index lock (`xa_lock`), a mutex that
+//! also holds the spare nodes and the counters. Readers take no lock: inside an RCU read
+//! section ([`crate::rcu`]) they load the root and walk the slots with acquire loads. Nodes
+//! unlinked from the tree are freed with `call_rcu`, after every reader that could still be
+//! inside them has left. Folios are never freed by the tree: the index owns `nr_pages`
+//! references on each folio it holds (`folio_ref_add` in `__filemap_add_folio`), dropped after
+//! the entry is cleared.
+//!
+//! Lock order: folio lock → index lock. (Insertion takes locked folios; delete and evict are
+//! called by the folio lock holder.)
+//!
+//! # The speculative-reference protocol (the hard part)
+//!
+//! ```text
+//! lookup(i):  rcu_read_lock
+//!   repeat:   w = slot(i)                 (walk, acquire loads)
+//!             folio = arena.folio(pfn(w))  (type-stable: always dereferenceable)
+//!             try_get(folio)?  no → frozen or free: being removed; goto repeat
+//!             slot(i) == w?    no → put (maybe the final put of a recycled folio); goto repeat
+//!             return folio    (a reference on the folio that was at i when we re-checked)
+//! ```
+//!
+//! `try_get` alone proves nothing: the folio may have been deleted, freed and reallocated to
+//! another file (or the same file at another index) between the slot load and the get. The
+//! re-check closes that: the slot still holding the same folio after our reference exists
+//! means the folio was in the cache at `i` at that instant, and our reference keeps it from
+//! being freed after. A failed re-check drops the reference, and that put can be the *final*
+//! put of the folio's new life (its new owner dropped theirs in between); the arena's free
+//! path then frees it from its current state, which is why it never trusts the caller.
+//!
+//! Removers pair with lookups by freezing (`__remove_mapping`): under the index lock, with the
+//! folio locked, [`Index::evict`] freezes the count at exactly `nr_pages + 1` (the cache's
+//! references plus the caller's isolating one). Freeze and `try_get` are RMWs on the same
+//! word, so either the getter came first (the freeze fails: the folio is in use and stays) or
+//! the freeze did (the getter fails, retries, and finds the slot cleared). A folio pinned by a
+//! reader is never freed under it: [`Index::invalidate`] reports it busy and leaves it;
+//! [`Index::truncate`] detaches it (removes it from the index, drops the cache's references)
+//! and the reader's final put frees it later.
+//!
+//! # Batched insertion (seed 001)
+//!
+//! [`Index::add_folio`] inserts one folio per lock hold (`filemap_add_folio`); readahead that
+//! uses it takes the lock once per folio. [`Index::add_folio_range`] inserts a whole batch of
+//! consecutive folios under one lock hold with the seed's semantics: it stops at the first
+//! occupied index (or invalid folio), returns how many *pages* it inserted if any, else the
+//! error, and leaves the rest of the batch to the caller. Nodes are allocated outside the lock
+//! (`xas_nomem`): before locking, the inserter tops up a small stash of spare nodes to what the
+//! batch will probably need; if the tree needs more than the stash holds, it unlocks, allocates
+//! exactly what is missing (plus slack), and re-locks, keeping what it already inserted. No
+//! tree change is made before the nodes a step needs are in hand, so a retry never leaves a
+//! half-built path. [`IndexStats::lock_acquisitions`] counts every acquisition, so the lab can
+//! report acquisitions per inserted page.
+//!
+//! # Why it is fast
+//!
+//! A hit is an RCU read section (no shared write), two to four dependent slot loads, one
+//! refcount RMW on the folio and one reload of the slot: no lock, no write to the tree. An
+//! insertion batch of 32 pages costs one lock acquisition instead of 32, and the lock's cache
+//! line moves between CPUs once instead of 32 times.
+
+// Spare nodes are `Vec<Box<Node>>`: each is later published by pointer (`Box::into_raw`) and
+// freed on its own after a grace period, so each needs its own allocation.
+#![allow(clippy::vec_box)]
+
+mod node;
+
+use std::fmt;
+
+use node::{span, Entry, Node, CHUNK_SHIFT, FANOUT};
+
+use crate::folio::{Arena, Folio, FolioLocked, FolioRef};
+use crate::rcu::Rcu;
+use crate::sync::{Arc, AtomicPtr, AtomicUsize, Backoff, Mutex, MutexGuard, Ordering};
+
+/// Spare nodes kept beyond what a batch needs, and the stash's cap.
+const SPARE_SLACK: usize = 2;
+const MAX_SPARE: usize = 32;
+
+/// Why a folio was not inserted (`__filemap_add_folio`'s error codes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddError {
+    /// `-EEXIST`: a folio already occupies (part of) the range starting at `index`.
+    Exists {
+        /// The first page index of the folio that could not be inserted.
+        index: u64,
+    },
+    /// `-EINVAL`: the folio's index is not a multiple of its size.
+    Misaligned {
+        /// The index asked for.
+        index: u64,
+        /// The folio's order.
+        order: u32,
+    },
+    /// `-EINVAL`: the folio already belongs to a mapping (or is anonymous).
+    AlreadyMapped {
+        /// Its current mapping id.
+        mapping: u64,
+    },
+    /// `-EINVAL`: the folio comes from another arena than the index's.
+    ForeignArena,
+    /// `-EINVAL` in `filemap_add_folio_range`: no folio left in the batch for `index`.
+    MissingFolio {
+        /// The first index not covered by the batch.
+        index: u64,
+    },
+}
+
+impl fmt::Display for AddError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            AddError::Exists { index } => write!(
+                f,
+                "a folio is already cached at page index {index}: look it up instead of inserting"
+            ),
+            AddError::Misaligned { index, order } => write!(
+                f,
+                "page index {index} is not aligned to the folio's {} pages: large folios start at a multiple of their size",
+                1u64 << order
+            ),
+            AddError::AlreadyMapped { mapping } => write!(
+                f,
+                "the folio already belongs to mapping {mapping}: delete it there first, or allocate a new folio"
+            ),
+            AddError::ForeignArena => write!(
+                f,
+                "the folio was allocated from another arena than this index's: allocate from the cache's arena"
+            ),
+            AddError::MissingFolio { index } => write!(
+                f,
+                "the batch has no folio for page index {index}: pass folios covering start..end"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AddError {}
+
+/// What [`Index::truncate`] and [`Index::invalidate`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoveStats {
+    /// Folios removed from the index and freed.
+    pub folios_freed: u64,
+    /// Pages of those folios.
+    pub pages_freed: u64,
+    /// Folios that were pinned or locked by someone else: left in the index by `invalidate`,
+    /// detached (removed, freed at their last put) by `truncate`.
+    pub busy: u64,
+}
+
+/// A snapshot of an index's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// `mapping->nrpages`: pages cached.
+    pub nr_pages: u64,
+    /// Folios cached.
+    pub nr_folios: u64,
+    /// Tree nodes in use.
+    pub nr_nodes: u64,
+    /// Preallocated nodes waiting in the stash.
+    pub spare_nodes: u64,
+    /// Acquisitions of the index lock by operations (not by `stats`/`validate`).
+    pub lock_acquisitions: u64,
+    /// Pages inserted since creation.
+    pub pages_inserted: u64,
+    /// Pages removed since creation.
+    pub pages_removed: u64,
+    /// Times an insertion had to drop the lock to allocate nodes (`xas_nomem` retries).
+    pub nomem_retries: u64,
+}
+
+/// Everything the index lock protects.
+struct Locked {
+    spare: Vec<Box<Node>>,
+    stats: IndexStats,
+}
+
+/// The RCU domain of an index: the process-wide one, or a private one (tests, loom).
+enum Domain {
+    #[cfg(not(loom))]
+    Global,
+    Owned(Arc<Rcu>),
+}
+
+/// A raw node pointer that may cross to the RCU callback thread.
+struct RetiredNode(*mut Node);
+
+// SAFETY: the node is unlinked and owned by the callback alone; `Node` is Send.
+unsafe impl Send for RetiredNode {}
+
+impl RetiredNode {
+    fn free(self) {
+        // SAFETY: the node came from `Box::into_raw` and is freed once, here, after a grace
+        // period (no reader can still be inside it).
+        drop(unsafe { Box::from_raw(self.0) });
+    }
+}
+
+/// `struct address_space`'s `i_pages`: the page cache of one file.
+pub struct Index {
+    arena: Arc<Arena>,
+    id: u64,
+    domain: Domain,
+    root: AtomicPtr<Node>,
+    locked: Mutex<Locked>,
+    /// Relaxed mirror of `locked.spare.len()`, read before locking to top the stash up.
+    spare_hint: AtomicUsize,
+}
+
+impl fmt::Debug for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Index")
+            .field("mapping", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Index {
+    /// `address_space_init_once`: an empty index whose folios come from `arena`, with a fresh
+    /// mapping id, using the process-wide RCU domain.
+    #[cfg(not(loom))]
+    pub fn new(arena: Arc<Arena>) -> Self {
+        Self::build(arena, Domain::Global)
+    }
+
+    /// As [`Index::new`], with a private RCU domain.
+    pub fn with_rcu(arena: Arc<Arena>, rcu: Arc<Rcu>) -> Self {
+        Self::build(arena, Domain::Owned(rcu))
+    }
+
+    fn build(arena: Arc<Arena>, domain: Domain) -> Self {
+        let id = arena.new_mapping_id();
+        Self {
+            arena,
+            id,
+            domain,
+            root: AtomicPtr::new(std::ptr::null_mut()),
+            locked: Mutex::new(Locked {
+                spare: Vec::new(),
+                stats: IndexStats::default(),
+            }),
+            spare_hint: AtomicUsize::new(0),
+        }
+    }
+
+    /// The mapping id stored in the folios this index holds (`folio->mapping`).
+    #[inline]
+    pub fn mapping_id(&self) -> u64 {
+        self.id
+    }
+
+    /// The arena the folios come from.
+    #[inline]
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.arena
+    }
+
+    #[inline]
+    fn rcu(&self) -> &Rcu {
+        match &self.domain {
+            #[cfg(not(loom))]
+            Domain::Global => Rcu::global(),
+            Domain::Owned(r) => r,
+        }
+    }
+
+    /// Takes the index lock, counting the acquisition, after adding `extra` spare nodes.
+    fn lock(&self, extra: Vec<Box<Node>>) -> MutexGuard<'_, Locked> {
+        let mut g = self.locked.lock();
+        g.stats.lock_acquisitions += 1;
+        if !extra.is_empty() {
+            // Bounded: `top_up` brings at most MAX_SPARE, `relock_with_nodes` what a step
+            // needs plus SPARE_SLACK.
+            g.spare.extend(extra);
+            self.spare_hint.store(g.spare.len(), Ordering::Relaxed);
+        }
+        g
+    }
+
+    /// Nodes to bring to the lock so the stash holds `want` (allocated before locking).
+    fn top_up(&self, want: usize) -> Vec<Box<Node>> {
+        let have = self.spare_hint.load(Ordering::Relaxed);
+        (have..want.min(MAX_SPARE)).map(|_| Node::new()).collect()
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Lockless lookup
+    // ---------------------------------------------------------------------------------
+
+    /// `xas_load`: the node, offset and word of the folio entry covering `index`. The caller
+    /// is inside an RCU read section of this index's domain or holds the index lock; the
+    /// returned node stays valid as long as that lasts.
+    #[inline]
+    fn walk(&self, index: u64) -> Option<(*const Node, usize, usize)> {
+        // ORDERING: Acquire; pairs with the Release stores of the root in `grow`/`store_entry`
+        // (`prune`/`shrink` too), so the node's initialised slots are visible.
+        let mut node = self.root.load(Ordering::Acquire) as *const Node;
+        if node.is_null() {
+            return None;
+        }
+        // SAFETY: nodes reachable from the root are freed only after a grace period or under
+        // the lock, and the caller is in a read section or holds the lock.
+        let mut n = unsafe { &*node };
+        if (index as u128) >= span(n.shift()) {
+            return None;
+        }
+        loop {
+            let mut off = n.offset_of(index);
+            let mut w = n.load(off);
+            if let Entry::Sibling(canonical) = Entry::decode(w) {
+                off = canonical;
+                w = n.load(off);
+            }
+            match Entry::decode(w) {
+                Entry::Node(child) => {
+                    node = child;
+                    // SAFETY: as above; a child is published with Release before use.
+                    n = unsafe { &*node };
+                }
+                Entry::Folio(_) => return Some((node, off, w)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// `filemap_get_entry` / `filemap_get_folio`: a reference on the folio cached at `index`,
+    /// taken without the index lock (RCU walk, speculative `try_get`, re-check).
+    ///
+    /// The folio may be locked (I/O in flight) and not uptodate: check and
+    /// [`FolioRef::wait_locked`] as the read path does.
+    #[inline]
+    pub fn lookup(&self, index: u64) -> Option<FolioRef<'_>> {
+        self.lookup_inner(index, true)
+    }
+
+    /// The lookup without the re-check, for the loom model that must catch it
+    /// (`tests/loom_index.rs`). Never use it elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn lookup_without_recheck(&self, index: u64) -> Option<FolioRef<'_>> {
+        self.lookup_inner(index, false)
+    }
+
+    #[inline]
+    fn lookup_inner(&self, index: u64, recheck: bool) -> Option<FolioRef<'_>> {
+        let _rcu = self.rcu().read_lock();
+        let backoff = Backoff::new();
+        loop {
+            let (node, off, w) = self.walk(index)?;
+            let Entry::Folio(pfn) = Entry::decode(w) else {
+                unreachable!("walk returns folio entries")
+            };
+            let Some(folio) = self.arena.try_get(self.arena.folio(pfn)) else {
+                // Frozen or free: a remover holds the lock and is about to clear the slot.
+                backoff.snooze();
+                continue;
+            };
+            // SAFETY: still inside the read section that found `node`.
+            if recheck && unsafe { &*node }.load(off) != w {
+                // `xas_reload` failed: the folio moved on. This put may be the final put of
+                // the folio's next life; the free path copes.
+                drop(folio);
+                continue;
+            }
+            return Some(folio);
+        }
+    }
+
+    /// `xa_load` != NULL: whether a folio is cached at `index` (no reference taken; a hint,
+    /// as readahead's "page already present?" test).
+    #[inline]
+    pub fn contains(&self, index: u64) -> bool {
+        let _rcu = self.rcu().read_lock();
+        self.walk(index).is_some()
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Insertion
+    // ---------------------------------------------------------------------------------
+
+    /// The level a folio of `order` is stored at.
+    #[inline]
+    fn target_shift(order: u32) -> u32 {
+        (order / CHUNK_SHIFT) * CHUNK_SHIFT
+    }
+
+    /// `xas_create`, read-only: how many new nodes storing an entry of `order` at `index`
+    /// needs, or `Err` if part of the range is occupied. Under the lock.
+    fn nodes_needed(&self, index: u64, order: u32) -> Result<usize, ()> {
+        let tshift = Self::target_shift(order);
+        let nslots = 1usize << (order - tshift);
+        let levels_below = |s: u32| ((s - tshift) / CHUNK_SHIFT) as usize;
+        let root = self.root.load(Ordering::Relaxed);
+        if root.is_null() {
+            let mut s = tshift;
+            while (index as u128) >= span(s) {
+                s += CHUNK_SHIFT;
+            }
+            return Ok(levels_below(s) + 1);
+        }
+        // SAFETY: under the index lock: nodes in the tree are live.
+        let mut n = unsafe { &*root };
+        let mut top = n.shift();
+        let mut needed = 0;
+        while (index as u128) >= span(top) || top < tshift {
+            top += CHUNK_SHIFT;
+            needed += 1;
+        }
+        // Levels added on top hold the old root in slot 0: does the path leave it?
+        let mut s = top;
+        while s > n.shift() {
+            let off = (index >> s) & node::MASK;
+            if s == tshift {
+                // The entry goes in a new top node; slot 0 (the old root) must not overlap.
+                return if off == 0 { Err(()) } else { Ok(needed) };
+            }
+            if off != 0 {
+                return Ok(needed + levels_below(s - CHUNK_SHIFT) + 1);
+            }
+            s -= CHUNK_SHIFT;
+        }
+        loop {
+            let off = n.offset_of(index);
+            if n.shift() == tshift {
+                return if (off..off + nslots).all(|i| n.load(i) == 0) {
+                    Ok(needed)
+                } else {
+                    Err(())
+                };
+            }
+            match Entry::decode(n.load(off)) {
+                Entry::Empty => return Ok(needed + levels_below(n.shift() - CHUNK_SHIFT) + 1),
+                // SAFETY: under the index lock.
+                Entry::Node(c) => n = unsafe { &*c },
+                _ => return Err(()), // a larger folio (or value) covers the index
+            }
+        }
+    }
+
+    /// Takes a spare node and sets it up as a child of `parent` at `offset` with `shift`.
+    fn take_node(&self, g: &mut Locked, shift: u32, parent: *mut Node, offset: usize) -> *mut Node {
+        let b = g
+            .spare
+            .pop()
+            .expect("nodes_needed guaranteed the spare nodes");
+        self.spare_hint.store(g.spare.len(), Ordering::Relaxed);
+        b.set_shift(shift);
+        // SAFETY: the node is unpublished and ours.
+        unsafe {
+            b.meta(|m| {
+                m.count = 0;
+                m.parent = parent;
+                m.offset = offset as u8;
+            })
+        };
+        g.stats.nr_nodes += 1;
+        Box::into_raw(b)
+    }
+
+    /// `xas_store` of a new folio entry, after `nodes_needed` said Ok and the stash holds the
+    /// nodes. Under the lock.
+    fn store_entry(&self, g: &mut Locked, index: u64, order: u32, w: usize) {
+        let tshift = Self::target_shift(order);
+        let nslots = 1usize << (order - tshift);
+        let mut root = self.root.load(Ordering::Relaxed);
+        if root.is_null() {
+            let mut s = tshift;
+            while (index as u128) >= span(s) {
+                s += CHUNK_SHIFT;
+            }
+            root = self.take_node(g, s, std::ptr::null_mut(), 0);
+            // ORDERING: Release; pairs with the Acquire root load in `walk`.
+            self.root.store(root, Ordering::Release);
+        }
+        // `xas_expand`: add levels on top.
+        loop {
+            // SAFETY: under the index lock.
+            let r = unsafe { &*root };
+            if (index as u128) < span(r.shift()) && r.shift() >= tshift {
+                break;
+            }
+            let top = self.take_node(g, r.shift() + CHUNK_SHIFT, std::ptr::null_mut(), 0);
+            // SAFETY: `top` is unpublished; `r` is in the tree and we hold the lock.
+            unsafe {
+                (*top).store(0, Entry::node(root));
+                (*top).meta(|m| m.count = 1);
+                r.meta(|m| {
+                    m.parent = top;
+                    m.offset = 0;
+                });
+            }
+            // ORDERING: Release; pairs with the Acquire root load in `walk`.
+            self.root.store(top, Ordering::Release);
+            root = top;
+        }
+        let mut node = root;
+        loop {
+            // SAFETY: under the index lock.
+            let n = unsafe { &*node };
+            let off = n.offset_of(index);
+            if n.shift() == tshift {
+                for i in 1..nslots {
+                    n.store(off + i, Entry::sibling(off));
+                }
+                // The publishing store: mapping, index and the cache's references were set
+                // before it (Release).
+                n.store(off, w);
+                // SAFETY: under the index lock.
+                unsafe { n.meta(|m| m.count += nslots as u32) };
+                return;
+            }
+            match Entry::decode(n.load(off)) {
+                Entry::Node(c) => node = c,
+                Entry::Empty => {
+                    let child = self.take_node(g, n.shift() - CHUNK_SHIFT, node, off);
+                    n.store(off, Entry::node(child));
+                    // SAFETY: under the index lock.
+                    unsafe { n.meta(|m| m.count += 1) };
+                    node = child;
+                }
+                e => unreachable!("nodes_needed checked the path, found {e:?}"),
+            }
+        }
+    }
+
+    /// One folio into the tree under the held lock, or the reason it cannot go in now:
+    /// `Err(Ok(n))` = needs `n` more spare nodes, `Err(Err(e))` = refused.
+    fn add_locked(
+        &self,
+        g: &mut Locked,
+        folio: &Folio,
+        index: u64,
+    ) -> Result<(), Result<usize, AddError>> {
+        let order = folio.order();
+        let nr = folio.nr_pages() as u64;
+        if index % nr != 0 {
+            return Err(Err(AddError::Misaligned { index, order }));
+        }
+        let mapping = folio.mapping();
+        if mapping != 0 || folio.is_anon() {
+            return Err(Err(AddError::AlreadyMapped { mapping }));
+        }
+        let need = self
+            .nodes_needed(index, order)
+            .map_err(|()| Err(AddError::Exists { index }))?;
+        if need > g.spare.len() {
+            return Err(Ok(need - g.spare.len()));
+        }
+        // `__filemap_add_folio`: the cache's references and the folio's identity before the
+        // publishing store. The caller holds a reference, so `add` is a plain increment.
+        folio.refcount().add(self.arena.strategy(), nr as u32);
+        folio.set_mapping(self.id, index);
+        self.store_entry(g, index, order, Entry::folio(folio.pfn()));
+        g.stats.nr_pages += nr;
+        g.stats.nr_folios += 1;
+        g.stats.pages_inserted += nr;
+        Ok(())
+    }
+
+    /// `xas_nomem`: unlock, allocate `n` nodes (plus slack), re-lock.
+    #[cold]
+    fn relock_with_nodes<'a>(
+        &'a self,
+        g: MutexGuard<'a, Locked>,
+        n: usize,
+    ) -> MutexGuard<'a, Locked> {
+        drop(g);
+        let nodes = (0..n + SPARE_SLACK).map(|_| Node::new()).collect();
+        let mut g = self.lock(nodes);
+        g.stats.nomem_retries += 1;
+        g
+    }
+
+    fn check_arena(&self, folio: &FolioLocked<'_>) -> Result<(), AddError> {
+        if std::ptr::eq(folio.arena(), &*self.arena) {
+            Ok(())
+        } else {
+            Err(AddError::ForeignArena)
+        }
+    }
+
+    /// `filemap_add_folio`: inserts one locked folio at `index` (a multiple of its size) under
+    /// one lock hold. The cache takes `nr_pages` references and the folio gets this mapping
+    /// and index; the caller keeps its own reference and the lock.
+    pub fn add_folio(&self, folio: &FolioLocked<'_>, index: u64) -> Result<(), AddError> {
+        self.check_arena(folio)?;
+        let mut g = self.lock(self.top_up(1));
+        loop {
+            match self.add_locked(&mut g, folio, index) {
+                Ok(()) => return Ok(()),
+                Err(Err(e)) => return Err(e),
+                Err(Ok(n)) => g = self.relock_with_nodes(g, n),
+            }
+        }
+    }
+
+    /// `filemap_add_folio_range` (seed 001): inserts the batch `folios`, consecutive and in
+    /// index order, into `start..end` under one lock hold (more only if nodes must be
+    /// allocated).
+    ///
+    /// Stops at the first index that is occupied, or whose folio is missing or invalid.
+    /// Returns the number of *pages* inserted if any (the first `k` folios of the batch are
+    /// then in the cache, `k` implied by the page count), else the error that stopped it. The
+    /// caller keeps its references and locks on every folio, inserted or not, and disposes of
+    /// the uninserted ones.
+    pub fn add_folio_range(
+        &self,
+        start: u64,
+        end: u64,
+        folios: &[FolioLocked<'_>],
+    ) -> Result<u64, AddError> {
+        if start >= end {
+            return Ok(0);
+        }
+        if let Some(f) = folios.first() {
+            self.check_arena(f)?;
+        }
+        let want = ((end - start) as usize).div_ceil(FANOUT) + 1;
+        let mut g = self.lock(self.top_up(want));
+        let mut index = start;
+        let mut err = None;
+        for folio in folios {
+            if index >= end {
+                break;
+            }
+            if let Err(e) = self.check_arena(folio) {
+                err = Some(e);
+                break;
+            }
+            loop {
+                match self.add_locked(&mut g, folio, index) {
+                    Ok(()) => break,
+                    Err(Err(e)) => {
+                        err = Some(e);
+                        break;
+                    }
+                    Err(Ok(n)) => g = self.relock_with_nodes(g, n),
+                }
+            }
+            if err.is_some() {
+                break;
+            }
+            index += folio.nr_pages() as u64;
+        }
+        drop(g);
+        if index == start && err.is_none() && index < end {
+            err = Some(AddError::MissingFolio { index });
+        }
+        match err {
+            Some(e) if index == start => Err(e),
+            _ => Ok(index - start),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Removal
+    // ---------------------------------------------------------------------------------
+
+    /// The node and canonical offset of `pfn`'s entry at `index`, if the tree holds it there.
+    /// Under the lock.
+    fn slot_of(&self, index: u64, pfn: u32) -> Option<(*const Node, usize)> {
+        let (node, off, w) = self.walk(index)?;
+        (w == Entry::folio(pfn)).then_some((node, off))
+    }
+
+    /// Retires an unlinked node: freed after a grace period.
+    fn retire(&self, g: &mut Locked, node: *mut Node) {
+        g.stats.nr_nodes -= 1;
+        let r = RetiredNode(node);
+        self.rcu().call_rcu(move || r.free());
+    }
+
+    /// `xas_store(NULL)` over a folio's slots, then frees empty nodes up the path
+    /// (`xas_delete_node`) and shrinks the root (`xas_shrink`). Under the lock.
+    fn clear_entry(&self, g: &mut Locked, node: *const Node, off: usize, order: u32) {
+        // SAFETY: under the index lock.
+        let n = unsafe { &*node };
+        let nslots = 1usize << (order - Self::target_shift(order));
+        n.store(off, 0);
+        for i in 1..nslots {
+            n.store(off + i, 0);
+        }
+        let mut node = node as *mut Node;
+        // SAFETY: under the index lock.
+        let mut count = unsafe {
+            n.meta(|m| {
+                m.count -= nslots as u32;
+                m.count
+            })
+        };
+        while count == 0 {
+            // SAFETY: under the index lock.
+            let (parent, offset) = unsafe { (*node).meta(|m| (m.parent, m.offset as usize)) };
+            if parent.is_null() {
+                // ORDERING: Release (pairs with `walk`'s Acquire; publishes "empty").
+                self.root.store(std::ptr::null_mut(), Ordering::Release);
+                self.retire(g, node);
+                return;
+            }
+            // SAFETY: the parent is in the tree; we hold the lock.
+            let p = unsafe { &*parent };
+            p.store(offset, 0);
+            self.retire(g, node);
+            // SAFETY: under the index lock.
+            count = unsafe {
+                p.meta(|m| {
+                    m.count -= 1;
+                    m.count
+                })
+            };
+            node = parent;
+        }
+        self.shrink(g);
+    }
+
+    /// `xas_shrink`: while the root has only slot 0 in use and it holds a node, make that node
+    /// the root. Readers still inside the old root follow its slot 0 to the same child, which
+    /// stays valid: it is freed only after a grace period that starts when it is unlinked.
+    fn shrink(&self, g: &mut Locked) {
+        loop {
+            let root = self.root.load(Ordering::Relaxed);
+            if root.is_null() {
+                return;
+            }
+            // SAFETY: under the index lock.
+            let r = unsafe { &*root };
+            // SAFETY: under the index lock.
+            if unsafe { r.meta(|m| m.count) } != 1 {
+                return;
+            }
+            let Entry::Node(child) = Entry::decode(r.load(0)) else {
+                return;
+            };
+            // SAFETY: under the index lock.
+            unsafe { (*child).meta(|m| m.parent = std::ptr::null_mut()) };
+            // ORDERING: Release; pairs with the Acquire root load in `walk`.
+            self.root.store(child, Ordering::Release);
+            self.retire(g, root);
+        }
+    }
+
+    /// Removes `folio` (held in the tree at its index) under the held lock and updates the
+    /// counters; `false` if the tree does not hold it.
+    fn remove_locked(&self, g: &mut Locked, folio: &Folio) -> bool {
+        if folio.mapping() != self.id {
+            return false;
+        }
+        let index = folio.index();
+        let Some((node, off)) = self.slot_of(index, folio.pfn()) else {
+            return false;
+        };
+        self.clear_entry(g, node, off, folio.order());
+        // `page_cache_delete`: the folio leaves the mapping (the index is kept, as the kernel
+        // keeps it for truncation).
+        folio.set_mapping(0, index);
+        let nr = folio.nr_pages() as u64;
+        g.stats.nr_pages -= nr;
+        g.stats.nr_folios -= 1;
+        g.stats.pages_removed += nr;
+        true
+    }
+
+    /// `filemap_remove_folio` (`page_cache_delete` + `filemap_free_folio`): removes the locked
+    /// folio from the index whoever else holds it, then drops the cache's references. Returns
+    /// false if this index does not hold it. Holders keep a folio without a mapping, freed at
+    /// their last put.
+    pub fn delete(&self, folio: &FolioLocked<'_>) -> bool {
+        if folio.mapping() != self.id || !std::ptr::eq(folio.arena(), &*self.arena) {
+            return false;
+        }
+        let mut g = self.lock(Vec::new());
+        let removed = self.remove_locked(&mut g, folio);
+        drop(g);
+        if removed {
+            // The caller's reference keeps the folio alive: this put is never the last one.
+            let last = folio
+                .refcount()
+                .sub_and_test(self.arena.strategy(), folio.nr_pages() as u32);
+            debug_assert!(!last);
+            if last {
+                self.arena.free_won(folio);
+            }
+        }
+        removed
+    }
+
+    /// `__remove_mapping` / `remove_mapping` (reclaim and invalidation): if the cache's
+    /// references and the caller's are the only ones, freeze the folio under the index lock,
+    /// remove it and free it. Otherwise (pinned by a reader, mapped, in an LRU batch...) give
+    /// the locked folio back untouched.
+    ///
+    /// The caller must have taken the folio off any LRU list (flags checked at free).
+    pub fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioLocked<'a>> {
+        if folio.mapping() != self.id || !std::ptr::eq(folio.arena(), &*self.arena) {
+            return Err(folio);
+        }
+        let nr = folio.nr_pages() as u32;
+        let mut g = self.lock(Vec::new());
+        if self.slot_of(folio.index(), folio.pfn()).is_none() {
+            return Err(folio);
+        }
+        // SAFETY: the expected count is the cache's `nr` references, owned by this index and
+        // removed under its lock right below, plus the caller's one.
+        let frozen = unsafe { folio.freeze(nr + 1) }?;
+        let removed = self.remove_locked(&mut g, &frozen);
+        debug_assert!(removed);
+        drop(g);
+        frozen.free();
+        Ok(())
+    }
+
+    /// The first folio entry covering an index in `from..=last`, as `(first index, pfn)`.
+    /// Under the lock.
+    fn find(&self, from: u64, last: u64) -> Option<(u64, u32)> {
+        fn find_in(n: &Node, base: u128, from: u64, last: u64) -> Option<(u64, u32)> {
+            let s = n.shift();
+            let start = if (from as u128) > base {
+                ((from as u128 - base) >> s) as usize
+            } else {
+                0
+            };
+            for off in start..FANOUT {
+                let ibase = base + ((off as u128) << s);
+                if ibase > last as u128 {
+                    return None;
+                }
+                match Entry::decode(n.load(off)) {
+                    Entry::Folio(pfn) => return Some((ibase as u64, pfn)),
+                    Entry::Sibling(c) if off == start => {
+                        // `from` lies inside a large folio that starts before it.
+                        if let Entry::Folio(pfn) = Entry::decode(n.load(c)) {
+                            return Some(((base + ((c as u128) << s)) as u64, pfn));
+                        }
+                    }
+                    Entry::Node(child) => {
+                        // SAFETY: under the index lock.
+                        if let Some(r) = find_in(unsafe { &*child }, ibase, from, last) {
+                            return Some(r);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            None
+        }
+        let root = self.root.load(Ordering::Relaxed);
+        if root.is_null() || from > last {
+            return None;
+        }
+        // SAFETY: under the index lock.
+        find_in(unsafe { &*root }, 0, from, last)
+    }
+
+    /// Shared loop of `truncate` and `invalidate`.
+    fn remove_range(&self, start: u64, end: u64, truncate: bool) -> RemoveStats {
+        let mut out = RemoveStats::default();
+        let mut next = start;
+        while next < end {
+            let g = self.lock(Vec::new());
+            let Some((index, pfn)) = self.find(next, end - 1) else {
+                break;
+            };
+            // In the tree the folio holds the cache's references and cannot be frozen (only
+            // `evict`, under this lock, freezes page-cache folios), so the get succeeds.
+            let folio = self.arena.folio(pfn);
+            next = index.saturating_add(folio.nr_pages() as u64);
+            let folio = self.arena.try_get(folio);
+            drop(g);
+            let Some(folio) = folio else {
+                continue;
+            };
+            let locked = if truncate {
+                folio.lock()
+            } else {
+                match folio.try_lock() {
+                    Ok(l) => l,
+                    Err(_) => {
+                        out.busy += 1;
+                        continue;
+                    }
+                }
+            };
+            // Re-check under the folio lock: still ours, at the same place?
+            if locked.mapping() != self.id || locked.index() != index {
+                continue;
+            }
+            let nr = locked.nr_pages() as u64;
+            match self.evict(locked) {
+                Ok(()) => {
+                    out.folios_freed += 1;
+                    out.pages_freed += nr;
+                }
+                Err(locked) => {
+                    out.busy += 1;
+                    if truncate {
+                        self.delete(&locked);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `truncate_inode_pages_range`: removes every folio overlapping `start..end` (page
+    /// indices; large folios that overlap are removed whole). Waits for locked folios. Folios
+    /// only the cache holds are freed; pinned ones are detached from the index and freed by
+    /// their last holder (counted as `busy`), never under a reader.
+    pub fn truncate(&self, start: u64, end: u64) -> RemoveStats {
+        self.remove_range(start, end, true)
+    }
+
+    /// `invalidate_mapping_pages`: frees the folios overlapping `start..end` that nobody but
+    /// the cache holds; locked or pinned folios are left in place and counted as `busy`.
+    pub fn invalidate(&self, start: u64, end: u64) -> RemoveStats {
+        self.remove_range(start, end, false)
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Statistics and validation
+    // ---------------------------------------------------------------------------------
+
+    /// A snapshot of the counters (takes the lock; not counted as an acquisition).
+    pub fn stats(&self) -> IndexStats {
+        let g = self.locked.lock();
+        let mut s = g.stats;
+        s.spare_nodes = g.spare.len() as u64;
+        s
+    }
+
+    /// Walks the whole tree under the lock and checks its structure and every counter:
+    /// shifts, parent links and offsets, per-node counts, sibling entries, folio alignment,
+    /// mapping and index, cache references, pages, folios and nodes.
+    pub fn validate(&self) -> Result<IndexStats, String> {
+        let g = self.locked.lock();
+        let mut c = IndexStats::default();
+        let root = self.root.load(Ordering::Relaxed);
+        if !root.is_null() {
+            // SAFETY: under the index lock.
+            let r = unsafe { &*root };
+            // SAFETY: under the index lock.
+            if !unsafe { r.meta(|m| m.parent) }.is_null() {
+                return Err("root has a parent".into());
+            }
+            self.validate_node(r, 0, &mut c)?;
+        }
+        let s = g.stats;
+        for (name, got, want) in [
+            ("nr_pages", c.nr_pages, s.nr_pages),
+            ("nr_folios", c.nr_folios, s.nr_folios),
+            ("nr_nodes", c.nr_nodes, s.nr_nodes),
+        ] {
+            if got != want {
+                return Err(format!("{name}: counted {got}, stats say {want}"));
+            }
+        }
+        if s.pages_inserted - s.pages_removed != s.nr_pages {
+            return Err(format!(
+                "inserted {} - removed {} != cached {}",
+                s.pages_inserted, s.pages_removed, s.nr_pages
+            ));
+        }
+        let mut out = s;
+        out.spare_nodes = g.spare.len() as u64;
+        Ok(out)
+    }
+
+    fn validate_node(&self, n: &Node, base: u128, c: &mut IndexStats) -> Result<(), String> {
+        let s = n.shift();
+        c.nr_nodes += 1;
+        let mut used = 0u32;
+        let mut off = 0;
+        while off < FANOUT {
+            let ibase = base + ((off as u128) << s);
+            let w = n.load(off);
+            match Entry::decode(w) {
+                Entry::Empty => off += 1,
+                Entry::Value(_) => return Err(format!("value entry at {ibase}")),
+                Entry::Sibling(canon) => {
+                    return Err(format!("orphan sibling at {ibase} -> slot {canon}"));
+                }
+                Entry::Node(child) => {
+                    // SAFETY: under the index lock.
+                    let ch = unsafe { &*child };
+                    if s < CHUNK_SHIFT || ch.shift() != s - CHUNK_SHIFT {
+                        return Err(format!("node at {ibase}: shift {} under {s}", ch.shift()));
+                    }
+                    // SAFETY: under the index lock.
+                    let (parent, poff, count) =
+                        unsafe { ch.meta(|m| (m.parent, m.offset as usize, m.count)) };
+                    if !std::ptr::eq(parent, n) || poff != off {
+                        return Err(format!("node at {ibase}: bad parent link"));
+                    }
+                    if count == 0 {
+                        return Err(format!("empty node left in the tree at {ibase}"));
+                    }
+                    self.validate_node(ch, ibase, c)?;
+                    used += 1;
+                    off += 1;
+                }
+                Entry::Folio(pfn) => {
+                    if pfn >= self.arena.nr_pages() {
+                        return Err(format!("entry at {ibase}: pfn {pfn} out of the arena"));
+                    }
+                    let f = self.arena.folio(pfn);
+                    let order = f.order();
+                    let nr = f.nr_pages() as u64;
+                    if Self::target_shift(order) != s {
+                        return Err(format!("folio {pfn} of order {order} stored at shift {s}"));
+                    }
+                    let nslots = 1usize << (order - s);
+                    if off % nslots != 0 || off + nslots > FANOUT {
+                        return Err(format!("folio {pfn} at slot {off} misaligned"));
+                    }
+                    for i in 1..nslots {
+                        if n.load(off + i) != Entry::sibling(off) {
+                            return Err(format!(
+                                "folio {pfn}: slot {} is not its sibling",
+                                off + i
+                            ));
+                        }
+                    }
+                    if f.mapping() != self.id || f.index() as u128 != ibase {
+                        return Err(format!(
+                            "folio {pfn} at index {ibase} says mapping {} index {}",
+                            f.mapping(),
+                            f.index()
+                        ));
+                    }
+                    let refs = f.ref_count(self.arena.strategy()) as u64;
+                    if refs < nr {
+                        return Err(format!("folio {pfn}: {refs} references < {nr} cache refs"));
+                    }
+                    c.nr_pages += nr;
+                    c.nr_folios += 1;
+                    used += nslots as u32;
+                    off += nslots;
+                }
+            }
+        }
+        // SAFETY: under the index lock.
+        let count = unsafe { n.meta(|m| m.count) };
+        if count != used {
+            return Err(format!("node at {base}: count {count}, {used} slots used"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Index {
+    /// `truncate_inode_pages_final` + freeing the tree: every folio leaves the mapping and
+    /// loses the cache's references (holders keep theirs); nodes are freed at once (no reader
+    /// can exist: they borrow the index).
+    fn drop(&mut self) {
+        fn free_node(arena: &Arena, strategy: crate::refcount::RefStrategy, node: *mut Node) {
+            // SAFETY: `&mut self`: no reader or writer remains; each node is visited once.
+            let n = unsafe { Box::from_raw(node) };
+            for off in 0..FANOUT {
+                match Entry::decode(n.load(off)) {
+                    Entry::Node(c) => free_node(arena, strategy, c),
+                    Entry::Folio(pfn) => {
+                        let f = arena.folio(pfn);
+                        f.set_mapping(0, f.index());
+                        if f.refcount().sub_and_test(strategy, f.nr_pages() as u32) {
+                            arena.free_won(f);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let root = self.root.load(Ordering::Relaxed);
+        if !root.is_null() {
+            free_node(&self.arena, self.arena.strategy(), root);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

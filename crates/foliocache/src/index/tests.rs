@@ -1,0 +1,288 @@
+//! Unit tests of the index: insertion, multi-index entries, growth and shrink, removal.
+
+use super::*;
+use crate::folio::{ArenaConfig, FolioLocked, PAGE_SIZE};
+use crate::refcount::RefStrategy;
+
+fn setup(pages: usize, s: RefStrategy) -> (Arc<Arena>, Index) {
+    let mut c = ArenaConfig::new(pages * PAGE_SIZE, s);
+    c.panic_on_bad_page = true;
+    let arena = Arc::new(Arena::new(c).unwrap());
+    let index = Index::new(arena.clone());
+    (arena, index)
+}
+
+fn locked(arena: &Arena, order: u32) -> FolioLocked<'_> {
+    arena.alloc(order).unwrap().lock()
+}
+
+#[test]
+fn add_lookup_delete_one() {
+    for s in RefStrategy::ALL {
+        let (arena, idx) = setup(64, s);
+        let f = locked(&arena, 0);
+        idx.add_folio(&f, 5).unwrap();
+        assert_eq!(f.mapping(), idx.mapping_id());
+        assert_eq!(f.index(), 5);
+        assert_eq!(f.ref_count(s), 2, "caller + cache");
+        assert_eq!(
+            idx.add_folio(&f, 6),
+            Err(AddError::AlreadyMapped {
+                mapping: idx.mapping_id()
+            })
+        );
+        let g = locked(&arena, 0);
+        assert_eq!(idx.add_folio(&g, 5), Err(AddError::Exists { index: 5 }));
+        assert_eq!(g.ref_count(s), 1, "failed insert leaves no reference");
+        drop(g);
+        let r = idx.lookup(5).unwrap();
+        assert_eq!(r.pfn(), f.pfn());
+        assert!(idx.lookup(4).is_none() && idx.lookup(6).is_none());
+        assert!(idx.contains(5) && !idx.contains(1 << 40));
+        drop(r);
+        let st = idx.validate().unwrap();
+        assert_eq!((st.nr_pages, st.nr_folios, st.nr_nodes), (1, 1, 1));
+        assert!(idx.delete(&f));
+        assert!(!idx.delete(&f));
+        assert_eq!(f.mapping(), 0);
+        assert_eq!(f.ref_count(s), 1);
+        assert!(idx.lookup(5).is_none());
+        let st = idx.validate().unwrap();
+        assert_eq!((st.nr_pages, st.nr_nodes), (0, 0));
+        drop(f);
+        assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+    }
+}
+
+#[test]
+fn large_folios_are_multi_index_entries() {
+    let (arena, idx) = setup(2048, RefStrategy::LockedBit);
+    let f2 = locked(&arena, 2);
+    assert_eq!(
+        idx.add_folio(&f2, 6),
+        Err(AddError::Misaligned { index: 6, order: 2 })
+    );
+    idx.add_folio(&f2, 8).unwrap();
+    for i in 8..12 {
+        assert_eq!(idx.lookup(i).unwrap().pfn(), f2.pfn(), "index {i}");
+    }
+    assert!(idx.lookup(12).is_none() && idx.lookup(7).is_none());
+    // An order-0 folio inside the order-2 range conflicts; so does an order-3 covering it.
+    let g = locked(&arena, 0);
+    assert_eq!(idx.add_folio(&g, 10), Err(AddError::Exists { index: 10 }));
+    let g3 = locked(&arena, 3);
+    assert_eq!(idx.add_folio(&g3, 8), Err(AddError::Exists { index: 8 }));
+    // Orders 6..9 live one level up.
+    let f9 = locked(&arena, 9);
+    idx.add_folio(&f9, 1024).unwrap();
+    for i in [1024, 1100, 1535] {
+        assert_eq!(idx.lookup(i).unwrap().pfn(), f9.pfn());
+    }
+    assert!(idx.lookup(1536).is_none());
+    let f6 = locked(&arena, 6);
+    // 0..64 holds the order-2 folio in a leaf: an order-6 folio at 0 conflicts.
+    assert_eq!(idx.add_folio(&f6, 0), Err(AddError::Exists { index: 0 }));
+    idx.add_folio(&f6, 64).unwrap();
+    assert_eq!(idx.lookup(127).unwrap().pfn(), f6.pfn());
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_pages, 4 + 512 + 64);
+    assert!(idx.delete(&f9));
+    assert!(idx.lookup(1100).is_none());
+    idx.validate().unwrap();
+    drop((g, g3));
+    // Still pinned by the test (unlocked): truncate detaches them instead of freeing.
+    let pins = (f2.unlock(), f6.unlock());
+    let r = idx.truncate(0, u64::MAX);
+    assert_eq!(
+        r,
+        RemoveStats {
+            folios_freed: 0,
+            pages_freed: 0,
+            busy: 2
+        }
+    );
+    assert_eq!(idx.validate().unwrap().nr_nodes, 0);
+    assert_eq!((pins.0.mapping(), pins.1.mapping()), (0, 0));
+    drop((pins, f9));
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn tree_grows_and_shrinks_with_far_indices() {
+    let (arena, idx) = setup(64, RefStrategy::CasLoop);
+    let far = [0u64, 63, 64, 4095, 4096, 1 << 30, (1 << 40) + 7, u64::MAX];
+    let folios: Vec<_> = far
+        .iter()
+        .map(|&i| {
+            let f = locked(&arena, 0);
+            idx.add_folio(&f, i).unwrap();
+            f
+        })
+        .collect();
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_pages, far.len() as u64);
+    for (&i, f) in far.iter().zip(&folios) {
+        assert_eq!(idx.lookup(i).unwrap().pfn(), f.pfn());
+        assert!(!idx.contains(i ^ 1) || far.contains(&(i ^ 1)));
+    }
+    // Remove from the far end: the root shrinks back.
+    for f in folios.iter().rev().take(far.len() - 1) {
+        assert!(idx.delete(f));
+        idx.validate().unwrap();
+    }
+    assert_eq!(
+        idx.validate().unwrap().nr_nodes,
+        1,
+        "a single leaf for index 0"
+    );
+    drop(folios);
+    assert_eq!(idx.invalidate(0, 1).folios_freed, 1);
+    assert_eq!(idx.validate().unwrap().nr_nodes, 0);
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn add_folio_range_follows_the_seed() {
+    let (arena, idx) = setup(256, RefStrategy::LockedBit);
+    let batch: Vec<_> = (0..32).map(|_| locked(&arena, 0)).collect();
+    let before = idx.stats().lock_acquisitions;
+    assert_eq!(idx.add_folio_range(64, 96, &batch), Ok(32));
+    assert_eq!(
+        idx.stats().lock_acquisitions - before,
+        1,
+        "one lock hold for the batch"
+    );
+    for (i, f) in batch.iter().enumerate() {
+        assert_eq!(f.index(), 64 + i as u64);
+    }
+    // A batch running into an occupied index stops there and reports the pages inserted.
+    let batch2: Vec<_> = (0..8).map(|_| locked(&arena, 0)).collect();
+    assert_eq!(idx.add_folio_range(60, 68, &batch2), Ok(4));
+    assert!(batch2[..4].iter().all(|f| f.mapping() == idx.mapping_id()));
+    assert!(batch2[4..].iter().all(|f| f.mapping() == 0));
+    // Nothing inserted: the error.
+    assert_eq!(
+        idx.add_folio_range(64, 68, &batch2[4..]),
+        Err(AddError::Exists { index: 64 })
+    );
+    assert_eq!(
+        idx.add_folio_range(200, 208, &[]),
+        Err(AddError::MissingFolio { index: 200 })
+    );
+    assert_eq!(idx.add_folio_range(5, 5, &batch2[4..]), Ok(0));
+    // Large folios in a batch.
+    let big: Vec<_> = (0..4).map(|_| locked(&arena, 2)).collect();
+    assert_eq!(idx.add_folio_range(128, 144, &big), Ok(16));
+    assert_eq!(idx.lookup(143).unwrap().pfn(), big[3].pfn());
+    // A batch shorter than the range: inserted what it had.
+    assert_eq!(idx.add_folio_range(144, 200, &batch2[4..]), Ok(4));
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_pages, 32 + 4 + 16 + 4);
+    assert_eq!(st.pages_inserted, st.nr_pages);
+    drop((batch, batch2, big));
+    let r = idx.truncate(0, u64::MAX);
+    assert_eq!(r.pages_freed, 56);
+    assert_eq!(r.busy, 0);
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn nomem_retry_keeps_progress() {
+    let (arena, idx) = setup(1024, RefStrategy::CasLoop);
+    // A batch spanning many leaves needs more nodes than the pre-lock top-up brings.
+    let batch: Vec<_> = (0..640).map(|_| locked(&arena, 0)).collect();
+    assert_eq!(
+        idx.add_folio_range(1 << 20, (1 << 20) + 640, &batch),
+        Ok(640)
+    );
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_pages, 640);
+    assert!(st.lock_acquisitions >= 1);
+    drop(batch);
+    assert_eq!(idx.invalidate(0, u64::MAX).pages_freed, 640);
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn evict_and_invalidate_respect_pins() {
+    for s in RefStrategy::ALL {
+        let (arena, idx) = setup(64, s);
+        let f = locked(&arena, 1);
+        idx.add_folio(&f, 2).unwrap();
+        let pin = idx.lookup(3).unwrap();
+        // Pinned by a reader: evict refuses and gives the folio back.
+        let f = idx.evict(f).unwrap_err();
+        assert_eq!(f.mapping(), idx.mapping_id());
+        let f = f.unlock();
+        // Invalidate: busy, left in place.
+        assert_eq!(
+            idx.invalidate(0, 10),
+            RemoveStats {
+                folios_freed: 0,
+                pages_freed: 0,
+                busy: 1
+            }
+        );
+        assert!(idx.contains(2));
+        // Truncate: detached from the index, the pin keeps it alive.
+        drop(f);
+        assert_eq!(
+            idx.truncate(0, 10),
+            RemoveStats {
+                folios_freed: 0,
+                pages_freed: 0,
+                busy: 1
+            }
+        );
+        assert!(!idx.contains(2));
+        assert_eq!(pin.mapping(), 0);
+        assert_eq!(pin.ref_count(s), 1);
+        assert_eq!(arena.stats().allocated_pages, 2);
+        drop(pin);
+        assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+        // Unpinned: evict frees.
+        let f = locked(&arena, 0);
+        idx.add_folio(&f, 0).unwrap();
+        idx.evict(f).unwrap();
+        assert!(idx.lookup(0).is_none());
+        assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+        idx.validate().unwrap();
+    }
+}
+
+#[test]
+fn invalidate_skips_locked_truncate_waits() {
+    let (arena, idx) = setup(64, RefStrategy::LockedBit);
+    let f = locked(&arena, 0);
+    idx.add_folio(&f, 0).unwrap();
+    assert_eq!(idx.invalidate(0, 1).busy, 1, "locked: skipped");
+    let idx = Arc::new(idx);
+    let t = {
+        let idx = idx.clone();
+        crate::sync::thread::spawn(move || idx.truncate(0, 1))
+    };
+    while arena.wait_table_sleepers() == 0 {
+        std::thread::yield_now();
+    }
+    drop(f.end_read(true));
+    let r = t.join().unwrap();
+    assert_eq!(r.folios_freed, 1);
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn drop_releases_the_cache_references() {
+    let (arena, idx) = setup(64, RefStrategy::CasLoop);
+    let kept = locked(&arena, 0);
+    idx.add_folio(&kept, 1).unwrap();
+    let kept = kept.unlock();
+    for i in 2..10 {
+        let f = locked(&arena, 0);
+        idx.add_folio(&f, i * 100).unwrap();
+    }
+    drop(idx);
+    assert_eq!(kept.mapping(), 0);
+    assert_eq!(arena.stats().allocated_pages, 1);
+    drop(kept);
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
