@@ -128,6 +128,9 @@ pub enum Flaw {
     /// Writers omit the release fence after begin: a reader may see a section's store but
     /// not its begin, and accept a torn snapshot.
     NoFenceAfterBegin,
+    /// Readers load the word `Relaxed` and skip the acquire fence in `read_retry`: they no
+    /// longer synchronize with the writers whose results they accept.
+    ReaderNoAcquire,
 }
 
 /// The atomic seqcount (the RFC's `raw_atomic_seqcount_t`).
@@ -250,6 +253,11 @@ impl SeqCount {
     /// (copy-on-write reuse: "don't reuse, copy").
     #[inline]
     pub fn try_read_begin(&self) -> Option<u64> {
+        #[cfg(loom)]
+        if self.flaw() == Flaw::ReaderNoAcquire {
+            let w = self.word.load(Ordering::Relaxed);
+            return (w & WRITERS_MASK == 0).then_some(w);
+        }
         // ORDERING: as in `read_begin`.
         let w = self.word.load(Ordering::Acquire);
         (w & WRITERS_MASK == 0).then_some(w)
@@ -259,6 +267,10 @@ impl SeqCount {
     /// (`read_atomic_seqcount_retry()`): the words read since are not a snapshot.
     #[inline]
     pub fn read_retry(&self, start: u64) -> bool {
+        #[cfg(loom)]
+        if self.flaw() == Flaw::ReaderNoAcquire {
+            return self.word.load(Ordering::Relaxed) != start;
+        }
         // ORDERING: the Acquire fence pairs with the writers' Release fence after their
         // begin RMW. If any protected load above read a value stored inside a section, that
         // section's begin happens-before the load below, which then cannot return `start`.

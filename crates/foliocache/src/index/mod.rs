@@ -874,7 +874,7 @@ impl Index {
     /// the locked folio back untouched.
     ///
     /// The caller must have taken the folio off any LRU list (flags checked at free).
-    pub fn evict<'a>(&'a self, folio: FolioLocked<'a>) -> Result<(), FolioLocked<'a>> {
+    pub fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioLocked<'a>> {
         if folio.mapping() != self.id || !std::ptr::eq(folio.arena(), &*self.arena) {
             return Err(folio);
         }

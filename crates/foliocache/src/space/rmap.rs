@@ -201,6 +201,16 @@ impl FolioRmap {
         }
     }
 
+    /// Unmapped, with a deliberately broken seqcount (loom negative tests only).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_seq_flaw(flaw: crate::seqcount::Flaw) -> Self {
+        Self {
+            seq: SeqCount::with_flaw(flaw),
+            ..Self::new()
+        }
+    }
+
     /// `prep_compound_head` for the mapping state: back to the initial values.
     pub fn prep(&self) {
         self.mapcount.store(0, Ordering::Relaxed);

@@ -1,0 +1,689 @@
+//! `cow`: David Hildenbrand's micro benchmarks from seed 002 (precise "mapped shared" vs
+//! "mapped exclusively" detection for PTE-mapped THP), on foliocache's address spaces.
+//!
+//! **Part 1, micro benchmarks.** Anonymous memory (default 256 MiB, `--size`; 8 MiB with
+//! `--quick`) backed by 2 MiB folios (`--order 9`, PMD-mapped; a smaller `--order` gives
+//! PTE-mapped mTHPs) is written once, then one action is timed:
+//!
+//! | benchmark | setup (untimed) | timed action |
+//! |---|---|---|
+//! | `remap` | populate | `protect` one page of every folio read-only (PTE-remaps each PMD mapping) |
+//! | `munmap` | populate, PTE-map | `unmap` the whole area |
+//! | `fork` | populate, PTE-map | `fork()` |
+//! | `cow` | populate, PTE-map, fork (child kept) | write the whole area |
+//! | `cow-byte` | same | write one byte per page |
+//! | `cow-reuse` | populate, PTE-map, fork, drop the child | write the whole area |
+//! | `cow-reuse-byte` | same | write one byte per page |
+//! | `pte-dontneed` | populate, PTE-map | `dontneed` every page, one call per page |
+//!
+//! "PTE-map" is the seed's trigger: protect the first page of each folio read-only and make
+//! it writable again (the page is anon-exclusive, so no fault follows). The variants are the
+//! sharer-tracking strategies: `none` (vanilla: a large folio mapped more than once is
+//! shared), `rmap-id` (the seed, exclusive-writer seqcount path on), `rmap-id-noexcl` (the
+//! seed without the exclusive path), `mm-owner` (the kernel's 2025 design). They run
+//! interleaved per benchmark; each sample is one action on fresh memory; tables show the
+//! median of `--runs`. The seed's table: % change in runtime against `none` (negative =
+//! faster).
+//!
+//! **Part 2, anon-cow (vm-scalability `case-anon-cow-seq` / `-rand`).** A parent writes the
+//! area, forks one child per thread; every thread writes one byte to every page of its child
+//! (in order, or in a random order), so the threads COW-fault the pages of the same folios
+//! at the same time, PTE-remapping each PMD in every child first: concurrent rmap updates of
+//! one folio. Reported: pages per second over all threads.
+//!
+//! **Correctness while measuring.** After every timed action (untimed) the brute-force oracle
+//! scans every page table and compares each `mapped_exclusively` answer and every counter;
+//! before the measurements, every benchmark runs once more at a small size in oracle mode,
+//! where every copy-on-write decision is checked against a scan as it is made. The arena
+//! must be back at its baseline after every sample.
+//!
+//! Stable names (see `shared/LAB-RESULTS.md`):
+//!
+//! | kind | names |
+//! |---|---|
+//! | variants | `none`, `rmap-id`, `rmap-id-noexcl`, `mm-owner` |
+//! | metrics | `runtime_ms` (part 1, threads = 1), `pages_per_sec` (part 2) |
+//! | row fields | `benchmark`: `remap`, `munmap`, `fork`, `cow`, `cow-byte`, `cow-reuse`, `cow-reuse-byte`, `pte-dontneed`, `anon-cow-seq`, `anon-cow-rand` |
+//! | comparisons | baseline `none`, candidates the three others; `runtime_ms` per part-1 benchmark, `pages_per_sec` per part-2 benchmark and thread count; each with its `benchmark` field |
+//! | checks | `oracle_mismatches` (wrong exclusivity answers, wrong reuse decisions and counter errors, all runs), `arena_back_to_baseline` (pages leaked over all samples), `bad_pages`, `cow_reuse_without_copies` (copies made by `rmap-id`/`mm-owner` in `cow-reuse`: must be 0) |
+//!
+//! What a 2-core VM can show: the seed measured on 20- and 32-core servers, where part 2 has
+//! 20-32 writers per folio. Here part 2 has at most `--threads` writers, so it shows the
+//! protocols' cost under light contention, not their scaling.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use foliocache::folio::{Arena, ArenaConfig, PAGE_SIZE};
+use foliocache::refcount::RefStrategy;
+use foliocache::space::rmap::Tracking;
+use foliocache::space::{Space, SpaceConfig, SpaceStats, Spaces};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde_json::{json, Map, Value};
+
+use crate::harness::{
+    emit, fmt_num, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress, Report,
+    Table,
+};
+
+/// The seed this scenario reproduces.
+pub const SEED: &str = "002_c6097cf048dbb657.txt";
+
+/// The scenario name (subcommand).
+pub const NAME: &str = "cow";
+
+/// One line for `all` and the summary.
+pub const ABOUT: &str = "fork/COW micro benchmarks on large anonymous folios (remap, munmap, \
+fork, cow, cow-reuse, pte-dontneed) and concurrent anon-cow: none vs rmap-id vs mm-owner";
+
+/// The part-1 benchmarks, in the seed's column order.
+pub const BENCHMARKS: [&str; 8] = [
+    "remap",
+    "munmap",
+    "fork",
+    "cow",
+    "cow-byte",
+    "cow-reuse",
+    "cow-reuse-byte",
+    "pte-dontneed",
+];
+
+/// The part-2 benchmarks.
+pub const ANON_COW: [&str; 2] = ["anon-cow-seq", "anon-cow-rand"];
+
+/// Default size of the anonymous area.
+pub const DEFAULT_SIZE: usize = 256 << 20;
+/// Size with `--quick`.
+pub const QUICK_SIZE: usize = 8 << 20;
+/// Size of the oracle-mode verification runs (capped by `--size`).
+pub const VERIFY_SIZE: usize = 4 << 20;
+
+/// Options of `foliocache-lab cow`.
+#[derive(ClapArgs, Debug, Clone, Default)]
+pub struct Args {
+    /// Options every scenario takes.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Bytes of anonymous memory per benchmark (e.g. 256M, 1G; a multiple of the folio
+    /// size). Default 256M, 8M with --quick.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<usize>,
+    /// Folio order of the anonymous memory: 9 = 2 MiB PMD-mapped THPs, 2..=8 PTE-mapped mTHPs.
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(2..=9))]
+    pub order: u32,
+    /// Only these part-1 benchmarks (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub benchmarks: Vec<String>,
+    /// Skip part 2 (anon-cow).
+    #[arg(long)]
+    pub no_anon_cow: bool,
+}
+
+/// Parses a size: bytes, or with a K/M/G suffix (binary).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("invalid size `{s}` (examples: 8M, 256M, 1G)"))?;
+    n.checked_mul(mul)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("invalid size `{s}`: must be positive and fit in memory"))
+}
+
+fn lab(e: impl std::fmt::Display) -> LabError {
+    LabError(format!("cow: {e}"))
+}
+
+/// What one sample left behind, besides its time.
+#[derive(Default)]
+struct Tally {
+    oracle_mismatches: u64,
+    first_error: Option<String>,
+    leaked_pages: u64,
+    reuse_copies: u64,
+    stats: Vec<(String, String, SpaceStats)>,
+}
+
+impl Tally {
+    fn oracle(&mut self, fam: &Spaces, what: &str) {
+        let r = fam.check_oracle();
+        self.oracle_mismatches += r.mismatches();
+        if let (None, Some(e)) = (&self.first_error, r.first_error) {
+            self.first_error = Some(format!("{what}: {e}"));
+        }
+    }
+}
+
+/// Writes the whole area (one `write` per folio, as a memset would fault it).
+fn write_all(s: &Space, addr: u64, size: usize, chunk: &[u8]) -> LabResult<()> {
+    let mut at = 0;
+    while at < size {
+        let n = chunk.len().min(size - at);
+        s.write(addr + at as u64, &chunk[..n]).map_err(lab)?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// Writes one byte per page.
+fn write_bytes(s: &Space, addr: u64, size: usize) -> LabResult<()> {
+    for p in 0..size / PAGE_SIZE {
+        s.write(addr + (p * PAGE_SIZE) as u64, &[p as u8 | 1])
+            .map_err(lab)?;
+    }
+    Ok(())
+}
+
+/// Protects the first page of every folio read-only and back (the seed's PTE-mapping
+/// trigger).
+fn pte_map(s: &Space, addr: u64, size: usize, folio: usize) -> LabResult<()> {
+    for f in 0..size / folio {
+        let a = addr + (f * folio) as u64;
+        s.protect(a, PAGE_SIZE, true).map_err(lab)?;
+        s.protect(a, PAGE_SIZE, false).map_err(lab)?;
+    }
+    Ok(())
+}
+
+/// The memory every sample works on.
+struct Load<'a> {
+    /// Bytes of anonymous memory.
+    size: usize,
+    /// Folio order.
+    order: u32,
+    /// One folio's worth of bytes to write.
+    chunk: &'a [u8],
+}
+
+/// One part-1 sample: set up, time the action, check the oracle, tear down.
+fn sample(fam: &Spaces, bench: &str, load: &Load<'_>, tally: &mut Tally) -> LabResult<Duration> {
+    let Load { size, order, chunk } = *load;
+    let arena = fam.arena();
+    let base = arena.stats().allocated_pages;
+    let folio = PAGE_SIZE << order;
+    let s = fam.create().map_err(lab)?;
+    let addr = s.anon_with_order(size, order).map_err(lab)?;
+    write_all(&s, addr, size, chunk)?;
+    if bench != "remap" {
+        pte_map(&s, addr, size, folio)?;
+    }
+    let mut child = None;
+    if bench == "cow" || bench == "cow-byte" {
+        child = Some(s.fork().map_err(lab)?);
+    } else if bench.starts_with("cow-reuse") {
+        drop(s.fork().map_err(lab)?);
+    }
+    let before = s.stats();
+    let t0 = Instant::now();
+    match bench {
+        "remap" => {
+            for f in 0..size / folio {
+                s.protect(addr + (f * folio) as u64, PAGE_SIZE, true)
+                    .map_err(lab)?;
+            }
+        }
+        "munmap" => s.unmap(addr, size).map_err(lab)?,
+        "fork" => child = Some(s.fork().map_err(lab)?),
+        "cow" | "cow-reuse" => write_all(&s, addr, size, chunk)?,
+        "cow-byte" | "cow-reuse-byte" => write_bytes(&s, addr, size)?,
+        "pte-dontneed" => {
+            for p in 0..size / PAGE_SIZE {
+                s.dontneed(addr + (p * PAGE_SIZE) as u64, PAGE_SIZE)
+                    .map_err(lab)?;
+            }
+        }
+        other => return Err(lab(format!("unknown benchmark `{other}`"))),
+    }
+    let elapsed = t0.elapsed();
+    tally.oracle(fam, bench);
+    let mut st = s.stats();
+    st.cow_copies -= before.cow_copies;
+    st.cow_reuses -= before.cow_reuses;
+    if bench == "cow-reuse" && fam.config().tracking != Tracking::None {
+        tally.reuse_copies += st.cow_copies;
+    }
+    tally.stats.push((
+        fam.config().tracking.name().to_string(),
+        bench.to_string(),
+        st,
+    ));
+    drop(child);
+    drop(s);
+    tally.leaked_pages += arena.stats().allocated_pages.saturating_sub(base);
+    Ok(elapsed)
+}
+
+/// One part-2 sample: pages COW-faulted per second by `threads` children at once.
+fn anon_cow(
+    fam: &Spaces,
+    load: &Load<'_>,
+    threads: usize,
+    random: bool,
+    pin: bool,
+    tally: &mut Tally,
+) -> LabResult<f64> {
+    let Load { size, order, chunk } = *load;
+    let arena = fam.arena();
+    let base = arena.stats().allocated_pages;
+    let parent = fam.create().map_err(lab)?;
+    let addr = parent.anon_with_order(size, order).map_err(lab)?;
+    write_all(&parent, addr, size, chunk)?;
+    let children: Vec<Space> = (0..threads)
+        .map(|_| parent.fork().map_err(lab))
+        .collect::<LabResult<_>>()?;
+    let pages = size / PAGE_SIZE;
+    let barrier = Barrier::new(threads);
+    // Each worker times itself from the barrier to its last write; the sample spans the
+    // earliest start to the latest end (the main thread may be scheduled late).
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let hs: Vec<_> = children
+            .iter()
+            .enumerate()
+            .map(|(tid, c)| {
+                let barrier = &barrier;
+                sc.spawn(move || {
+                    if pin {
+                        foliocache::sync::pin_to_cpu(tid);
+                    }
+                    let mut order: Vec<usize> = (0..pages).collect();
+                    if random {
+                        order.shuffle(&mut StdRng::seed_from_u64(tid as u64));
+                    }
+                    barrier.wait();
+                    let t0 = Instant::now();
+                    for p in order {
+                        c.write(addr + (p * PAGE_SIZE) as u64, &[tid as u8 + 1])?;
+                    }
+                    Ok::<_, foliocache::space::SpaceError>((t0, Instant::now()))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join()).collect()
+    });
+    let mut span: Option<(Instant, Instant)> = None;
+    for r in results {
+        let (a, b) = r
+            .map_err(|_| lab("anon-cow worker panicked"))?
+            .map_err(lab)?;
+        span = Some(span.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+    }
+    let (start, end) = span.expect("at least one thread");
+    let elapsed = end - start;
+    tally.oracle(
+        fam,
+        if random {
+            "anon-cow-rand"
+        } else {
+            "anon-cow-seq"
+        },
+    );
+    drop(children);
+    drop(parent);
+    tally.leaked_pages += arena.stats().allocated_pages.saturating_sub(base);
+    Ok((threads * pages) as f64 / elapsed.as_secs_f64().max(1e-9))
+}
+
+/// Every benchmark once at a small size with every copy-on-write decision checked against a
+/// page-table scan (oracle mode). Returns (decisions checked, mismatches).
+fn verify(
+    arena: &Arc<Arena>,
+    t: Tracking,
+    load: &Load<'_>,
+    tally: &mut Tally,
+) -> LabResult<(u64, u64)> {
+    let mut cfg = SpaceConfig::new(t);
+    cfg.anon_order = load.order;
+    cfg.oracle = true;
+    let fam = Spaces::new(arena.clone(), cfg);
+    let mut scratch = Tally::default();
+    for b in BENCHMARKS {
+        sample(&fam, b, load, &mut scratch)?;
+    }
+    for random in [false, true] {
+        anon_cow(&fam, load, 2, random, false, &mut scratch)?;
+    }
+    let (checks, bad, first) = fam.oracle_decisions();
+    tally.oracle_mismatches += scratch.oracle_mismatches + bad;
+    tally.leaked_pages += scratch.leaked_pages;
+    if tally.first_error.is_none() {
+        tally.first_error = scratch.first_error.or(first);
+    }
+    Ok((checks, bad))
+}
+
+/// Runs the scenario with only the common options (the registry's entry point).
+pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
+    run(&Args {
+        common: common.clone(),
+        order: 9,
+        ..Args::default()
+    })
+}
+
+/// Runs the scenario: measures both parts, prints the seed's table, writes JSON if asked.
+pub fn run(args: &Args) -> LabResult<Report> {
+    let settings = args.common.settings();
+    let size = args.size.unwrap_or(if settings.quick {
+        QUICK_SIZE
+    } else {
+        DEFAULT_SIZE
+    });
+    let order = args.order;
+    let folio = PAGE_SIZE << order;
+    if size % folio != 0 {
+        return Err(lab(format!(
+            "--size {size} is not a multiple of the folio size {folio}"
+        )));
+    }
+    let benches: Vec<&str> = if args.benchmarks.is_empty() {
+        BENCHMARKS.to_vec()
+    } else {
+        for b in &args.benchmarks {
+            if !BENCHMARKS.contains(&b.as_str()) {
+                return Err(lab(format!(
+                    "unknown benchmark `{b}` (have: {})",
+                    BENCHMARKS.join(", ")
+                )));
+            }
+        }
+        BENCHMARKS
+            .into_iter()
+            .filter(|b| args.benchmarks.iter().any(|a| a == b))
+            .collect()
+    };
+    let max_threads = settings.threads.iter().copied().max().unwrap_or(1);
+    let budget = size * (2 + max_threads) + (16 << 20);
+    let mut ac = ArenaConfig::new(budget, RefStrategy::LockedBit);
+    ac.panic_on_bad_page = false;
+    let arena = Arc::new(Arena::new(ac).map_err(lab)?);
+    warm(&arena);
+    let chunk = vec![0xa5u8; folio];
+
+    let (cal_excl, cal_shared) = foliocache::seqcount::calibrate(20_000, 5);
+    let mut report = Report::new(
+        NAME,
+        SEED,
+        settings.params(json!({
+            "size_bytes": size,
+            "order": order,
+            "pmd_mapped": order == foliocache::space::PMD_ORDER,
+            "benchmarks": benches,
+            "variants": Tracking::ALL.map(|t| t.name()),
+            "exclusive_path_calibration": {
+                "exclusive_ns_per_20k_sections": cal_excl as u64,
+                "shared_ns_per_20k_sections": cal_shared as u64,
+                "exclusive_pays_off": foliocache::seqcount::exclusive_path_pays_off(),
+            },
+        })),
+    );
+
+    let mut tally = Tally::default();
+    // Oracle-mode verification first (small, every decision checked).
+    let mut decisions = 0;
+    let small = Load {
+        size: size.min(VERIFY_SIZE),
+        order,
+        chunk: &chunk,
+    };
+    for t in Tracking::ALL {
+        let (checks, _) = verify(&arena, t, &small, &mut tally)?;
+        decisions += checks;
+    }
+    let load = Load {
+        size,
+        order,
+        chunk: &chunk,
+    };
+
+    let families: Vec<(Tracking, Spaces)> = Tracking::ALL
+        .into_iter()
+        .map(|t| {
+            let mut cfg = SpaceConfig::new(t);
+            cfg.anon_order = order;
+            (t, Spaces::new(arena.clone(), cfg))
+        })
+        .collect();
+    let part2 = if args.no_anon_cow { 0 } else { 2 };
+    let steps =
+        (settings.runs * families.len() * (benches.len() + part2 * settings.threads.len())) as u64;
+    let progress = Progress::new(
+        NAME,
+        steps,
+        Duration::from_millis(steps * (size as u64 >> 20).max(1) * 2),
+        settings.progress,
+    );
+
+    for &bench in &benches {
+        progress.message(bench.to_string());
+        let mut il = Interleaver::new();
+        il.rounds::<_, LabError>(
+            &families,
+            settings.runs,
+            |il, (t, fam), _| {
+                let d = sample(fam, bench, &load, &mut tally)?;
+                il.add(t.name(), 1, "runtime_ms", d.as_secs_f64() * 1e3);
+                Ok(())
+            },
+            || progress.tick(),
+        )?;
+        report.add_rows(&il, &extra(bench));
+    }
+    if !args.no_anon_cow {
+        for (i, bench) in ANON_COW.iter().enumerate() {
+            let mut il = Interleaver::new();
+            for &threads in &settings.threads {
+                progress.message(format!("{bench}, {threads} thread(s)"));
+                il.rounds::<_, LabError>(
+                    &families,
+                    settings.runs,
+                    |il, (t, fam), _| {
+                        let pps = anon_cow(fam, &load, threads, i == 1, settings.pin, &mut tally)?;
+                        il.add(t.name(), threads, "pages_per_sec", pps);
+                        Ok(())
+                    },
+                    || progress.tick(),
+                )?;
+            }
+            report.add_rows(&il, &extra(bench));
+        }
+    }
+    progress.finish();
+
+    for &bench in &benches {
+        for t in &Tracking::ALL[1..] {
+            report.compare("none", t.name(), 1, "runtime_ms", &extra(bench));
+        }
+    }
+    if !args.no_anon_cow {
+        for bench in ANON_COW {
+            for &threads in &settings.threads {
+                for t in &Tracking::ALL[1..] {
+                    report.compare("none", t.name(), threads, "pages_per_sec", &extra(bench));
+                }
+            }
+        }
+    }
+
+    report.check(
+        "oracle_mismatches",
+        json!(tally.oracle_mismatches),
+        tally.oracle_mismatches == 0,
+    );
+    if let Some(e) = &tally.first_error {
+        eprintln!("cow: oracle: {e}");
+    }
+    report.check(
+        "arena_back_to_baseline",
+        json!(tally.leaked_pages),
+        tally.leaked_pages == 0,
+    );
+    let bad = arena.stats().bad_pages;
+    report.check("bad_pages", json!(bad), bad == 0);
+    if benches.contains(&"cow-reuse") {
+        report.check(
+            "cow_reuse_without_copies",
+            json!(tally.reuse_copies),
+            tally.reuse_copies == 0,
+        );
+    }
+    report.stats = Some(stats_json(&tally, decisions));
+
+    let mut tables = vec![
+        (
+            format!(
+                "Seed 002 shape: % change in runtime against `none` (negative = faster); \
+                 {} MiB of order-{order} folios, medians of {} runs",
+                size >> 20,
+                settings.runs
+            ),
+            pct_table(&report, &benches),
+        ),
+        (
+            "Runtimes (ms, medians)".to_string(),
+            ms_table(&report, &benches),
+        ),
+    ];
+    if !args.no_anon_cow {
+        for bench in ANON_COW {
+            tables.push((
+                format!("{bench}: pages COW-faulted per second, one child per thread"),
+                seed_table(
+                    &report,
+                    "pages_per_sec",
+                    "none",
+                    "rmap-id",
+                    &["rmap-id-noexcl", "mm-owner"],
+                    &extra(bench),
+                ),
+            ));
+        }
+    }
+    emit(report, &settings, &tables, None)
+}
+
+/// Touches every frame of the arena once (allocates everything, writes it, frees it), so no
+/// sample pays the operating system's first-touch faults on the arena's mapping.
+fn warm(arena: &Arena) {
+    let mut held = Vec::new();
+    for order in (0..=foliocache::space::PMD_ORDER).rev() {
+        while let Ok(f) = arena.alloc(order) {
+            let mut l = f.lock();
+            if let Some(d) = l.data_mut() {
+                d.fill(0);
+            }
+            held.push(l.unlock());
+        }
+    }
+    drop(held);
+}
+
+fn extra(bench: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("benchmark".into(), json!(bench));
+    m
+}
+
+/// Copy/reuse counts of the last sample of each (variant, benchmark), and the oracle work.
+fn stats_json(t: &Tally, decisions: u64) -> Value {
+    let mut per = Map::new();
+    for (v, b, s) in &t.stats {
+        per.insert(
+            format!("{v}/{b}"),
+            json!({
+                "cow_copies": s.cow_copies,
+                "cow_reuses": s.cow_reuses,
+                "pmd_splits": s.pmd_splits,
+                "rmap_batches": s.rmap_batches,
+            }),
+        );
+    }
+    json!({ "oracle_decisions_checked": decisions, "last_sample": per })
+}
+
+/// `variant | remap | munmap | ...`: % runtime change against `none`.
+fn pct_table(report: &Report, benches: &[&str]) -> Table {
+    let mut header = vec!["variant".to_string()];
+    header.extend(benches.iter().map(|b| b.to_string()));
+    let mut t = Table::new(header);
+    for v in &Tracking::ALL[1..] {
+        let mut cells = vec![v.name().to_string()];
+        for b in benches {
+            let get = |n: &str| report.row(n, 1, "runtime_ms", &extra(b)).map(|r| r.median);
+            cells.push(match (get("none"), get(v.name())) {
+                (Some(base), Some(c)) if base > 0.0 => format!("{:+.1}%", (c / base - 1.0) * 100.0),
+                _ => "-".into(),
+            });
+        }
+        t.row(cells);
+    }
+    t
+}
+
+/// `variant | remap | munmap | ...`: median runtimes in ms.
+fn ms_table(report: &Report, benches: &[&str]) -> Table {
+    let mut header = vec!["variant".to_string()];
+    header.extend(benches.iter().map(|b| b.to_string()));
+    let mut t = Table::new(header);
+    for v in Tracking::ALL {
+        let mut cells = vec![v.name().to_string()];
+        for b in benches {
+            cells.push(
+                report
+                    .row(v.name(), 1, "runtime_ms", &extra(b))
+                    .map_or("-".into(), |r| fmt_num(r.median)),
+            );
+        }
+        t.row(cells);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("8M").unwrap(), 8 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").unwrap_err().contains("256M"));
+    }
+
+    #[test]
+    fn a_tiny_run_checks_out() {
+        let args = Args {
+            common: CommonArgs {
+                threads: Some(crate::harness::parse_threads("1,2").unwrap()),
+                runs: Some(1),
+                quick: true,
+                no_pin: true,
+                no_progress: true,
+                ..CommonArgs::default()
+            },
+            size: Some(2 << 20),
+            order: 9,
+            benchmarks: Vec::new(),
+            no_anon_cow: false,
+        };
+        let r = run(&args).unwrap();
+        assert!(r.all_checks_ok(), "{:?}", r.checks);
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        // 8 benchmarks x 3 candidates, plus 2 anon-cow x 2 thread counts x 3.
+        assert_eq!(r.comparisons.len(), 8 * 3 + 2 * 2 * 3);
+        assert!(r
+            .comparisons
+            .iter()
+            .all(|c| c.baseline == "none" && c.extra.contains_key("benchmark")));
+    }
+}
