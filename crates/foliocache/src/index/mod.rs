@@ -431,8 +431,7 @@ impl Index {
                 Recheck::Full => {
                     Self::resolve(n, own).1 != w
                         || folio.mapping() != self.id
-                        || !(folio.index()..folio.index() + folio.nr_pages() as u64)
-                            .contains(&index)
+                        || index.wrapping_sub(folio.index()) >= folio.nr_pages() as u64
                 }
                 #[cfg(loom)]
                 Recheck::CanonicalOnly => n.load(canonical) != w,
@@ -724,7 +723,7 @@ impl Index {
             if err.is_some() {
                 break;
             }
-            index += folio.nr_pages() as u64;
+            index = index.saturating_add(folio.nr_pages() as u64);
         }
         drop(g);
         if index == start && err.is_none() && index < end {
