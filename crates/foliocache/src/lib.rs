@@ -4,6 +4,40 @@
 //! memory-management patch threads that make it scale, each implemented twice (the kernel's
 //! vanilla behaviour and the patch's improvement) and selectable at run time.
 //!
+//! ```
+//! use foliocache::{Config, FolioCache, InsertMode, RefStrategy};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("db.sst");
+//! # std::fs::write(&path, (0..1_000_000u32).map(|i| i as u8).collect::<Vec<_>>())?;
+//! // A cache with a 64 MiB budget, the seed-000 refcount and the seed-001 readahead insertion.
+//! let cache = FolioCache::new(
+//!     Config::new(64 << 20)
+//!         .strategy(RefStrategy::LockedBit)
+//!         .insert_mode(InsertMode::Batched),
+//! )?;
+//!
+//! // Many threads, each with its own handle (its own readahead stream), read the same file.
+//! std::thread::scope(|s| {
+//!     for t in 0..4u64 {
+//!         let file = cache.open(&path).unwrap();
+//!         s.spawn(move || {
+//!             let mut buf = [0u8; 8192];
+//!             let n = file.read_at(&mut buf, t * 100_000).unwrap(); // pread semantics
+//!             assert_eq!(n, 8192);
+//!             assert_eq!(buf[0], (t * 100_000) as u8);
+//!         });
+//!     }
+//! });
+//!
+//! // Zero-copy access: pin the folio caching page 3 and read its bytes in place.
+//! let file = cache.open(&path)?;
+//! let page = file.get_folio(3)?;
+//! assert_eq!(page[0], (3 * 4096) as u8);
+//! println!("{:?}", cache.stats());
+//! # Ok(()) }
+//! ```
+//!
 //! | module | mechanism | kernel model |
 //! |---|---|---|
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
@@ -16,6 +50,7 @@
 //! | [`index`] | per-file XArray-like radix tree: lockless RCU lookup with speculative `try_get` + re-check, one-folio and batched range insertion (seed 001), delete, evict, truncate, invalidate | `filemap_get_entry`, `__filemap_add_folio`, `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping` |
 //! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec` |
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
+//! | [`cache`] | [`FolioCache`]: open files, `read_at` (pread), pinned folio guards, readahead, invalidate, statistics | `filemap_read`, `filemap_get_pages`, `filemap_create_folio` |
 //! | [`space`] | address spaces, rmap IDs, exact mapped-shared detection, COW | `rmap.c`, `memory.c`, RFC `rmap_id.c` (seed 002) |
 //! | [`seqcount`] | atomic seqcount: concurrent adding writers, exclusive fast path | RFC `atomic_seqcount.h` (seed 002) |
 //!
@@ -25,6 +60,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
+#[cfg(not(loom))]
+pub mod cache;
 pub mod filetable;
 pub mod folio;
 pub mod index;
@@ -36,3 +73,8 @@ pub mod refcount;
 pub mod seqcount;
 pub mod space;
 pub mod sync;
+
+#[cfg(not(loom))]
+pub use cache::{CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, PinnedFolio};
+pub use readahead::InsertMode;
+pub use refcount::RefStrategy;

@@ -25,6 +25,10 @@ pub enum Command {
     /// Seed 000: get+put pairs on one shared folio count (fetch-add, cas-loop, optimistic,
     /// locked-bit), Pedro Falcato's microbenchmark, and the seed's table.
     Refcount(crate::scenarios::refcount::Args),
+    /// Seed 000's pread benchmark: foliocache (each refcount strategy) against the kernel.
+    Pread(crate::scenarios::pread::Args),
+    /// Seed 001's db_bench readseq: one-by-one against batched readahead insertion.
+    Readseq(crate::scenarios::readseq::Args),
     /// Seed 002: fork / copy-on-write micro benchmarks (remap, munmap, fork, cow, cow-byte,
     /// cow-reuse, cow-reuse-byte, pte-dontneed) and concurrent anon-cow, with the sharer
     /// trackings none, rmap-id (with and without the exclusive seqcount path) and mm-owner.
@@ -76,6 +80,8 @@ fn run(cli: Cli) -> LabResult<i32> {
     match cli.command {
         Command::All(a) => run_all(&a),
         Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
+        Command::Pread(a) => Ok(exit_code(crate::scenarios::pread::run(&a)?)),
+        Command::Readseq(a) => Ok(exit_code(crate::scenarios::readseq::run(&a)?)),
         Command::Cow(a) => Ok(exit_code(crate::scenarios::cow::run(&a)?)),
         Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
         Command::Validate { files, strict } => {

@@ -42,12 +42,19 @@
 //! [`RaState::sync_ra`]: window::RaState::sync_ra
 //! [`RaState::async_ra`]: window::RaState::async_ra
 
+#[cfg(not(loom))]
+mod fill;
 pub mod window;
 
+#[cfg(not(loom))]
+pub use fill::insert_preallocated;
+#[cfg(not(loom))]
+pub(crate) use fill::{
+    page_cache_ra_unbounded, read_one, IndexProbe, RaOutcome, RaTarget, ReadOneError,
+};
 pub use window::{RaProbe, RaRequest, RaState, DEFAULT_RA_PAGES};
 
-/// log2 of the base page size (4 KiB).
-pub(crate) const PAGE_SHIFT: u32 = 12;
+pub(crate) use crate::folio::PAGE_SHIFT;
 
 /// How readahead puts a window's folios into the index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

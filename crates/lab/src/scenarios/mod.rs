@@ -14,12 +14,17 @@
 //! | scenario | seed | measures |
 //! |---|---|---|
 //! | [`refcount`] | 000 | get+put pairs on one shared folio count, four primitives |
+//! | [`pread`] | 000 | the seed's benchmark: 64-byte reads at offset 0 of one file, foliocache (each refcount strategy) against the kernel's `pread` |
+//! | [`readseq`] | 001 | db_bench `readseq`: cold sequential 8 KiB reads, one-by-one vs batched readahead insertion, two layouts |
 //! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
 pub mod cow;
+pub mod files;
 pub mod hash;
+pub mod pread;
+pub mod readseq;
 pub mod refcount;
 
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
@@ -41,6 +46,18 @@ pub const REGISTRY: &[Entry] = &[
         seed: refcount::SEED,
         about: refcount::ABOUT,
         run: refcount::run_common,
+    },
+    Entry {
+        name: pread::NAME,
+        seed: pread::SEED,
+        about: pread::ABOUT,
+        run: pread::run_common,
+    },
+    Entry {
+        name: readseq::NAME,
+        seed: readseq::SEED,
+        about: readseq::ABOUT,
+        run: readseq::run_common,
     },
     Entry {
         name: cow::NAME,

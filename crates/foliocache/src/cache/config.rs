@@ -1,0 +1,139 @@
+//! [`Config`]: how a [`FolioCache`](super::FolioCache) is built, validated before anything
+//! is allocated.
+
+use std::fmt;
+
+use crate::filetable::TableRef;
+use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
+use crate::refcount::RefStrategy;
+
+/// The largest readahead window accepted, in pages (8 MiB).
+pub const MAX_RA_PAGES: usize = 2048;
+
+/// How to build a [`FolioCache`](super::FolioCache): memory budget, refcount strategy,
+/// readahead insertion mode and window.
+///
+/// ```
+/// use foliocache::{Config, InsertMode, RefStrategy};
+///
+/// let config = Config::new(64 << 20)          // 64 MiB of folio data
+///     .strategy(RefStrategy::LockedBit)       // the seed 000 refcount
+///     .insert_mode(InsertMode::Batched)       // the seed 001 readahead insertion
+///     .readahead_pages(32);                   // 128 KiB maximum window (the kernel default)
+/// assert!(config.validate().is_ok());
+/// assert!(Config::new(100).validate().is_err()); // not even one page
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Bytes of folio data the cache may hold (whole 4 KiB pages).
+    pub budget_bytes: usize,
+    /// The folio refcount strategy (seed 000).
+    pub strategy: RefStrategy,
+    /// How readahead inserts its folios (seed 001).
+    pub insert_mode: InsertMode,
+    /// Maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead.
+    pub ra_pages: usize,
+    /// How a read pins the open-file table while it resolves its handle (seed 003).
+    pub file_table: TableRef,
+    /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
+    pub panic_on_bad_page: bool,
+}
+
+impl Config {
+    /// A configuration with `budget_bytes` of folio data and the defaults: the `locked-bit`
+    /// refcount, `batched` insertion, a 32-page (128 KiB) readahead window, the
+    /// `percpu-fast` file-table reference.
+    pub fn new(budget_bytes: usize) -> Config {
+        Config {
+            budget_bytes,
+            strategy: RefStrategy::LockedBit,
+            insert_mode: InsertMode::Batched,
+            ra_pages: DEFAULT_RA_PAGES,
+            file_table: TableRef::PercpuFast,
+            panic_on_bad_page: cfg!(debug_assertions),
+        }
+    }
+
+    /// Sets the refcount strategy.
+    pub fn strategy(mut self, strategy: RefStrategy) -> Config {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Sets the readahead insertion mode.
+    pub fn insert_mode(mut self, mode: InsertMode) -> Config {
+        self.insert_mode = mode;
+        self
+    }
+
+    /// Sets the maximum readahead window in 4 KiB pages (0 disables readahead).
+    pub fn readahead_pages(mut self, pages: usize) -> Config {
+        self.ra_pages = pages;
+        self
+    }
+
+    /// Sets how reads pin the open-file table (`immutable`, `atomic`, `percpu`,
+    /// `percpu-fast`).
+    pub fn file_table(mut self, reference: TableRef) -> Config {
+        self.file_table = reference;
+        self
+    }
+
+    /// Sets whether a bad page panics (it is always counted).
+    pub fn panic_on_bad_page(mut self, panic: bool) -> Config {
+        self.panic_on_bad_page = panic;
+        self
+    }
+
+    /// Checks the configuration; [`FolioCache::new`](super::FolioCache::new) calls it first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let pages = self.budget_bytes / crate::folio::PAGE_SIZE;
+        if pages == 0 {
+            return Err(ConfigError::BudgetTooSmall {
+                budget_bytes: self.budget_bytes,
+            });
+        }
+        if self.ra_pages > MAX_RA_PAGES {
+            return Err(ConfigError::WindowTooLarge {
+                ra_pages: self.ra_pages,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A [`Config`] that cannot work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The budget holds no whole 4 KiB page.
+    BudgetTooSmall {
+        /// The budget given.
+        budget_bytes: usize,
+    },
+    /// The readahead window exceeds [`MAX_RA_PAGES`].
+    WindowTooLarge {
+        /// The window given.
+        ra_pages: usize,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ConfigError::BudgetTooSmall { budget_bytes } => write!(
+                f,
+                "memory budget of {budget_bytes} bytes holds no 4 KiB page: give the cache at least 4096 bytes \
+                 (and at least one readahead window, {} bytes by default)",
+                DEFAULT_RA_PAGES * 4096
+            ),
+            ConfigError::WindowTooLarge { ra_pages } => write!(
+                f,
+                "readahead window of {ra_pages} pages is too large: use at most {MAX_RA_PAGES} pages \
+                 (8 MiB), or 0 to disable readahead"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,119 @@
+//! [`CacheError`]: what can go wrong through the public API, each variant saying how to fix it.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use super::config::ConfigError;
+
+/// An error of the [`FolioCache`](super::FolioCache) API.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CacheError {
+    /// The configuration was rejected before anything was allocated.
+    Config(ConfigError),
+    /// The arena (the memory budget) could not be created.
+    Arena(crate::folio::ArenaError),
+    /// Opening the file (or reading its size) failed.
+    Open {
+        /// The path given to `open`.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// Reading the backing file failed while filling the folio that holds `offset`.
+    ///
+    /// The folios of the failed read were removed from the cache; a later read retries the
+    /// I/O. Readers that were waiting for the same folio fail with this error too.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The first byte of the run whose read failed.
+        offset: u64,
+        /// The backing's error (for waiters: a copy of its kind and message).
+        source: io::Error,
+    },
+    /// The memory budget is used up by folios that cannot be given back (all pinned, or, until
+    /// reclaim exists, all cached).
+    OutOfMemory {
+        /// Pages the read needed at once.
+        needed_pages: usize,
+        /// Free pages when it failed.
+        free_pages: u64,
+        /// Pages in the budget.
+        budget_pages: u64,
+    },
+    /// An argument was out of range.
+    InvalidArgument {
+        /// What was wrong and what is accepted.
+        what: String,
+    },
+}
+
+impl fmt::Display for CacheError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheError::Config(e) => write!(f, "invalid cache configuration: {e}"),
+            CacheError::Arena(e) => write!(f, "cannot create the cache's memory arena: {e}"),
+            CacheError::Open { path, source } => {
+                write!(f, "cannot open {}: {source}", path.display())
+            }
+            CacheError::Io {
+                path,
+                offset,
+                source,
+            } => write!(
+                f,
+                "I/O error reading {} at byte {offset}: {source} (the pages were dropped from the \
+                 cache; a later read retries)",
+                path.display()
+            ),
+            CacheError::OutOfMemory {
+                needed_pages,
+                free_pages,
+                budget_pages,
+            } => write!(
+                f,
+                "out of memory: the read needs {needed_pages} page(s) but only {free_pages} of the \
+                 {budget_pages}-page budget are free and nothing can be evicted; drop pinned folio \
+                 guards, close or invalidate files, or give the cache a larger budget"
+            ),
+            CacheError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for CacheError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CacheError::Config(e) => Some(e),
+            CacheError::Arena(e) => Some(e),
+            CacheError::Open { source, .. } | CacheError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for CacheError {
+    fn from(e: ConfigError) -> Self {
+        CacheError::Config(e)
+    }
+}
+
+impl From<crate::folio::ArenaError> for CacheError {
+    fn from(e: crate::folio::ArenaError) -> Self {
+        CacheError::Arena(e)
+    }
+}
+
+impl CacheError {
+    /// True for [`CacheError::OutOfMemory`].
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, CacheError::OutOfMemory { .. })
+    }
+
+    /// True for [`CacheError::Io`].
+    pub fn is_io(&self) -> bool {
+        matches!(self, CacheError::Io { .. })
+    }
+}

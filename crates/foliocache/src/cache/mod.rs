@@ -1,0 +1,293 @@
+//! The public API: [`FolioCache`], its open files ([`CachedFile`]), pinned folios
+//! ([`PinnedFolio`]) and statistics ([`CacheStats`]).
+//!
+//! # What it models
+//!
+//! The page cache as a file system's read path sees it (`mm/filemap.c`): `filemap_read`
+//! copying from folios found in the file's index, `filemap_get_pages` turning misses into
+//! readahead (`mm/readahead.c`), `filemap_create_folio` when readahead could not help,
+//! `folio_wait_locked` for pages under I/O, `invalidate_mapping_pages`, and the inode's
+//! lifetime (`truncate_inode_pages_final` when the last user of a file goes away).
+//!
+//! | kernel | here |
+//! |---|---|
+//! | the page allocator, memmap, memory | the cache's [`Arena`](crate::folio::Arena): a fixed memory budget |
+//! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per open path, shared by its handles |
+//! | `struct file` (`f_ra`, `f_pos`) | [`CachedFile`]: one readahead stream per handle |
+//! | the fd table, `fdget` | the cache's [`FileTable`]: handle number -> mapping, behind a per-CPU table reference (seed 003) |
+//! | `pread(2)` | [`CachedFile::read_at`] |
+//! | `filemap_get_folio` + `folio_get` | [`CachedFile::get_folio`] -> [`PinnedFolio`] |
+//! | `readahead(2)` | [`CachedFile::readahead`] |
+//! | `invalidate_mapping_pages` | [`CachedFile::invalidate`] |
+//! | `/proc/vmstat` | [`FolioCache::stats`] |
+//!
+//! # The read path
+//!
+//! ```text
+//! read_at(buf, off)
+//!   resolve the handle in the file table (per-CPU reference on the table, the handle's bucket)
+//!   for each folio of the range:
+//!     lookup: RCU load of the index slot, try_get, re-check the slot   (no lock, no syscall)
+//!       miss  -> sync readahead of a window (one index lock hold per run when batched,
+//!                one preadv per run), then a single-folio read if the page is still missing
+//!     PG_readahead set? test-and-clear, then async readahead of the next window
+//!     not uptodate? sleep on the folio lock until the filler unlocks it (uptodate or error)
+//!     copy, put
+//! ```
+//!
+//! # Invariants
+//!
+//! - Every folio in an index is either locked by the one thread filling it, or uptodate; a
+//!   failed fill removes its folios from the index before unlocking them (with PG_error set
+//!   for the waiters), so no later lookup finds a failed folio and the next read retries.
+//! - A reference taken by a read is put before `read_at` returns; only [`PinnedFolio`] keeps
+//!   one, together with a reference on its file's mapping (so the folio stays cached).
+//! - When the last handle and pinned folio of a file are gone, the file's folios are freed:
+//!   after every handle, guard and file is dropped the arena holds no folio.
+//! - The budget is never exceeded: allocation failures surface as
+//!   [`CacheError::OutOfMemory`], never as waiting. All allocation goes through one hook
+//!   (`CacheInner::alloc_folio`) where reclaim will plug in.
+//!
+//! # Why a hit is fast
+//!
+//! No shared lock, no system call, no shared write besides the folio's refcount: the handle
+//! resolves to its mapping in the file table under a per-CPU table reference and the lock of
+//! the handle's own bucket (handles of one file are separate entries, so threads with their
+//! own handles do not share a bucket, and a hit clones no shared `Arc`: it copies inside the
+//! lookup), the index lookup runs under RCU, the statistics
+//! are per-thread-sharded counters, and `prev_pos` is written only when it changes. The
+//! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
+//! choice ([`Config::strategy`]).
+
+mod config;
+mod error;
+mod file;
+mod stats;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub use config::{Config, ConfigError, MAX_RA_PAGES};
+pub use error::CacheError;
+pub use file::{CachedFile, PinnedFolio};
+pub use stats::CacheStats;
+pub(crate) use stats::{Counters, Event};
+
+use crate::backing::{Backing, FileBacking};
+use crate::filetable::{FileTable, FileTableConfig, Sizing};
+use crate::folio::{AllocError, Arena, ArenaConfig, FolioRef};
+use crate::index::{Index, IndexStats};
+use crate::rcu::Rcu;
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use file::Mapping;
+
+/// A userspace page cache over real files, with a fixed memory budget.
+///
+/// Cheap to clone (a shared handle); files opened from it keep it alive.
+///
+/// ```
+/// use foliocache::{Config, FolioCache};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("data");
+/// # std::fs::write(&path, vec![7u8; 100_000])?;
+/// let cache = FolioCache::new(Config::new(16 << 20))?;   // 16 MiB budget
+/// let file = cache.open(&path)?;
+///
+/// let mut buf = [0u8; 64];
+/// assert_eq!(file.read_at(&mut buf, 4090)?, 64);          // crosses a page boundary
+/// assert_eq!(file.read_at(&mut buf, 99_990)?, 10);        // short read at EOF
+/// assert_eq!(file.read_at(&mut buf, 200_000)?, 0);        // past EOF
+///
+/// let page = file.get_folio(0)?;                          // pinned, zero-copy
+/// assert_eq!(page[0], 7);
+/// assert!(cache.stats().hits > 0);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct FolioCache {
+    inner: Arc<CacheInner>,
+}
+
+/// The shared state of a cache.
+pub(crate) struct CacheInner {
+    pub(crate) config: Config,
+    pub(crate) arena: Arc<Arena>,
+    pub(crate) counters: Counters,
+    /// Open files by canonical path (the inode cache); entries die with their mapping.
+    pub(crate) files: Mutex<HashMap<PathBuf, std::sync::Weak<Mapping>>>,
+    /// Open handles by number (the file descriptor table): every read resolves its handle
+    /// here, under the configured table reference (seed 003).
+    pub(crate) table: FileTable<Mapping>,
+    /// The next handle number.
+    pub(crate) next_handle: AtomicU64,
+    /// The RCU domain of the file table and the indexes.
+    rcu: Arc<Rcu>,
+    /// Index counters of files already closed.
+    retired_lock_acquisitions: AtomicU64,
+    retired_pages_inserted: AtomicU64,
+    /// Every live mapping's index, for statistics (ids -> weak).
+    live: Mutex<Vec<std::sync::Weak<Mapping>>>,
+}
+
+impl std::fmt::Debug for CacheInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheInner")
+            .field("config", &self.config)
+            .field("arena", &self.arena)
+            .finish()
+    }
+}
+
+impl FolioCache {
+    /// Builds a cache: validates `config`, then reserves its memory budget.
+    pub fn new(config: Config) -> Result<FolioCache, CacheError> {
+        config.validate()?;
+        let mut ac = ArenaConfig::new(config.budget_bytes, config.strategy);
+        ac.panic_on_bad_page = config.panic_on_bad_page;
+        let arena = Arc::new(Arena::new(ac)?);
+        // One RCU domain for the file table and every index of this cache: a read enters
+        // both, and a thread's read-side slot is cached for one domain at a time.
+        let rcu = Arc::new(Rcu::new());
+        let table = FileTable::with_rcu(
+            FileTableConfig {
+                reference: config.file_table,
+                sizing: Sizing::Auto,
+            },
+            rcu.clone(),
+        );
+        Ok(FolioCache {
+            inner: Arc::new(CacheInner {
+                config,
+                arena,
+                counters: Counters::new(),
+                files: Mutex::new(HashMap::new()),
+                table,
+                rcu,
+                next_handle: AtomicU64::new(1),
+                retired_lock_acquisitions: AtomicU64::new(0),
+                retired_pages_inserted: AtomicU64::new(0),
+                live: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The configuration the cache was built with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// `open(2)`: a new handle on the file at `path`.
+    ///
+    /// Handles of the same file (same canonical path) share its cached pages; each has its own
+    /// readahead stream. The file's size is read when it is first opened; the cache assumes
+    /// the file does not change while it is open (call [`CachedFile::invalidate`] if it did).
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<CachedFile, CacheError> {
+        let path = path.as_ref();
+        let open_err = |source| CacheError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let key = std::fs::canonicalize(path).map_err(open_err)?;
+        let mut files = self.inner.files.lock();
+        if let Some(m) = files.get(&key).and_then(|w| w.upgrade()) {
+            return Ok(CachedFile::new(m));
+        }
+        let backing = FileBacking::open(&key).map_err(open_err)?;
+        let m = self.new_mapping(path.to_path_buf(), Some(key.clone()), Box::new(backing))?;
+        files.insert(key, Arc::downgrade(&m));
+        Ok(CachedFile::new(m))
+    }
+
+    /// Opens a file whose bytes come from `backing` (a fault-injecting wrapper, an in-memory
+    /// buffer, another storage layer); `name` appears in error messages. Every call creates a
+    /// new, unshared file; use [`CachedFile::reopen`] for more handles.
+    pub fn open_backing(
+        &self,
+        name: impl Into<PathBuf>,
+        backing: impl Backing + 'static,
+    ) -> Result<CachedFile, CacheError> {
+        let name = name.into();
+        let m = self.new_mapping(name, None, Box::new(backing))?;
+        Ok(CachedFile::new(m))
+    }
+
+    fn new_mapping(
+        &self,
+        path: PathBuf,
+        key: Option<PathBuf>,
+        backing: Box<dyn Backing>,
+    ) -> Result<Arc<Mapping>, CacheError> {
+        let size = backing.size().map_err(|source| CacheError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let pages = Index::with_rcu(self.inner.arena.clone(), self.inner.rcu.clone());
+        let m = Arc::new(Mapping {
+            cache: self.inner.clone(),
+            id: pages.mapping_id(),
+            path,
+            key,
+            backing,
+            size,
+            pages,
+        });
+        let mut live = self.inner.live.lock();
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&m));
+        Ok(m)
+    }
+
+    /// A snapshot of the cache's counters and memory use.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.inner;
+        let mut s = CacheStats::default();
+        s.fill_events(&c.counters);
+        s.index_lock_acquisitions = c.retired_lock_acquisitions.load(Ordering::Relaxed);
+        s.index_pages_inserted = c.retired_pages_inserted.load(Ordering::Relaxed);
+        for m in c.live.lock().iter().filter_map(|w| w.upgrade()) {
+            let is = m.pages.stats();
+            s.index_lock_acquisitions += is.lock_acquisitions;
+            s.index_pages_inserted += is.pages_inserted;
+        }
+        let a = c.arena.stats();
+        s.budget_pages = a.total_pages;
+        s.allocated_pages = a.allocated_pages;
+        s.free_pages = a.free_pages;
+        s.bad_pages = a.bad_pages;
+        s
+    }
+
+    /// The cache's arena (its memory budget): for layers built on the cache and for tests
+    /// that check the accounting.
+    pub fn arena(&self) -> &Arena {
+        &self.inner.arena
+    }
+}
+
+impl CacheInner {
+    /// The one allocation hook of the cache (`filemap_alloc_folio`). Reclaim (the LRU issue)
+    /// plugs in here: on failure it will evict and retry before giving up.
+    pub(crate) fn alloc_folio(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
+        self.arena.alloc(order)
+    }
+
+    /// The out-of-memory error for a read that needed `needed_pages` at once (and counts it).
+    pub(crate) fn out_of_memory(&self, needed_pages: usize) -> CacheError {
+        self.counters.inc(Event::OutOfMemory);
+        let a = self.arena.stats();
+        CacheError::OutOfMemory {
+            needed_pages,
+            free_pages: a.free_pages,
+            budget_pages: a.total_pages,
+        }
+    }
+
+    /// Folds a closed file's index counters into the cache's totals.
+    pub(crate) fn retire_index_stats(&self, s: IndexStats) {
+        self.retired_lock_acquisitions
+            .fetch_add(s.lock_acquisitions, Ordering::Relaxed);
+        self.retired_pages_inserted
+            .fetch_add(s.pages_inserted, Ordering::Relaxed);
+    }
+}

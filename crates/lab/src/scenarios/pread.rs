@@ -1,0 +1,334 @@
+//! `pread`: seed 000's benchmark exactly, through foliocache and through the kernel.
+//!
+//! # The seed's workload
+//!
+//! The locked-bit refcount series (seed 000) measured a will-it-scale-style loop: N pinned
+//! threads, each with its own descriptor of one file on tmpfs, calling
+//! `pread(fd, buf, 64, 0)` as fast as they can. Every call looks up the same folio and takes
+//! and drops a reference on it, so all threads hammer one refcount cache line; the vanilla
+//! `folio_try_get` is a CAS loop whose failures under contention serialise the readers, and
+//! the seed's locked bit turns it into one `fetch_add`.
+//!
+//! # What this scenario runs
+//!
+//! The same loop, N pinned threads, each with its own handle (its own "descriptor") on the
+//! same file in `--dir` (default `/dev/shm`), 64-byte reads at offset 0:
+//!
+//! | variant | what a read is |
+//! |---|---|
+//! | `cas-loop` | `CachedFile::read_at` on a cache whose folios use the vanilla CAS-loop `try_get` |
+//! | `locked-bit` | the same with the seed's locked-bit refcount |
+//! | `optimistic` | the same with Torvalds' "assume the count is 1" CAS |
+//! | `kernel-pread` | `pread(2)` on the same file: the kernel's own page cache, syscall included |
+//!
+//! The variants are interleaved (A B C D A B C D ...) in one process. A foliocache hit makes
+//! no system call (handle lookup in the cache's file table, RCU lookup, speculative
+//! reference, re-check, copy, put; the file table's bucket lock is taken and released on a
+//! line private to the thread's handle, as the kernel's `fdget` takes and drops a private
+//! `struct file` count in a multi-threaded process; `--file-table` picks how the table
+//! itself is pinned), so the
+//! foliocache variants should lead the kernel's `pread` by an order of magnitude at one
+//! thread; between themselves they differ only in the refcount's atomic sequence, which is
+//! invisible without contention (1 thread) and shows as soon as two cores fight over the
+//! folio's cache line (2 threads and up).
+//!
+//! # Output
+//!
+//! Table `#threads | cas-loop | locked-bit | boost (%) | optimistic | kernel-pread`
+//! (ops/s, medians), and the foliocache/kernel ratios.
+//!
+//! - metric: `ops_per_sec` (all threads together);
+//! - comparisons: `locked-bit` vs `cas-loop`; `cas-loop`, `locked-bit` and `optimistic` each
+//!   vs `kernel-pread`; per thread count;
+//! - checks: `wrong_reads` (reads that returned a wrong length or wrong bytes; every read is
+//!   verified) = 0, `bad_page_events` = 0, `accounting_baseline` (pages still allocated in the
+//!   caches after every handle was dropped) = 0, `foliocache_misses` (lookups that missed
+//!   during the measured runs, after warm-up) = 0.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use foliocache::filetable::TableRef;
+use foliocache::{CachedFile, Config, FolioCache, RefStrategy};
+use serde_json::{json, Map, Value};
+
+use super::files::{default_dir, stats_json, LabFile};
+use crate::harness::{
+    emit, run_threads, seed_table, CommonArgs, Interleaver, LabResult, Progress, Report, Table,
+    CHECK_EVERY,
+};
+
+/// The seed reproduced.
+pub const SEED: &str = "000_b7e69cdd1cb63f8c.txt";
+
+/// Subcommand name.
+pub const NAME: &str = "pread";
+
+/// One line on what it measures.
+pub const ABOUT: &str = "64-byte pread at offset 0 of one tmpfs file, N pinned threads: \
+foliocache with each refcount strategy against the kernel's pread";
+
+/// Variant names, in table order.
+pub const VARIANTS: [&str; 4] = ["cas-loop", "locked-bit", "optimistic", "kernel-pread"];
+
+/// Options of `pread`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Common options.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Directory for the test file (default: /dev/shm, the tmpfs the seed used).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Bytes per read (the seed: 64).
+    #[arg(long, default_value_t = 64)]
+    pub read_size: usize,
+    /// How a read pins the cache's open-file table: immutable, atomic, percpu, percpu-fast.
+    #[arg(long, default_value = "percpu-fast", value_parser = parse_table_ref)]
+    pub file_table: TableRef,
+}
+
+fn parse_table_ref(s: &str) -> Result<TableRef, String> {
+    TableRef::from_name(s).ok_or_else(|| {
+        format!("unknown file-table reference `{s}`: use immutable, atomic, percpu or percpu-fast")
+    })
+}
+
+/// Runs `pread` with its defaults and the common options (for `all`).
+pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
+    run(&Args {
+        common: common.clone(),
+        dir: None,
+        read_size: 64,
+        file_table: TableRef::PercpuFast,
+    })
+}
+
+/// The foliocache variant of a refcount strategy.
+fn strategy_of(variant: &str) -> Option<RefStrategy> {
+    match variant {
+        "cas-loop" => Some(RefStrategy::CasLoop),
+        "locked-bit" => Some(RefStrategy::LockedBit),
+        "optimistic" => Some(RefStrategy::Optimistic),
+        _ => None,
+    }
+}
+
+/// Runs the scenario.
+pub fn run(args: &Args) -> LabResult<Report> {
+    let settings = args.common.settings();
+    if args.read_size == 0 || args.read_size > 4096 {
+        return Err(crate::lab_err!(
+            "--read-size {} is out of range: use 1..=4096 (one page; the seed reads 64 bytes)",
+            args.read_size
+        ));
+    }
+    let dir = args.dir.clone().unwrap_or_else(default_dir);
+    let file = LabFile::create(&dir, "pread", 0, 4 * 4096)?;
+    let expected: Arc<Vec<u8>> = Arc::new(file.expected(0, args.read_size));
+
+    // One warm cache per strategy, reused by every round (the file stays cached, as the
+    // seed's tmpfs file stays in the page cache).
+    let mut caches = Vec::new();
+    for v in &VARIANTS[..3] {
+        let s = strategy_of(v).expect("foliocache variant");
+        let cache = FolioCache::new(
+            Config::new(1 << 20)
+                .strategy(s)
+                .file_table(args.file_table)
+                .panic_on_bad_page(false),
+        )
+        .map_err(|e| crate::lab_err!("{e}"))?;
+        let f = cache
+            .open(file.path())
+            .map_err(|e| crate::lab_err!("{e}"))?;
+        let mut buf = vec![0u8; args.read_size];
+        f.read_at(&mut buf, 0).map_err(|e| crate::lab_err!("{e}"))?;
+        // `f` stays open until the end: closing a file's last handle drops its pages.
+        caches.push((*v, cache, Some(f)));
+    }
+    let misses_after_warmup: u64 = caches.iter().map(|(_, c, _)| c.stats().misses).sum();
+
+    let mut il = Interleaver::new();
+    let steps = (settings.threads.len() * settings.runs * VARIANTS.len()) as u64;
+    let progress = Progress::new(
+        "pread",
+        steps,
+        settings.duration * steps as u32,
+        settings.progress,
+    );
+    let mut wrong = 0u64;
+    for &n in &settings.threads {
+        progress.message(format!("{n} threads"));
+        il.rounds::<_, crate::harness::LabError>(
+            &VARIANTS,
+            settings.runs,
+            |il, v, _round| {
+                let (ops, bad) = if let Some((_, cache, _)) = caches.iter().find(|(c, _, _)| c == v)
+                {
+                    measure_foliocache(cache, &file, n, settings.pin, settings.duration, &expected)?
+                } else {
+                    measure_kernel(&file, n, settings.pin, settings.duration, &expected)?
+                };
+                wrong += bad;
+                il.add(v, n, "ops_per_sec", ops);
+                Ok(())
+            },
+            || progress.tick(),
+        )?;
+    }
+    progress.finish();
+
+    let mut report = Report::new(
+        NAME,
+        SEED,
+        settings.params(json!({
+            "read_size": args.read_size,
+            "offset": 0,
+            "dir": dir.display().to_string(),
+            "file_bytes": file.size,
+            "file_table": args.file_table.name(),
+        })),
+    );
+    let none = Map::new();
+    report.add_rows(&il, &none);
+    for &n in &settings.threads {
+        report.compare("cas-loop", "locked-bit", n, "ops_per_sec", &none);
+        for v in &VARIANTS[..3] {
+            report.compare("kernel-pread", v, n, "ops_per_sec", &none);
+        }
+    }
+
+    let misses: u64 =
+        caches.iter().map(|(_, c, _)| c.stats().misses).sum::<u64>() - misses_after_warmup;
+    let mut stats = Map::new();
+    for (v, c, _) in &caches {
+        stats.insert((*v).to_string(), stats_json(&c.stats()));
+    }
+    // Close the last handles: each cache must then hold no folio any more.
+    for c in &mut caches {
+        c.2 = None;
+    }
+    let bad_pages: u64 = caches.iter().map(|(_, c, _)| c.stats().bad_pages).sum();
+    let leftover: u64 = caches
+        .iter()
+        .map(|(_, c, _)| c.stats().allocated_pages)
+        .sum();
+    report.stats = Some(Value::Object(stats));
+    report.check("wrong_reads", wrong, wrong == 0);
+    report.check("bad_page_events", bad_pages, bad_pages == 0);
+    report.check("accounting_baseline", leftover, leftover == 0);
+    report.check("foliocache_misses", misses, misses == 0);
+
+    let mut ratios = Table::new([
+        "#threads",
+        "cas-loop / kernel",
+        "locked-bit / kernel",
+        "optimistic / kernel",
+    ]);
+    for &n in &settings.threads {
+        let mut cells = vec![n.to_string()];
+        for v in &VARIANTS[..3] {
+            let r = report
+                .comparisons
+                .iter()
+                .find(|c| c.candidate == *v && c.baseline == "kernel-pread" && c.threads == n);
+            cells.push(r.map_or("-".into(), |c| format!("{:.1}x", c.ratio)));
+        }
+        ratios.row(cells);
+    }
+    let table = seed_table(
+        &report,
+        "ops_per_sec",
+        "cas-loop",
+        "locked-bit",
+        &["optimistic", "kernel-pread"],
+        &none,
+    );
+    let tables = vec![
+        (
+            format!(
+                "pread({} bytes at offset 0) ops/s, all threads (seed 000's table; foliocache refcount strategies and the kernel)",
+                args.read_size
+            ),
+            table,
+        ),
+        ("foliocache against the kernel's pread".to_string(), ratios),
+    ];
+    emit(report, &settings, &tables, Some(("ops_per_sec", &none)))
+}
+
+/// N threads, each with its own handle on the cached file, reading `expected.len()` bytes at
+/// offset 0 until stopped. Returns (ops/s, wrong reads).
+fn measure_foliocache(
+    cache: &FolioCache,
+    file: &LabFile,
+    threads: usize,
+    pin: bool,
+    duration: Duration,
+    expected: &Arc<Vec<u8>>,
+) -> LabResult<(f64, u64)> {
+    let handles: Vec<CachedFile> = (0..threads)
+        .map(|_| cache.open(file.path()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| crate::lab_err!("{e}"))?;
+    let handles = Arc::new(handles);
+    let expected = expected.clone();
+    let run = run_threads(threads, pin, duration, move |tid, stop| {
+        let f = &handles[tid];
+        let mut buf = vec![0u8; expected.len()];
+        let (mut ops, mut bad) = (0u64, 0u64);
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..CHECK_EVERY {
+                match f.read_at(&mut buf, 0) {
+                    Ok(k) if k == buf.len() && buf[..] == expected[..] => {}
+                    _ => bad += 1,
+                }
+            }
+            ops += CHECK_EVERY;
+        }
+        (ops, bad)
+    });
+    Ok(finish(run))
+}
+
+/// The same loop with `pread(2)` on a descriptor per thread.
+fn measure_kernel(
+    file: &LabFile,
+    threads: usize,
+    pin: bool,
+    duration: Duration,
+    expected: &Arc<Vec<u8>>,
+) -> LabResult<(f64, u64)> {
+    use std::os::unix::fs::FileExt;
+    let fds: Vec<std::fs::File> = (0..threads)
+        .map(|_| std::fs::File::open(file.path()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| crate::lab_err!("opening {}: {e}", file.path().display()))?;
+    let fds = Arc::new(fds);
+    let expected = expected.clone();
+    let run = run_threads(threads, pin, duration, move |tid, stop| {
+        let f = &fds[tid];
+        let mut buf = vec![0u8; expected.len()];
+        let (mut ops, mut bad) = (0u64, 0u64);
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..CHECK_EVERY {
+                match f.read_at(&mut buf, 0) {
+                    Ok(k) if k == buf.len() && buf[..] == expected[..] => {}
+                    _ => bad += 1,
+                }
+            }
+            ops += CHECK_EVERY;
+        }
+        (ops, bad)
+    });
+    Ok(finish(run))
+}
+
+fn finish(run: crate::harness::ThreadRun<(u64, u64)>) -> (f64, u64) {
+    let ops: u64 = run.results.iter().map(|r| r.0).sum();
+    let bad: u64 = run.results.iter().map(|r| r.1).sum();
+    (ops as f64 / run.elapsed.as_secs_f64().max(1e-9), bad)
+}

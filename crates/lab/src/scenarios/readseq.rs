@@ -1,0 +1,639 @@
+//! `readseq`: seed 001's workload (RocksDB `db_bench readseq`), vanilla one-by-one readahead
+//! insertion against the seed's batched insertion.
+//!
+//! # The seed's workload and where its 1.51x came from
+//!
+//! Seed 001 ran `db_bench --benchmarks=readseq --threads=32 --num_multi_db=32
+//! --value_size=8192` on a 32-vCPU Ice Lake: 32 threads streaming through 8 KiB values, so
+//! every page the threads touch arrives by readahead. In the vanilla kernel
+//! `page_cache_ra_unbounded` allocates each page of a window and inserts it into the file's
+//! XArray with its own `xa_lock_irq` hold: per page, a lock acquisition with interrupts
+//! disabled, and the lock word and XArray node cache lines pulled to whichever of the 32 CPUs
+//! runs that file's readahead next. The seed preallocates the window and inserts it with
+//! `filemap_add_folio_range` under one lock hold; the authors measured 2.18x the IPC inside
+//! `page_cache_ra_unbounded` (lock excluded) and 1.51x db_bench throughput, P50 latency
+//! -63.9%, P99 -31.4%. Most of that gain is the removal of 31 of every 32 lock round trips
+//! *under cross-CPU cache-line traffic at 32 threads*.
+//!
+//! # What a 2-core machine can show
+//!
+//! Two threads cannot recreate 32 CPUs bouncing lock lines. What remains visible here:
+//! the uncontended cost of taking and releasing the index lock and re-walking the tree once
+//! per page instead of once per window (the **insertion phase**, measured alone from
+//! preallocated folios, shows that directly), and, in the `shared-file` layout, two threads
+//! contending for one file's index lock. End to end, each window also copies 128 KiB from
+//! the backing file (a `preadv` from tmpfs, tens of microseconds), which dwarfs the insertion
+//! cost, so the end-to-end ratio on 2 cores is expected to be small; it must not be below 1.
+//! Run with `--threads 1:32:x2` on a big machine to approach the seed's conditions.
+//!
+//! # What this scenario runs
+//!
+//! Per layout, thread count and variant, interleaved (single, batched, single, ...):
+//!
+//! - **end to end**: T pinned threads each read their region sequentially in `--value-size`
+//!   reads through `CachedFile::read_at`, on a cold cache (every file closed before, so its
+//!   pages are gone), one pass; ops/s, per-read latency p50/p75/p99 (an HDR histogram), and
+//!   index lock acquisitions per inserted page;
+//! - **insertion phase**: T pinned threads each insert their region's pages into an index in
+//!   windows of `--ra-pages`, from folios preallocated beforehand, the way each mode does
+//!   during readahead (no I/O, no allocation in the timed part); pages inserted per second,
+//!   the fastest of 5 repetitions per run (one lasts well under a millisecond: on a shared
+//!   machine a preempted repetition would measure the scheduler).
+//!
+//! Layouts: `per-thread-file` (thread t streams file t; one index per thread) and
+//! `shared-file` (all threads stream disjoint ranges of one file: one index, one lock).
+//!
+//! # Output
+//!
+//! - variants: `single` (vanilla), `batched` (the seed);
+//! - metrics: `ops_per_sec`, `p50_latency_ns`, `p75_latency_ns`, `p99_latency_ns`,
+//!   `lock_acquisitions_per_page`, `insert_pages_per_sec`,
+//!   `insert_lock_acquisitions_per_page`; every row and comparison has a `layout` field;
+//! - comparisons: `batched` vs `single` for `ops_per_sec`, `p99_latency_ns` and
+//!   `insert_pages_per_sec`, per thread count and layout;
+//! - checks: `wrong_reads` = 0 (every read's length and first and last 8 bytes are checked,
+//!   every 64th read in full), `bad_page_events` = 0, `accounting_baseline` (pages left in
+//!   the caches after every file was closed) = 0, `batched_lock_acquisitions_per_page` at
+//!   most 1/16 with the default 32-page window.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use foliocache::folio::{Arena, ArenaConfig, FolioLocked};
+use foliocache::index::Index;
+use foliocache::readahead::insert_preallocated;
+use foliocache::{CachedFile, Config, FolioCache, InsertMode, RefStrategy};
+use hdrhistogram::Histogram;
+use serde_json::{json, Map, Value};
+
+use super::files::{default_dir, stats_json, LabFile};
+use crate::harness::{
+    emit, fmt_num, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress, Report,
+    Table,
+};
+
+/// The seed reproduced.
+pub const SEED: &str = "001_1b60c5657c9329ae.txt";
+
+/// Subcommand name.
+pub const NAME: &str = "readseq";
+
+/// One line on what it measures.
+pub const ABOUT: &str = "db_bench readseq: threads stream 8 KiB values through a cold cache; \
+one-by-one vs batched readahead insertion, per-thread files and one shared file";
+
+/// Variant names (vanilla first).
+pub const VARIANTS: [&str; 2] = ["single", "batched"];
+
+/// Layout names.
+pub const LAYOUTS: [&str; 2] = ["per-thread-file", "shared-file"];
+
+/// Options of `readseq`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Common options. `--duration` is not used: each run is one cold pass over the data.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Directory for the test files (default: /dev/shm).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Bytes per read (the seed: 8 KiB values).
+    #[arg(long, default_value_t = 8192)]
+    pub value_size: usize,
+    /// MiB each thread streams per run (default 64, or 4 with --quick).
+    #[arg(long)]
+    pub mib_per_thread: Option<u64>,
+    /// Maximum readahead window in 4 KiB pages (the kernel default: 32).
+    #[arg(long, default_value_t = 32)]
+    pub ra_pages: usize,
+    /// Only this layout (`per-thread-file` or `shared-file`).
+    #[arg(long)]
+    pub layout: Option<String>,
+}
+
+/// Runs `readseq` with its defaults and the common options (for `all`).
+pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
+    run(&Args {
+        common: common.clone(),
+        dir: None,
+        value_size: 8192,
+        mib_per_thread: None,
+        ra_pages: 32,
+        layout: None,
+    })
+}
+
+fn mode_of(variant: &str) -> InsertMode {
+    if variant == "batched" {
+        InsertMode::Batched
+    } else {
+        InsertMode::Single
+    }
+}
+
+/// The files of one layout, each thread's region in them.
+struct Layout {
+    files: Vec<LabFile>,
+    region: u64,
+}
+
+impl Layout {
+    /// (file, first byte) of thread `t`'s region.
+    fn region_of(&self, t: usize) -> (&LabFile, u64) {
+        if self.files.len() == 1 {
+            (&self.files[0], t as u64 * self.region)
+        } else {
+            (&self.files[t], 0)
+        }
+    }
+}
+
+/// Results of one end-to-end pass.
+struct Pass {
+    ops_per_sec: f64,
+    p50: f64,
+    p75: f64,
+    p99: f64,
+    lock_per_page: f64,
+    wrong: u64,
+}
+
+/// Runs the scenario.
+pub fn run(args: &Args) -> LabResult<Report> {
+    let settings = args.common.settings();
+    if args.value_size == 0 || args.value_size > 1 << 20 {
+        return Err(crate::lab_err!(
+            "--value-size {} is out of range: use 1 byte to 1 MiB (the seed: 8192)",
+            args.value_size
+        ));
+    }
+    if args.ra_pages == 0 || args.ra_pages > foliocache::cache::MAX_RA_PAGES {
+        return Err(crate::lab_err!(
+            "--ra-pages {} is out of range: use 1..={} (the kernel default: 32)",
+            args.ra_pages,
+            foliocache::cache::MAX_RA_PAGES
+        ));
+    }
+    let layouts: Vec<&'static str> = match &args.layout {
+        None => LAYOUTS.to_vec(),
+        Some(l) => match LAYOUTS.iter().find(|n| *n == l) {
+            Some(n) => vec![*n],
+            None => {
+                return Err(crate::lab_err!(
+                    "unknown --layout `{l}`: use per-thread-file or shared-file"
+                ))
+            }
+        },
+    };
+    let mib = args
+        .mib_per_thread
+        .unwrap_or(if settings.quick { 4 } else { 64 })
+        .max(1);
+    let region = mib << 20;
+    let max_threads = *settings.threads.iter().max().unwrap_or(&1);
+    let dir = args.dir.clone().unwrap_or_else(default_dir);
+    // Budget: every thread's region plus slack; the caches never need to evict.
+    let budget = (max_threads as u64 * region + (8 << 20)) as usize;
+
+    let mut report = Report::new(
+        NAME,
+        SEED,
+        settings.params(json!({
+            "value_size": args.value_size,
+            "mib_per_thread": mib,
+            "ra_pages": args.ra_pages,
+            "dir": dir.display().to_string(),
+            "layouts": layouts,
+            "runs_are_cold_passes": true,
+        })),
+    );
+    let mut tables = Vec::new();
+    let mut wrong = 0u64;
+    let mut bad_pages = 0u64;
+    let mut leftover = 0u64;
+    let mut batched_lock_per_page: f64 = 0.0;
+    let mut stats = Map::new();
+    let steps =
+        (layouts.len() * settings.threads.len() * settings.runs * VARIANTS.len() * 2) as u64;
+    let progress = Progress::new(
+        "readseq",
+        steps,
+        Duration::from_millis(steps * mib * 3),
+        settings.progress,
+    );
+
+    for &lname in &layouts {
+        let layout = if lname == "shared-file" {
+            Layout {
+                files: vec![LabFile::create(
+                    &dir,
+                    "readseq-shared",
+                    0,
+                    region * max_threads as u64,
+                )?],
+                region,
+            }
+        } else {
+            Layout {
+                files: (0..max_threads)
+                    .map(|t| LabFile::create(&dir, &format!("readseq-{t}"), t as u64 + 1, region))
+                    .collect::<LabResult<_>>()?,
+                region,
+            }
+        };
+        // One cache per variant, its frames faulted in once so that page faults of the
+        // arena's first touch are not measured.
+        let caches: Vec<(&str, FolioCache)> = VARIANTS
+            .iter()
+            .map(|v| {
+                let c = FolioCache::new(
+                    Config::new(budget)
+                        .insert_mode(mode_of(v))
+                        .readahead_pages(args.ra_pages)
+                        .strategy(RefStrategy::LockedBit)
+                        .panic_on_bad_page(false),
+                )
+                .map_err(|e| crate::lab_err!("{e}"))?;
+                prefault(c.arena());
+                Ok((*v, c))
+            })
+            .collect::<LabResult<_>>()?;
+        let insert_arena = Arc::new(
+            Arena::new(ArenaConfig::new(
+                (max_threads as u64 * region + (1 << 20)) as usize,
+                RefStrategy::LockedBit,
+            ))
+            .map_err(|e| crate::lab_err!("{e}"))?,
+        );
+        prefault(&insert_arena);
+
+        let mut il = Interleaver::new();
+        for &n in &settings.threads {
+            progress.message(format!("{lname}, {n} threads"));
+            il.rounds::<_, LabError>(
+                &VARIANTS,
+                settings.runs,
+                |il, v, _round| {
+                    let cache = &caches.iter().find(|(c, _)| c == v).expect("cache").1;
+                    let p = end_to_end(cache, &layout, n, args.value_size, settings.pin)?;
+                    wrong += p.wrong;
+                    il.add(v, n, "ops_per_sec", p.ops_per_sec);
+                    il.add(v, n, "p50_latency_ns", p.p50);
+                    il.add(v, n, "p75_latency_ns", p.p75);
+                    il.add(v, n, "p99_latency_ns", p.p99);
+                    il.add(v, n, "lock_acquisitions_per_page", p.lock_per_page);
+                    if *v == "batched" && lname == "per-thread-file" {
+                        batched_lock_per_page = batched_lock_per_page.max(p.lock_per_page);
+                    }
+                    let (rate, locks) = insertion_phase(
+                        &insert_arena,
+                        lname == "shared-file",
+                        n,
+                        region,
+                        args.ra_pages,
+                        mode_of(v),
+                        settings.pin,
+                    );
+                    il.add(v, n, "insert_pages_per_sec", rate);
+                    il.add(v, n, "insert_lock_acquisitions_per_page", locks);
+                    Ok(())
+                },
+                || {
+                    progress.tick();
+                    progress.tick();
+                },
+            )?;
+        }
+        let mut extra = Map::new();
+        extra.insert("layout".into(), Value::String(lname.into()));
+        report.add_rows(&il, &extra);
+        for &n in &settings.threads {
+            for metric in ["ops_per_sec", "p99_latency_ns", "insert_pages_per_sec"] {
+                report.compare("single", "batched", n, metric, &extra);
+            }
+        }
+        for (v, c) in &caches {
+            let s = c.stats();
+            bad_pages += s.bad_pages;
+            leftover += s.allocated_pages;
+            stats.insert(format!("{lname}/{v}"), stats_json(&s));
+        }
+        let ia = insert_arena.stats();
+        bad_pages += ia.bad_pages;
+        leftover += ia.allocated_pages;
+
+        tables.push((
+            format!(
+                "readseq [{lname}] ops/s ({} B values, cold cache, all threads; seed 001's throughput)",
+                args.value_size
+            ),
+            seed_table(&report, "ops_per_sec", "single", "batched", &[], &extra),
+        ));
+        tables.push((
+            format!("readseq [{lname}] insertion phase alone: pages inserted/s from preallocated folios"),
+            seed_table(&report, "insert_pages_per_sec", "single", "batched", &[], &extra),
+        ));
+        tables.push((
+            format!(
+                "readseq [{lname}] read latency (ns) and index lock acquisitions per inserted page"
+            ),
+            latency_table(&report, &settings.threads, &extra),
+        ));
+    }
+    progress.finish();
+    report.stats = Some(Value::Object(stats));
+    report.check("wrong_reads", wrong, wrong == 0);
+    report.check("bad_page_events", bad_pages, bad_pages == 0);
+    report.check("accounting_baseline", leftover, leftover == 0);
+    let limit = 1.0 / 16.0;
+    report.check(
+        "batched_lock_acquisitions_per_page",
+        batched_lock_per_page,
+        args.ra_pages < 32
+            || !layouts.contains(&"per-thread-file")
+            || batched_lock_per_page <= limit,
+    );
+    let none = Map::new();
+    let mut plot_extra = Map::new();
+    plot_extra.insert("layout".into(), Value::String(layouts[0].into()));
+    let _ = none;
+    emit(
+        report,
+        &settings,
+        &tables,
+        Some(("ops_per_sec", &plot_extra)),
+    )
+}
+
+/// `#threads | variant | p50 | p75 | p99 | lock/page` for one layout.
+fn latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
+    let mut t = Table::new([
+        "#threads",
+        "variant",
+        "p50 (ns)",
+        "p75 (ns)",
+        "p99 (ns)",
+        "lock acq/page",
+        "insert lock acq/page",
+    ]);
+    for &n in threads {
+        for v in VARIANTS {
+            let get = |m: &str| {
+                report
+                    .row(v, n, m, extra)
+                    .map_or("-".to_string(), |r| fmt_num(r.median))
+            };
+            t.row([
+                n.to_string(),
+                v.to_string(),
+                get("p50_latency_ns"),
+                get("p75_latency_ns"),
+                get("p99_latency_ns"),
+                get("lock_acquisitions_per_page"),
+                get("insert_lock_acquisitions_per_page"),
+            ]);
+        }
+    }
+    t
+}
+
+/// Touches every frame of `arena` once (allocate everything, write a byte per page, free),
+/// so the measured runs do not pay the operating system's first-touch page faults.
+pub fn prefault(arena: &Arena) {
+    let mut held: Vec<FolioLocked<'_>> = Vec::new();
+    while let Ok(f) = arena.alloc(0) {
+        if let Ok(mut l) = f.try_lock() {
+            if let Some(d) = l.data_mut() {
+                d[0] = 0;
+            }
+            held.push(l);
+        }
+    }
+    drop(held);
+}
+
+fn spawn_pinned<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    pin: bool,
+    i: usize,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, T> {
+    std::thread::Builder::new()
+        .name(format!("readseq-{i}"))
+        .spawn_scoped(scope, move || {
+            if pin {
+                foliocache::sync::pin_to_cpu(i);
+            }
+            f()
+        })
+        .expect("spawning a worker")
+}
+
+/// One cold pass: every thread streams its region through its own handle.
+fn end_to_end(
+    cache: &FolioCache,
+    layout: &Layout,
+    threads: usize,
+    value: usize,
+    pin: bool,
+) -> LabResult<Pass> {
+    let handles: Vec<(CachedFile, &LabFile, u64)> = (0..threads)
+        .map(|t| {
+            let (file, start) = layout.region_of(t);
+            cache
+                .open(file.path())
+                .map(|h| (h, file, start))
+                .map_err(|e| crate::lab_err!("{e}"))
+        })
+        .collect::<LabResult<_>>()?;
+    if handles.iter().any(|(h, _, _)| h.cached_pages() != 0) {
+        return Err(crate::lab_err!("readseq: the cache is not cold"));
+    }
+    let before = cache.stats();
+    let barrier = Barrier::new(threads + 1);
+    let region = layout.region;
+    let (elapsed, results) = std::thread::scope(|s| {
+        let workers: Vec<_> = handles
+            .iter()
+            .enumerate()
+            .map(|(i, (h, file, start))| {
+                let barrier = &barrier;
+                spawn_pinned(s, pin, i, move || {
+                    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+                    let mut buf = vec![0u8; value];
+                    let (mut ops, mut wrong) = (0u64, 0u64);
+                    let end = start + region;
+                    barrier.wait();
+                    let began = Instant::now();
+                    let mut off = *start;
+                    while off < end {
+                        let len = value.min((end - off) as usize);
+                        let t0 = Instant::now();
+                        let r = h.read_at(&mut buf[..len], off);
+                        let ns = t0.elapsed().as_nanos() as u64;
+                        let _ = hist.record(ns.max(1));
+                        match r {
+                            Ok(n) if n == len && check(file, &buf[..n], off, ops % 64 == 0) => {}
+                            _ => wrong += 1,
+                        }
+                        ops += 1;
+                        off += len as u64;
+                    }
+                    (ops, wrong, hist, began, Instant::now())
+                })
+            })
+            .collect();
+        barrier.wait();
+        let results: Vec<_> = workers
+            .into_iter()
+            .map(|w| w.join().expect("readseq worker"))
+            .collect();
+        // Wall time from the first worker's start to the last one's end (measured by the
+        // workers: the main thread may not run while they do).
+        let began = results.iter().map(|r| r.3).min().expect("a worker");
+        let ended = results.iter().map(|r| r.4).max().expect("a worker");
+        (ended - began, results)
+    });
+    let after = cache.stats();
+    drop(handles);
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let (mut ops, mut wrong) = (0u64, 0u64);
+    for (o, w, h, _, _) in results {
+        ops += o;
+        wrong += w;
+        let _ = hist.add(h);
+    }
+    let inserted = after.index_pages_inserted - before.index_pages_inserted;
+    let locks = after.index_lock_acquisitions - before.index_lock_acquisitions;
+    Ok(Pass {
+        ops_per_sec: ops as f64 / elapsed.as_secs_f64().max(1e-9),
+        p50: hist.value_at_quantile(0.50) as f64,
+        p75: hist.value_at_quantile(0.75) as f64,
+        p99: hist.value_at_quantile(0.99) as f64,
+        lock_per_page: if inserted == 0 {
+            0.0
+        } else {
+            locks as f64 / inserted as f64
+        },
+        wrong,
+    })
+}
+
+/// Checks a read: its first and last 8 bytes always, every byte when `full`.
+fn check(file: &LabFile, got: &[u8], off: u64, full: bool) -> bool {
+    use super::files::pattern;
+    let n = got.len();
+    if full {
+        return got
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(file.file_no, off + i as u64));
+    }
+    let ends = (0..8.min(n)).chain(n.saturating_sub(8)..n);
+    ends.into_iter()
+        .all(|i| got[i] == pattern(file.file_no, off + i as u64))
+}
+
+/// Repetitions of the insertion phase per run; the run reports the fastest. One repetition
+/// lasts well under a millisecond, so on a shared machine a single preemption would measure
+/// the scheduler rather than the index.
+const INSERT_REPS: usize = 5;
+
+/// The insertion phase alone: each thread inserts its region's pages in windows of
+/// `window` pages from preallocated folios ([`INSERT_REPS`] times, fastest kept). Returns
+/// (pages/s over all threads, index lock acquisitions per inserted page).
+fn insertion_phase(
+    arena: &Arc<Arena>,
+    shared: bool,
+    threads: usize,
+    region: u64,
+    window: usize,
+    mode: InsertMode,
+    pin: bool,
+) -> (f64, f64) {
+    let pages_per_thread = (region / 4096) as usize;
+    let indexes: Vec<Index> = (0..if shared { 1 } else { threads })
+        .map(|_| Index::new(arena.clone()))
+        .collect();
+    let barrier = Barrier::new(threads + 1);
+    let (mut locks, mut pages) = (0u64, 0u64);
+    let best = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, indexes) = (&barrier, &indexes);
+                spawn_pinned(s, pin, t, move || {
+                    let (index, first) = if shared {
+                        (&indexes[0], (t * pages_per_thread) as u64)
+                    } else {
+                        (&indexes[t], 0)
+                    };
+                    let mut times = Vec::with_capacity(INSERT_REPS);
+                    for _ in 0..INSERT_REPS {
+                        let folios: Vec<FolioLocked<'_>> = (0..pages_per_thread)
+                            .map(|_| {
+                                arena
+                                    .alloc(0)
+                                    .expect("the insertion arena holds every region")
+                                    .try_lock()
+                                    .expect("a new folio is unlocked")
+                            })
+                            .collect();
+                        barrier.wait(); // A: everyone preallocated
+                        let began = Instant::now();
+                        let mut inserted = 0;
+                        for (w, chunk) in folios.chunks(window).enumerate() {
+                            let start = first + (w * window) as u64;
+                            inserted += insert_preallocated(index, start, chunk, mode);
+                        }
+                        let ended = Instant::now();
+                        assert_eq!(inserted, pages_per_thread, "every slot was free");
+                        // Unlock and drop the caller's references; the index keeps its own.
+                        drop(folios);
+                        times.push((began, ended));
+                        barrier.wait(); // B: everyone inserted
+                        barrier.wait(); // C: the indexes were emptied
+                    }
+                    times
+                })
+            })
+            .collect();
+        // (lock acquisitions, pages inserted) of each index after its last truncation.
+        let mut prev = vec![(0u64, 0u64); indexes.len()];
+        for _ in 0..INSERT_REPS {
+            barrier.wait(); // A
+            barrier.wait(); // B
+            for (index, prev) in indexes.iter().zip(&mut prev) {
+                // Count the insertion's acquisitions, not the truncation's.
+                let before = index.stats();
+                locks += before.lock_acquisitions - prev.0;
+                pages += before.pages_inserted - prev.1;
+                index.truncate(0, u64::MAX);
+                let after = index.stats();
+                *prev = (after.lock_acquisitions, after.pages_inserted);
+            }
+            barrier.wait(); // C
+        }
+        let times: Vec<Vec<(Instant, Instant)>> = workers
+            .into_iter()
+            .map(|w| w.join().expect("insertion worker"))
+            .collect();
+        (0..INSERT_REPS)
+            .map(|r| {
+                let began = times.iter().map(|t| t[r].0).min().expect("a worker");
+                let ended = times.iter().map(|t| t[r].1).max().expect("a worker");
+                ended - began
+            })
+            .min()
+            .expect("a repetition")
+    });
+    let total = (threads * pages_per_thread) as f64;
+    (
+        total / best.as_secs_f64().max(1e-9),
+        if pages == 0 {
+            0.0
+        } else {
+            locks as f64 / pages as f64
+        },
+    )
+}
