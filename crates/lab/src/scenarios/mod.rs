@@ -17,12 +17,15 @@
 //! | [`pread`] | 000 | the seed's benchmark: 64-byte reads at offset 0 of one file, foliocache (each refcount strategy) against the kernel's `pread` |
 //! | [`readseq`] | 001 | db_bench `readseq`: cold sequential 8 KiB reads, one-by-one vs batched readahead insertion, two layouts |
 //! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
+//! | [`hash`] | 003 | file-table lookups under a table reference, resize under load |
+//! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
 pub mod cow;
 pub mod files;
 pub mod hash;
+pub mod peers;
 pub mod pread;
 pub mod readseq;
 pub mod refcount;
@@ -70,5 +73,11 @@ pub const REGISTRY: &[Entry] = &[
         seed: hash::SEED,
         about: hash::ABOUT,
         run: hash::run_common,
+    },
+    Entry {
+        name: peers::NAME,
+        seed: peers::SEED,
+        about: peers::ABOUT,
+        run: peers::run_common,
     },
 ];
