@@ -480,7 +480,8 @@ impl<V: Send + Sync + 'static> FileTable<V> {
     }
 
     /// Inserts or replaces the value of `id`; returns the previous value. May grow an
-    /// [`Sizing::Auto`] table (synchronously, in this thread).
+    /// [`Sizing::Auto`] table (synchronously, in this thread), so it must not be called from
+    /// inside [`FileTable::with`]'s closure.
     pub fn insert(&self, id: u64, v: V) -> Option<ValueArc<V>> {
         self.insert_arc(id, ValueArc::new(v))
     }
