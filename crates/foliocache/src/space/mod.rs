@@ -23,6 +23,35 @@
 //! sharer-tracking strategy ([`rmap::Tracking`]: `none`, `rmap-id`, `mm-owner`, chosen at run
 //! time) and the statistics.
 //!
+//! # Example
+//!
+//! ```
+//! use foliocache::folio::{Arena, ArenaConfig};
+//! use foliocache::refcount::RefStrategy;
+//! use foliocache::space::{rmap::Tracking, SpaceConfig, Spaces};
+//! use foliocache::sync::Arc;
+//!
+//! let arena = Arc::new(Arena::new(ArenaConfig::new(8 << 20, RefStrategy::LockedBit)).unwrap());
+//! let tracking = Tracking::RmapId { exclusive_writer: true };
+//! let spaces = Spaces::new(arena, SpaceConfig::new(tracking));
+//! let parent = spaces.create().unwrap();
+//! let heap = parent.anon(2 << 20).unwrap(); // one 2 MiB folio once touched
+//! parent.write(heap, &[1; 4096]).unwrap();
+//!
+//! let snapshot = parent.fork().unwrap();
+//! parent.write(heap, &[2]).unwrap(); // shared with the snapshot: the page is copied
+//! let mut b = [0u8];
+//! snapshot.read(heap, &mut b).unwrap();
+//! assert_eq!(b, [1]);
+//!
+//! drop(snapshot);
+//! parent.write(heap + 4096, &[3]).unwrap(); // mapped exclusively again: reused whole
+//! let s = parent.stats();
+//! assert_eq!((s.cow_copies, s.cow_reuses), (1, 1));
+//! ```
+//!
+//! `examples/cow_snapshot.rs` runs the same story under every tracking strategy.
+//!
 //! # Copy-on-write (the point of seed 002)
 //!
 //! After `fork`, parent and child map the same anonymous folios read-only. A write fault on
@@ -890,7 +919,7 @@ impl Space {
 
     /// `mprotect`: makes `[addr, addr+len)` read-only (`read_only`) or writable again. A
     /// PMD-mapped folio the range covers only partly is PTE-remapped first, in one rmap
-    /// batch. Making anon-exclusive pages writable again needs no fault.
+    /// batch (`memory::split_entire`). Making anon-exclusive pages writable again needs no fault.
     pub fn protect(&self, addr: u64, len: usize, read_only: bool) -> Result<(), SpaceError> {
         let (first, end) = check_range(addr, len)?;
         let cx = &self.inner.cx;
