@@ -325,6 +325,19 @@ impl<'a> FolioLocked<'a> {
         inner
     }
 
+    /// A deliberately broken unlock that clears `PG_locked` but never wakes sleepers, for the
+    /// loom model that must catch the lost wake-up (`tests/loom_folio.rs`). Never use it
+    /// elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn unlock_without_wake(self) -> FolioRef<'a> {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again; we move the reference out once.
+        let inner = unsafe { ManuallyDrop::take(&mut me.inner) };
+        inner.folio.flags.fetch_and(!PG_LOCKED, Ordering::Release);
+        inner
+    }
+
     /// `folio_ref_freeze` on a locked folio (reclaim, invalidation): if exactly `expected`
     /// references exist (this one included), freeze it; the lock stays held by the frozen
     /// owner and is dropped by [`FrozenFolio::free`] or [`FrozenFolio::unfreeze`].
