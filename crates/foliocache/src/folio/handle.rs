@@ -46,13 +46,13 @@ impl<'a> FolioRef<'a> {
         folio
     }
 
-    /// The header, with the handle's lifetime.
+    /// `&folio->page`: the header, with the handle's lifetime.
     #[inline]
     pub fn folio(&self) -> &'a Folio {
         self.folio
     }
 
-    /// The arena the folio belongs to.
+    /// `folio_zone`: the arena the folio belongs to.
     #[inline]
     pub fn arena(&self) -> &'a Arena {
         self.arena

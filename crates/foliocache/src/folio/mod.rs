@@ -123,7 +123,7 @@ mod wait;
 
 pub use arena::{AllocError, Arena, ArenaConfig, ArenaError, ArenaStats, ReleaseHook};
 pub use buddy::{MAX_ORDER, NR_ORDERS, PCP_MAX_ORDER};
-pub use ext::FolioExt;
+pub use ext::{FolioExt, EXT_NONE};
 pub use handle::{FolioLocked, FolioRef, FrozenFolio};
 
 use crate::refcount::{RefCount, RefStrategy};

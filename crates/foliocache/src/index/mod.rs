@@ -290,13 +290,13 @@ impl Index {
         }
     }
 
-    /// The mapping id stored in the folios this index holds (`folio->mapping`).
+    /// `folio->mapping` of this index's folios: the mapping id they carry while cached.
     #[inline]
     pub fn mapping_id(&self) -> u64 {
         self.id
     }
 
-    /// The arena the folios come from.
+    /// `mapping_gfp_mask`'s source, in our terms: the arena the folios come from.
     #[inline]
     pub fn arena(&self) -> &Arc<Arena> {
         &self.arena
@@ -1002,7 +1002,8 @@ impl Index {
     // Statistics and validation
     // ---------------------------------------------------------------------------------
 
-    /// A snapshot of the counters (takes the lock; not counted as an acquisition).
+    /// `mapping->nrpages` and friends: a snapshot of the counters (takes the lock; not counted
+    /// as an acquisition).
     pub fn stats(&self) -> IndexStats {
         let g = self.locked.lock();
         let mut s = g.stats;
@@ -1010,7 +1011,7 @@ impl Index {
         s
     }
 
-    /// Walks the whole tree under the lock and checks its structure and every counter:
+    /// `xa_dump`-style self-check: walks the whole tree under the lock and checks its structure and every counter:
     /// shifts, parent links and offsets, per-node counts, sibling entries, folio alignment,
     /// mapping and index, cache references, pages, folios and nodes.
     pub fn validate(&self) -> Result<IndexStats, String> {
