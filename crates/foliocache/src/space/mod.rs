@@ -137,6 +137,14 @@ pub struct SpaceConfig {
     pub oracle: bool,
 }
 
+impl Default for SpaceConfig {
+    /// rmap-id with the exclusive-writer path as calibrated on this machine
+    /// ([`Tracking::rmap_id_calibrated`]), 2 MiB PMD-mapped anonymous folios, no oracle.
+    fn default() -> Self {
+        Self::new(Tracking::rmap_id_calibrated())
+    }
+}
+
 impl SpaceConfig {
     /// `tracking` with 2 MiB PMD-mapped anonymous folios and no oracle.
     pub fn new(tracking: Tracking) -> Self {

@@ -402,7 +402,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             .collect()
     };
     let max_threads = settings.threads.iter().copied().max().unwrap_or(1);
-    let budget = size * (2 + max_threads) + (16 << 20);
+    // The parent's memory plus one full copy per concurrent child (part 2), or per the one
+    // child of `cow`, plus slack for page tables of small folios.
+    let budget = size * (1 + max_threads.max(1)) + (16 << 20);
     let mut ac = ArenaConfig::new(budget, RefStrategy::LockedBit);
     ac.panic_on_bad_page = false;
     let arena = Arc::new(Arena::new(ac).map_err(lab)?);
