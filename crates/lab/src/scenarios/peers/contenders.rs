@@ -21,6 +21,8 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
+use foliocache::{CacheError, CachedFile, Config, FolioCache};
+
 use super::workload::BLOCK;
 
 /// A contender's name and what it is.
@@ -348,5 +350,74 @@ impl Reader for Mmap {
 
     fn miss_counter(&self) -> Option<u64> {
         Some(major_faults())
+    }
+}
+
+/// foliocache: one [`FolioCache`] of the budget, the file opened once; every worker thread
+/// opens its own handle (as it would its own file descriptor).
+pub struct Foliocache {
+    cache: FolioCache,
+    file: CachedFile,
+    pinned: bool,
+}
+
+impl Foliocache {
+    /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
+    /// (`get_folio`, `pinned`); `ra_pages` overrides the readahead window.
+    pub fn new(
+        path: &std::path::Path,
+        budget_bytes: usize,
+        ra_pages: Option<usize>,
+        pinned: bool,
+    ) -> Result<Foliocache, CacheError> {
+        let mut config = Config::new(budget_bytes);
+        if let Some(p) = ra_pages {
+            config = config.readahead_pages(p);
+        }
+        let cache = FolioCache::new(config)?;
+        let file = cache.open(path)?;
+        Ok(Foliocache {
+            cache,
+            file,
+            pinned,
+        })
+    }
+}
+
+impl Reader for Foliocache {
+    type Local = (CachedFile, Box<Buf>);
+
+    fn local(&self) -> io::Result<Self::Local> {
+        Ok((self.file.reopen(), Buf::boxed()))
+    }
+
+    #[inline]
+    fn with_block<R>(
+        &self,
+        (file, buf): &mut Self::Local,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String> {
+        let off = u64::from(b) * BLOCK as u64;
+        if self.pinned {
+            let folio = file
+                .get_folio(u64::from(b))
+                .map_err(|e| format!("get_folio({b}): {e}"))?;
+            // A large folio holds more than our page: find the block inside it.
+            let at = (off - folio.offset()) as usize;
+            Ok(f(&folio[at..at + BLOCK]))
+        } else {
+            file.read_exact_at(&mut buf.0, off)
+                .map_err(|e| format!("read_at of block {b}: {e}"))?;
+            Ok(f(&buf.0))
+        }
+    }
+
+    fn miss_counter(&self) -> Option<u64> {
+        Some(self.cache.stats().misses)
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        Some(super::super::files::stats_json(&self.cache.stats()))
     }
 }
