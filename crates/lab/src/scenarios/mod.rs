@@ -17,12 +17,14 @@
 //! | [`pread`] | 000 | the seed's benchmark: 64-byte reads at offset 0 of one file, foliocache (each refcount strategy) against the kernel's `pread` |
 //! | [`readseq`] | 001 | db_bench `readseq`: cold sequential 8 KiB reads, one-by-one vs batched readahead insertion, two layouts |
 //! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
+//! | [`lru`] | 004 | short-lived files churned through a cache under reclaim: dead folios at LRU drain, lruvec lock acquisitions per folio, vanilla vs filtered (and add-as-active) |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
 pub mod cow;
 pub mod files;
 pub mod hash;
+pub mod lru;
 pub mod pread;
 pub mod readseq;
 pub mod refcount;
@@ -70,5 +72,11 @@ pub const REGISTRY: &[Entry] = &[
         seed: hash::SEED,
         about: hash::ABOUT,
         run: hash::run_common,
+    },
+    Entry {
+        name: lru::NAME,
+        seed: lru::SEED,
+        about: lru::ABOUT,
+        run: lru::run_common,
     },
 ];
