@@ -176,6 +176,7 @@ struct Callbacks {
     #[cfg_attr(loom, allow(dead_code))]
     worker: bool,
     /// The domain is being dropped: the worker drains and exits.
+    #[cfg_attr(loom, allow(dead_code))]
     shutdown: bool,
 }
 
@@ -511,22 +512,29 @@ impl Inner {
         }
     }
 
-    /// Takes and runs every pending callback after a grace period, inline.
+    /// Takes and runs every pending callback after a grace period, inline, until none is
+    /// left (a callback may queue another).
     fn run_pending_inline(&self) {
-        let (batch, upto) = {
+        loop {
+            let (batch, upto) = {
+                let mut q = self.cbs.lock();
+                (std::mem::take(&mut q.pending), q.queued)
+            };
+            if !batch.is_empty() {
+                self.synchronize();
+                for f in batch {
+                    f();
+                }
+            }
             let mut q = self.cbs.lock();
-            (std::mem::take(&mut q.pending), q.queued)
-        };
-        if !batch.is_empty() {
-            self.synchronize();
-            for f in batch {
-                f();
+            q.done = q.done.max(upto);
+            let more = !q.pending.is_empty();
+            drop(q);
+            self.cb_done.notify_all();
+            if !more {
+                return;
             }
         }
-        let mut q = self.cbs.lock();
-        q.done = q.done.max(upto);
-        drop(q);
-        self.cb_done.notify_all();
     }
 }
 
@@ -694,11 +702,12 @@ impl Rcu {
     /// memory; half-run batches cannot be recovered).
     pub fn call_rcu(&self, f: impl FnOnce() + Send + 'static) {
         let mut q = self.inner.cbs.lock();
-        assert!(!q.shutdown, "rcu: call_rcu on a domain being dropped");
+        // During the drop's drain (a callback queueing another) the worker or the final
+        // inline drain still runs it.
         q.pending.push(Box::new(f));
         q.queued += 1;
         #[cfg(not(loom))]
-        if !q.worker {
+        if !q.worker && !q.shutdown {
             q.worker = true;
             drop(q);
             self.start_worker();
@@ -781,8 +790,12 @@ impl Drop for Rcu {
             self.inner.cbs.lock().shutdown = true;
             self.inner.cb_queued.notify_all();
             if let Some(h) = self.worker.lock().take() {
-                // The worker drains the queue before it exits.
-                let _ = h.join();
+                // The worker drains the queue before it exits. If the last handle is dropped
+                // by a callback on the worker itself, it must not wait for itself: it exits
+                // after this batch, having seen `shutdown`.
+                if h.thread().id() != thread::current().id() {
+                    let _ = h.join();
+                }
             }
         }
         // Anything left (no worker was started, or loom).

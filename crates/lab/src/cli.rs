@@ -1,11 +1,13 @@
 //! Command-line front end: one subcommand per scenario, plus `all` and `validate`.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
 use crate::harness::{CommonArgs, LabResult, Report};
 use crate::scenarios::REGISTRY;
+use crate::summary::RunInfo;
 
 /// The foliocache lab: reproduces the seed patch threads' experiments, the kernel's vanilla
 /// behaviour against the patch, interleaved in one process.
@@ -40,6 +42,9 @@ pub enum Command {
     /// drain and lruvec lock acquisitions per folio, vanilla against the drain-time filter
     /// (and the filter with add-as-active, the condition of the seed's bad pages).
     Lru(crate::scenarios::lru::Args),
+    /// foliocache against what a storage engine would use instead (quick_cache, moka, the
+    /// kernel's pread and mmap): 4 KiB Zipf block reads of a file 4x the cache budget.
+    Peers(crate::scenarios::peers::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -89,6 +94,7 @@ fn run(cli: Cli) -> LabResult<i32> {
         Command::Cow(a) => Ok(exit_code(crate::scenarios::cow::run(&a)?)),
         Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
         Command::Lru(a) => Ok(exit_code(crate::scenarios::lru::run(&a)?)),
+        Command::Peers(a) => Ok(exit_code(crate::scenarios::peers::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             for f in &files {
@@ -141,18 +147,52 @@ fn run_all(a: &AllArgs) -> LabResult<i32> {
     }
     std::fs::create_dir_all(&a.out)
         .map_err(|e| crate::lab_err!("creating {}: {e}", a.out.display()))?;
-    let mut reports = Vec::new();
-    for e in REGISTRY
+    let selected: Vec<_> = REGISTRY
         .iter()
         .filter(|e| a.only.is_empty() || a.only.iter().any(|n| n == e.name))
-    {
-        println!("\n=== {} ({}): {}\n", e.name, e.seed, e.about);
+        .collect();
+    let start = Instant::now();
+    let mut info = RunInfo {
+        command: std::iter::once("foliocache-lab".to_string())
+            .chain(std::env::args().skip(1))
+            .collect::<Vec<_>>()
+            .join(" "),
+        out: a.out.clone(),
+        ..RunInfo::default()
+    };
+    let mut reports = Vec::new();
+    for (i, e) in selected.iter().enumerate() {
+        println!(
+            "\n=== [{}/{}] {} (seed {}), {:.0} s elapsed\n    {}\n",
+            i + 1,
+            selected.len(),
+            e.name,
+            e.seed,
+            start.elapsed().as_secs_f64(),
+            e.about
+        );
         let mut common = a.common.clone();
         common.quick = !a.full;
         common.json = Some(a.out.join(format!("{}.json", e.name)));
-        reports.push((e.name, (e.run)(&common)?));
+        let t = Instant::now();
+        match (e.run)(&common) {
+            Ok(r) => reports.push((e.name, r)),
+            Err(err) => {
+                eprintln!("{}: error: {err}", e.name);
+                info.errors.push((e.name.to_string(), err.to_string()));
+            }
+        }
+        info.timings.push((e.name.to_string(), t.elapsed()));
+        println!(
+            "=== [{}/{}] {} done in {:.1} s",
+            i + 1,
+            selected.len(),
+            e.name,
+            t.elapsed().as_secs_f64()
+        );
     }
-    let summary = crate::summary::markdown(&reports);
+    info.elapsed = start.elapsed();
+    let summary = crate::summary::markdown(&reports, &info);
     let path = a.out.join("report.md");
     std::fs::write(&path, summary)
         .map_err(|e| crate::lab_err!("writing {}: {e}", path.display()))?;
@@ -164,12 +204,18 @@ fn run_all(a: &AllArgs) -> LabResult<i32> {
                 .filter(|c| !c.ok)
                 .map(move |c| format!("{n}.{}", c.name))
         })
+        .chain(info.errors.iter().map(|(n, _)| format!("{n} (error)")))
         .collect();
-    println!("\nreport: {}", path.display());
+    println!(
+        "\n{} scenarios in {:.1} s; report: {} (JSON and plots beside it)",
+        reports.len(),
+        info.elapsed.as_secs_f64(),
+        path.display()
+    );
     if failed.is_empty() {
         Ok(0)
     } else {
-        eprintln!("checks failed: {}", failed.join(", "));
+        eprintln!("failed: {}", failed.join(", "));
         Ok(1)
     }
 }

@@ -28,7 +28,8 @@ pub struct ArenaConfig {
 }
 
 impl ArenaConfig {
-    /// A configuration with `budget_bytes` of data, `strategy`, and the defaults.
+    /// `totalram_pages` from a budget: a configuration with `budget_bytes` of data,
+    /// `strategy`, and the defaults.
     pub fn new(budget_bytes: usize, strategy: RefStrategy) -> Self {
         Self {
             budget_bytes,
@@ -284,12 +285,12 @@ impl Arena {
         })
     }
 
-    /// The configuration the arena was built with.
+    /// `zone` parameters: the configuration the arena was built with.
     pub fn config(&self) -> &ArenaConfig {
         &self.config
     }
 
-    /// The refcount strategy of every folio in this arena.
+    /// `folio_ref_*` flavour: the refcount strategy of every folio in this arena.
     #[inline]
     pub fn strategy(&self) -> RefStrategy {
         self.strategy
@@ -327,7 +328,7 @@ impl Arena {
         &self.ext[pfn as usize]
     }
 
-    /// Whether `folio` is a header of this arena.
+    /// `pfn_valid`: whether `folio` is a header of this arena.
     #[inline]
     pub fn owns(&self, folio: &Folio) -> bool {
         let base = self.headers.as_ptr() as usize;
@@ -548,7 +549,8 @@ impl Arena {
         self.alloc.drain_all();
     }
 
-    /// A snapshot of the accounting (exact when no allocation or free runs concurrently).
+    /// `/proc/vmstat` + `/proc/buddyinfo`: a snapshot of the accounting (exact when no
+    /// allocation or free runs concurrently).
     pub fn stats(&self) -> ArenaStats {
         let mut s = ArenaStats {
             total_pages: self.nr_pages as u64,
@@ -573,7 +575,8 @@ impl Arena {
         s
     }
 
-    /// Recomputes the accounting from scratch and checks it against the counters: every frame
+    /// `check_pages`-style self-check: recomputes the accounting from scratch and checks it
+    /// against the counters: every frame
     /// is exactly one of free (in the buddy or per-CPU lists, header sanitised and frozen) or
     /// part of one allocated folio (head + tails, head live); the per-order counts and free
     /// pages match; nobody sleeps in the wait table. Call it when nothing allocates or frees.

@@ -27,8 +27,10 @@
 //! `batch` folios. The CPU is only a hint (a thread may migrate): the per-CPU lock makes a
 //! migrated access correct, just not local. Frames parked on a per-CPU list are free but not
 //! mergeable; when the buddy cannot satisfy a request the allocator drains every per-CPU list
-//! and retries once (`drain_all_pages` in `__alloc_pages_direct_reclaim`), so an allocation
-//! fails only when no suitable block exists anywhere.
+//! and retries once (`drain_all_pages` in `__alloc_pages_direct_reclaim`), so a single-threaded
+//! allocation fails only when no suitable block exists anywhere. Under concurrency another
+//! CPU may refill its list between the drain and the retry, so a failure can be early by at
+//! most one batch per CPU; callers that reclaim and retry (the LRU) absorb that.
 
 use crate::sync::{current_cpu, num_cpus, CachePadded, Mutex};
 

@@ -46,13 +46,13 @@ impl<'a> FolioRef<'a> {
         folio
     }
 
-    /// The header, with the handle's lifetime.
+    /// `&folio->page`: the header, with the handle's lifetime.
     #[inline]
     pub fn folio(&self) -> &'a Folio {
         self.folio
     }
 
-    /// The arena the folio belongs to.
+    /// `folio_zone`: the arena the folio belongs to.
     #[inline]
     pub fn arena(&self) -> &'a Arena {
         self.arena
@@ -322,6 +322,19 @@ impl<'a> FolioLocked<'a> {
         // SAFETY: `me` is never used or dropped again; we move the reference out once.
         let inner = unsafe { ManuallyDrop::take(&mut me.inner) };
         inner.folio.unlock_bit(inner.arena, 0);
+        inner
+    }
+
+    /// A deliberately broken unlock that clears `PG_locked` but never wakes sleepers, for the
+    /// loom model that must catch the lost wake-up (`tests/loom_folio.rs`). Never use it
+    /// elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn unlock_without_wake(self) -> FolioRef<'a> {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again; we move the reference out once.
+        let inner = unsafe { ManuallyDrop::take(&mut me.inner) };
+        inner.folio.flags.fetch_and(!PG_LOCKED, Ordering::Release);
         inner
     }
 

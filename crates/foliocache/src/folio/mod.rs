@@ -88,6 +88,16 @@
 //! it (readers waiting for I/O). Nobody spins on a CPU. Unlock is one `fetch_and` when nobody
 //! waits. A folio freed while locked is a bad page.
 //!
+//! # Tests
+//!
+//! In-file unit tests (`tests.rs`): every order allocated and freed with the accounting back
+//! to baseline, budget exhaustion and fragmentation as typed errors, bad pages at free
+//! (flags, mapping, lock) and at allocation (a free folio written through a stale pointer)
+//! counted without panicking when `panic_on_bad_page` is off and panicking when it is on, the
+//! byte-access discipline, sleeping lock waiters, and a 4-thread alloc/free stress followed by
+//! [`Arena::validate`]. `tests/loom_folio.rs` model-checks the lock and wait table (no lost
+//! wake-up; a broken unlock that skips the wake-up is caught as a deadlock).
+//!
 //! # Extending the header
 //!
 //! Later layers keep per-folio state in [`FolioExt`] (one per frame, reached with
@@ -113,7 +123,7 @@ mod wait;
 
 pub use arena::{AllocError, Arena, ArenaConfig, ArenaError, ArenaStats, ReleaseHook};
 pub use buddy::{MAX_ORDER, NR_ORDERS, PCP_MAX_ORDER};
-pub use ext::FolioExt;
+pub use ext::{FolioExt, EXT_NONE};
 pub use handle::{FolioLocked, FolioRef, FrozenFolio};
 
 use crate::refcount::{RefCount, RefStrategy};

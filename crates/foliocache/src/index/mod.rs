@@ -46,6 +46,7 @@
 //!             folio = arena.folio(pfn(w))  (type-stable: always dereferenceable)
 //!             try_get(folio)?  no → frozen or free: being removed; goto repeat
 //!             slot(i) == w?    no → put (maybe the final put of a recycled folio); goto repeat
+//!             folio still ours and contains i?  no → put; goto repeat
 //!             return folio    (a reference on the folio that was at i when we re-checked)
 //! ```
 //!
@@ -53,7 +54,12 @@
 //! another file (or the same file at another index) between the slot load and the get. The
 //! re-check closes that: the slot still holding the same folio after our reference exists
 //! means the folio was in the cache at `i` at that instant, and our reference keeps it from
-//! being freed after. A failed re-check drops the reference, and that put can be the *final*
+//! being freed after. The reload starts again from `i`'s own slot and follows a sibling again
+//! (`xas_reload`), and then the folio, now pinned, must still carry this mapping and cover `i`
+//! (`folio_contains`): re-checking only the canonical slot of a multi-index entry is not
+//! enough, because between the reader's load of a sibling and its load of the canonical slot
+//! the large folio can be deleted and a small folio inserted at its first index (the stress
+//! test found exactly that). A failed re-check drops the reference, and that put can be the *final*
 //! put of the folio's new life (its new owner dropped theirs in between); the arena's free
 //! path then frees it from its current state, which is why it never trusts the caller.
 //!
@@ -200,6 +206,19 @@ pub struct IndexStats {
     pub nomem_retries: u64,
 }
 
+/// How much of the re-check a lookup does (only `Full` outside the loom models).
+#[derive(Clone, Copy)]
+enum Recheck {
+    /// `xas_reload` from the index's own slot, then mapping and `folio_contains`.
+    Full,
+    /// The canonical slot only (too weak for multi-index entries).
+    #[cfg(loom)]
+    CanonicalOnly,
+    /// No re-check at all.
+    #[cfg(loom)]
+    None,
+}
+
 /// Everything the index lock protects.
 struct Locked {
     spare: Vec<Box<Node>>,
@@ -274,13 +293,13 @@ impl Index {
         }
     }
 
-    /// The mapping id stored in the folios this index holds (`folio->mapping`).
+    /// `folio->mapping` of this index's folios: the mapping id they carry while cached.
     #[inline]
     pub fn mapping_id(&self) -> u64 {
         self.id
     }
 
-    /// The arena the folios come from.
+    /// `mapping_gfp_mask`'s source, in our terms: the arena the folios come from.
     #[inline]
     pub fn arena(&self) -> &Arc<Arena> {
         &self.arena
@@ -318,11 +337,12 @@ impl Index {
     // Lockless lookup
     // ---------------------------------------------------------------------------------
 
-    /// `xas_load`: the node, offset and word of the folio entry covering `index`. The caller
-    /// is inside an RCU read section of this index's domain or holds the index lock; the
-    /// returned node stays valid as long as that lasts.
+    /// `xas_load`: the node holding the entry for `index`, the offset of `index`'s own slot
+    /// in it, the canonical offset of the entry (different for a sibling) and the folio word.
+    /// The caller is inside an RCU read section of this index's domain or holds the index
+    /// lock; the returned node stays valid as long as that lasts.
     #[inline]
-    fn walk(&self, index: u64) -> Option<(*const Node, usize, usize)> {
+    fn walk(&self, index: u64) -> Option<(*const Node, usize, usize, usize)> {
         // ORDERING: Acquire; pairs with the Release stores of the root in `grow`/`store_entry`
         // (`prune`/`shrink` too), so the node's initialised slots are visible.
         let mut node = self.root.load(Ordering::Acquire) as *const Node;
@@ -336,21 +356,28 @@ impl Index {
             return None;
         }
         loop {
-            let mut off = n.offset_of(index);
-            let mut w = n.load(off);
-            if let Entry::Sibling(canonical) = Entry::decode(w) {
-                off = canonical;
-                w = n.load(off);
-            }
+            let own = n.offset_of(index);
+            let (off, w) = Self::resolve(n, own);
             match Entry::decode(w) {
                 Entry::Node(child) => {
                     node = child;
                     // SAFETY: as above; a child is published with Release before use.
                     n = unsafe { &*node };
                 }
-                Entry::Folio(_) => return Some((node, off, w)),
+                Entry::Folio(_) => return Some((node, own, off, w)),
                 _ => return None,
             }
+        }
+    }
+
+    /// The entry for slot `own` of `n`, following a sibling to its canonical slot:
+    /// `(canonical offset, word)`.
+    #[inline]
+    fn resolve(n: &Node, own: usize) -> (usize, usize) {
+        let w = n.load(own);
+        match Entry::decode(w) {
+            Entry::Sibling(canonical) => (canonical, n.load(canonical)),
+            _ => (own, w),
         }
     }
 
@@ -361,7 +388,7 @@ impl Index {
     /// [`FolioRef::wait_locked`] as the read path does.
     #[inline]
     pub fn lookup(&self, index: u64) -> Option<FolioRef<'_>> {
-        self.lookup_inner(index, true)
+        self.lookup_inner(index, Recheck::Full)
     }
 
     /// The lookup without the re-check, for the loom model that must catch it
@@ -369,15 +396,24 @@ impl Index {
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn lookup_without_recheck(&self, index: u64) -> Option<FolioRef<'_>> {
-        self.lookup_inner(index, false)
+        self.lookup_inner(index, Recheck::None)
+    }
+
+    /// The lookup with the first, too weak re-check (only the canonical slot reloaded, no
+    /// `folio_contains`), for the loom regression model that must catch it. Never use it
+    /// elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn lookup_with_canonical_recheck(&self, index: u64) -> Option<FolioRef<'_>> {
+        self.lookup_inner(index, Recheck::CanonicalOnly)
     }
 
     #[inline]
-    fn lookup_inner(&self, index: u64, recheck: bool) -> Option<FolioRef<'_>> {
+    fn lookup_inner(&self, index: u64, recheck: Recheck) -> Option<FolioRef<'_>> {
         let _rcu = self.rcu().read_lock();
         let backoff = Backoff::new();
         loop {
-            let (node, off, w) = self.walk(index)?;
+            let (node, own, canonical, w) = self.walk(index)?;
             let Entry::Folio(pfn) = Entry::decode(w) else {
                 unreachable!("walk returns folio entries")
             };
@@ -386,10 +422,29 @@ impl Index {
                 backoff.snooze();
                 continue;
             };
+            // `xas_reload`: re-derive the entry from *our index's* slot (a sibling is followed
+            // again), not just the canonical slot: between our two loads of a sibling walk the
+            // large folio may have been replaced by a smaller one at its first index. Then,
+            // under our reference, the folio must still be this mapping's and contain `index`
+            // (`folio_contains`), which closes the window where the slots were reused twice
+            // between the loads of the reload itself.
             // SAFETY: still inside the read section that found `node`.
-            if recheck && unsafe { &*node }.load(off) != w {
-                // `xas_reload` failed: the folio moved on. This put may be the final put of
-                // the folio's next life; the free path copes.
+            let n = unsafe { &*node };
+            let moved = match recheck {
+                Recheck::Full => {
+                    Self::resolve(n, own).1 != w
+                        || folio.mapping() != self.id
+                        || index.wrapping_sub(folio.index()) >= folio.nr_pages() as u64
+                }
+                #[cfg(loom)]
+                Recheck::CanonicalOnly => n.load(canonical) != w,
+                #[cfg(loom)]
+                Recheck::None => false,
+            };
+            let _ = canonical;
+            if moved {
+                // The folio moved on. This put may be the final put of the folio's next life;
+                // the free path copes.
                 drop(folio);
                 continue;
             }
@@ -671,7 +726,7 @@ impl Index {
             if err.is_some() {
                 break;
             }
-            index += folio.nr_pages() as u64;
+            index = index.saturating_add(folio.nr_pages() as u64);
         }
         drop(g);
         if index == start && err.is_none() && index < end {
@@ -690,7 +745,7 @@ impl Index {
     /// The node and canonical offset of `pfn`'s entry at `index`, if the tree holds it there.
     /// Under the lock.
     fn slot_of(&self, index: u64, pfn: u32) -> Option<(*const Node, usize)> {
-        let (node, off, w) = self.walk(index)?;
+        let (node, _, off, w) = self.walk(index)?;
         (w == Entry::folio(pfn)).then_some((node, off))
     }
 
@@ -963,7 +1018,8 @@ impl Index {
     // Statistics and validation
     // ---------------------------------------------------------------------------------
 
-    /// A snapshot of the counters (takes the lock; not counted as an acquisition).
+    /// `mapping->nrpages` and friends: a snapshot of the counters (takes the lock; not counted
+    /// as an acquisition).
     pub fn stats(&self) -> IndexStats {
         let g = self.locked.lock();
         let mut s = g.stats;
@@ -971,7 +1027,7 @@ impl Index {
         s
     }
 
-    /// Walks the whole tree under the lock and checks its structure and every counter:
+    /// `xa_dump`-style self-check: walks the whole tree under the lock and checks its structure and every counter:
     /// shifts, parent links and offsets, per-node counts, sibling entries, folio alignment,
     /// mapping and index, cache references, pages, folios and nodes.
     pub fn validate(&self) -> Result<IndexStats, String> {

@@ -299,6 +299,66 @@ pub struct LruStats {
 }
 
 impl LruStats {
+    /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
+    /// name `lru_` and the field's (list sizes as `lru_folios_<list>` and `lru_pages_<list>`).
+    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
+        // Destructured without `..`: a new counter does not compile until it is listed here.
+        let LruStats {
+            lock_acquisitions,
+            queued,
+            drained,
+            inserted,
+            dead_inserted,
+            dead_filtered,
+            released,
+            released_at_free,
+            activated,
+            deactivated,
+            rotated,
+            scanned,
+            isolated,
+            reclaimed,
+            reclaim_runs,
+            alloc_stalls,
+            oom,
+            culled,
+            rescued,
+            folios,
+            pages,
+            batched,
+        } = *self;
+        let [fi, fa, fu] = folios;
+        let [pi, pa, pu] = pages;
+        vec![
+            ("lru_lock_acquisitions", lock_acquisitions),
+            ("lru_queued", queued),
+            ("lru_drained", drained),
+            ("lru_inserted", inserted),
+            ("lru_dead_inserted", dead_inserted),
+            ("lru_dead_filtered", dead_filtered),
+            ("lru_released", released),
+            ("lru_released_at_free", released_at_free),
+            ("lru_activated", activated),
+            ("lru_deactivated", deactivated),
+            ("lru_rotated", rotated),
+            ("lru_scanned", scanned),
+            ("lru_isolated", isolated),
+            ("lru_reclaimed", reclaimed),
+            ("lru_reclaim_runs", reclaim_runs),
+            ("lru_alloc_stalls", alloc_stalls),
+            ("lru_oom", oom),
+            ("lru_culled", culled),
+            ("lru_rescued", rescued),
+            ("lru_folios_inactive", fi),
+            ("lru_folios_active", fa),
+            ("lru_folios_unevictable", fu),
+            ("lru_pages_inactive", pi),
+            ("lru_pages_active", pa),
+            ("lru_pages_unevictable", pu),
+            ("lru_batched", batched),
+        ]
+    }
+
     /// Percentage of drained folios that were dead when linked (the seed's "dead %").
     pub fn dead_pct(&self) -> f64 {
         100.0 * self.dead_inserted as f64 / (self.drained.max(1)) as f64

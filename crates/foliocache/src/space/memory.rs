@@ -147,9 +147,14 @@ pub(super) fn anon_fault(
 }
 
 /// `__split_huge_pmd_locked`: turns the entire mapping that covers entry `idx` into one PTE
-/// mapping per page, in one rmap batch: references for the PTEs first, then the PTE
-/// mappings (one section), then the PMD mapping removed and its reference dropped (the RFC's
-/// patches 13 and 14).
+/// mapping per page, in one rmap batch.
+///
+/// The RFC (patches 13 and 14) adds the `nr` PTE mappings in one batch and then removes the
+/// PMD mapping, taking the PTEs' references first and dropping the PMD's last, so refcount ≥
+/// mapcount throughout. Both changes are by the same space, so we apply their net effect at
+/// once: `nr − 1` more references, then `nr − 1` more mappings in a single seqcount section
+/// (or lock hold). Readers see the folio go from one mapping to `nr` directly, without the
+/// RFC's transient `nr + 1`.
 pub(super) fn split_entire(cx: &SpacesInner, me: &RmapId, mm: &mut Mm, vstart: u64, idx: usize) {
     let t = cx.config.tracking;
     let vma = mm.pt.vmas.get_mut(&vstart).expect("vma");
@@ -159,16 +164,13 @@ pub(super) fn split_entire(cx: &SpacesInner, me: &RmapId, mm: &mut Mm, vstart: u
     let order = folio.order();
     let nr = 1usize << order;
     let first = idx - pte.page() as usize;
-    let rmap = cx.rmap(folio);
-    cx.ref_add(folio, nr as u32);
-    rmap.add(t, order, me, nr as u32);
-    rmap.remove(t, order, me, 1);
-    cx.ref_sub(folio, 1);
+    cx.ref_add(folio, nr as u32 - 1);
+    cx.rmap(folio).add(t, order, me, nr as u32 - 1);
     for p in &mut vma.ptes[first..first + nr] {
         *p = p.without(Pte::ENTIRE);
     }
     mm.stats.pmd_splits += 1;
-    mm.stats.rmap_batches += 2;
+    mm.stats.rmap_batches += 1;
 }
 
 /// Splits the entire mappings that `[from, to)` cuts (covers only partly), so the range can

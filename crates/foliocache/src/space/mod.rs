@@ -23,6 +23,35 @@
 //! sharer-tracking strategy ([`rmap::Tracking`]: `none`, `rmap-id`, `mm-owner`, chosen at run
 //! time) and the statistics.
 //!
+//! # Example
+//!
+//! ```
+//! use foliocache::folio::{Arena, ArenaConfig};
+//! use foliocache::refcount::RefStrategy;
+//! use foliocache::space::{rmap::Tracking, SpaceConfig, Spaces};
+//! use foliocache::sync::Arc;
+//!
+//! let arena = Arc::new(Arena::new(ArenaConfig::new(8 << 20, RefStrategy::LockedBit)).unwrap());
+//! let tracking = Tracking::RmapId { exclusive_writer: true };
+//! let spaces = Spaces::new(arena, SpaceConfig::new(tracking));
+//! let parent = spaces.create().unwrap();
+//! let heap = parent.anon(2 << 20).unwrap(); // one 2 MiB folio once touched
+//! parent.write(heap, &[1; 4096]).unwrap();
+//!
+//! let snapshot = parent.fork().unwrap();
+//! parent.write(heap, &[2]).unwrap(); // shared with the snapshot: the page is copied
+//! let mut b = [0u8];
+//! snapshot.read(heap, &mut b).unwrap();
+//! assert_eq!(b, [1]);
+//!
+//! drop(snapshot);
+//! parent.write(heap + 4096, &[3]).unwrap(); // mapped exclusively again: reused whole
+//! let s = parent.stats();
+//! assert_eq!((s.cow_copies, s.cow_reuses), (1, 1));
+//! ```
+//!
+//! `examples/cow_snapshot.rs` runs the same story under every tracking strategy.
+//!
 //! # Copy-on-write (the point of seed 002)
 //!
 //! After `fork`, parent and child map the same anonymous folios read-only. A write fault on
@@ -106,6 +135,14 @@ pub struct SpaceConfig {
     /// serialise every operation of the family so the scan is consistent (tests, lab
     /// verification runs). Slow: a scan per write fault.
     pub oracle: bool,
+}
+
+impl Default for SpaceConfig {
+    /// rmap-id with the exclusive-writer path as calibrated on this machine
+    /// ([`Tracking::rmap_id_calibrated`]), 2 MiB PMD-mapped anonymous folios, no oracle.
+    fn default() -> Self {
+        Self::new(Tracking::rmap_id_calibrated())
+    }
 }
 
 impl SpaceConfig {
@@ -226,6 +263,34 @@ pub struct SpaceStats {
     pub rmap_batches: u64,
     /// Entries unmapped by unmap, dontneed and drop.
     pub pages_zapped: u64,
+}
+
+impl SpaceStats {
+    /// The counters as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
+    /// name the field's.
+    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
+        // Destructured without `..`: a new counter does not compile until it is listed here.
+        let SpaceStats {
+            forks,
+            anon_faults,
+            cow_copies,
+            cow_reuses,
+            cow_exclusive,
+            pmd_splits,
+            rmap_batches,
+            pages_zapped,
+        } = *self;
+        vec![
+            ("forks", forks),
+            ("anon_faults", anon_faults),
+            ("cow_copies", cow_copies),
+            ("cow_reuses", cow_reuses),
+            ("cow_exclusive", cow_exclusive),
+            ("pmd_splits", pmd_splits),
+            ("rmap_batches", rmap_batches),
+            ("pages_zapped", pages_zapped),
+        ]
+    }
 }
 
 impl std::ops::AddAssign for SpaceStats {
@@ -890,7 +955,7 @@ impl Space {
 
     /// `mprotect`: makes `[addr, addr+len)` read-only (`read_only`) or writable again. A
     /// PMD-mapped folio the range covers only partly is PTE-remapped first, in one rmap
-    /// batch. Making anon-exclusive pages writable again needs no fault.
+    /// batch (`memory::split_entire`). Making anon-exclusive pages writable again needs no fault.
     pub fn protect(&self, addr: u64, len: usize, read_only: bool) -> Result<(), SpaceError> {
         let (first, end) = check_range(addr, len)?;
         let cx = &self.inner.cx;

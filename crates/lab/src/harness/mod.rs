@@ -66,9 +66,10 @@ macro_rules! lab_err {
 }
 
 /// Prints `tables`, and writes the report's JSON (and, unless disabled, the plot of
-/// `plot_metric` over `plot_extra` rows) where the settings ask. Returns the report.
+/// `plot_metric` over `plot_extra` rows) where the settings ask. Returns the report, carrying
+/// the tables for the `all` summary.
 pub fn emit(
-    report: Report,
+    mut report: Report,
     settings: &Settings,
     tables: &[(String, Table)],
     plot_metric: Option<(&str, &serde_json::Map<String, serde_json::Value>)>,
@@ -96,5 +97,6 @@ pub fn emit(
             println!("plot:    {}", svg.display());
         }
     }
+    report.tables = tables.to_vec();
     Ok(report)
 }

@@ -36,6 +36,10 @@ pub struct Report {
     /// Counters of the system under test (`/proc/vmstat` style), when the scenario has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<Value>,
+    /// The human tables the scenario printed (title, table), for the `all` report; not part
+    /// of the JSON.
+    #[serde(skip)]
+    pub tables: Vec<(String, super::Table)>,
 }
 
 /// The machine a report was measured on.
@@ -134,6 +138,7 @@ impl Report {
             comparisons: Vec::new(),
             checks: Vec::new(),
             stats: None,
+            tables: Vec::new(),
         }
     }
 

@@ -17,7 +17,9 @@
 //! | [`pread`] | 000 | the seed's benchmark: 64-byte reads at offset 0 of one file, foliocache (each refcount strategy) against the kernel's `pread` |
 //! | [`readseq`] | 001 | db_bench `readseq`: cold sequential 8 KiB reads, one-by-one vs batched readahead insertion, two layouts |
 //! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
+//! | [`hash`] | 003 | file-table lookups under a table reference, resize under load |
 //! | [`lru`] | 004 | short-lived files churned through a cache under reclaim: dead folios at LRU drain, lruvec lock acquisitions per folio, vanilla vs filtered (and add-as-active) |
+//! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
@@ -25,6 +27,7 @@ pub mod cow;
 pub mod files;
 pub mod hash;
 pub mod lru;
+pub mod peers;
 pub mod pread;
 pub mod readseq;
 pub mod refcount;
@@ -78,5 +81,11 @@ pub const REGISTRY: &[Entry] = &[
         seed: lru::SEED,
         about: lru::ABOUT,
         run: lru::run_common,
+    },
+    Entry {
+        name: peers::NAME,
+        seed: peers::SEED,
+        about: peers::ABOUT,
+        run: peers::run_common,
     },
 ];

@@ -1,0 +1,247 @@
+//! Loom models of the page-cache index: the lockless lookup (RCU walk, speculative `try_get`,
+//! re-check) against removal (`evict`'s freeze, `delete` + free + reuse of the frame) and
+//! against batched insertion (`add_folio_range`).
+//!
+//! The arena has one or two frames, so a freed folio's frame is reused at once: a lookup that
+//! keeps a reference to the wrong life of a frame is visible as the wrong `private` tag. The
+//! index runs with 4-slot nodes under loom.
+#![cfg(loom)]
+
+use foliocache::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
+use foliocache::index::Index;
+use foliocache::rcu::Rcu;
+use foliocache::refcount::RefStrategy;
+use foliocache::sync::{thread, Arc, AtomicBool, Ordering};
+
+/// Tag of the folio's first life (set before it is published).
+const FIRST: u64 = 1;
+/// Tag of the frame's next life.
+const SECOND: u64 = 2;
+
+struct World {
+    arena: Arc<Arena>,
+    rcu: Arc<Rcu>,
+    index: Index,
+    /// The remover finished (its change is complete).
+    done: AtomicBool,
+}
+
+fn world(pages: usize, s: RefStrategy) -> Arc<World> {
+    let mut c = ArenaConfig::new(pages * PAGE_SIZE, s);
+    c.per_cpu_lists = false;
+    c.panic_on_bad_page = true;
+    let arena = Arc::new(Arena::new(c).unwrap());
+    let rcu = Arc::new(Rcu::new());
+    let index = Index::with_rcu(arena.clone(), rcu.clone());
+    Arc::new(World {
+        arena,
+        rcu,
+        index,
+        done: AtomicBool::new(false),
+    })
+}
+
+/// Caches one folio tagged FIRST at index 0; returns its pfn with one extra reference leaked
+/// for the remover.
+fn cache_one(w: &World) -> u32 {
+    let l = w.arena.alloc(0).unwrap().lock();
+    l.set_private(FIRST);
+    w.index.add_folio(&l, 0).unwrap();
+    l.unlock().into_raw().pfn()
+}
+
+/// The reader: a lookup of index 0 started after the removal completed finds nothing; a
+/// folio it does return is the cached one, and stays alive (not freed, not reused) while held.
+fn reader(w: &World, lookup: impl Fn(&Index) -> Option<FolioRef<'_>>) {
+    let done = w.done.load(Ordering::SeqCst);
+    let found = lookup(&w.index);
+    if done {
+        assert!(
+            found.is_none(),
+            "a folio was returned after its removal completed"
+        );
+    }
+    if let Some(f) = found {
+        assert_eq!(
+            f.private(),
+            FIRST,
+            "lookup returned another life of the frame"
+        );
+        thread::yield_now();
+        assert_eq!(f.private(), FIRST, "folio freed or reused under a reader");
+        assert!(!f.is_frozen(w.arena.strategy()));
+    }
+}
+
+fn finish(w: &World) {
+    w.index.validate().unwrap();
+    let st = w.arena.stats();
+    assert_eq!(st.bad_pages, 0);
+}
+
+/// Lookup against `evict` (lock, freeze at cache refs + 1, remove, free): either the reader's
+/// `try_get` came first and the freeze fails (the folio stays), or the freeze won and the
+/// reader retries and finds the slot empty. Never both.
+#[test]
+fn lookup_vs_evict() {
+    for s in [RefStrategy::CasLoop, RefStrategy::LockedBit] {
+        loom::model(move || {
+            let w = world(1, s);
+            let pfn = cache_one(&w);
+            let w2 = w.clone();
+            let r = thread::spawn(move || reader(&w2, |i| i.lookup(0)));
+            // SAFETY: the reference leaked by `cache_one`.
+            let x = unsafe { FolioRef::from_raw(&w.arena, w.arena.folio(pfn)) };
+            let evicted = w.index.evict(x.lock()).is_ok();
+            if evicted {
+                w.done.store(true, Ordering::SeqCst);
+            }
+            r.join().unwrap();
+            finish(&w);
+            let st = w.arena.validate().unwrap();
+            assert_eq!(st.allocated_pages, if evicted { 0 } else { 1 });
+        });
+    }
+}
+
+/// The remover: lock, delete from the index, drop every reference (frees the folio unless a
+/// reader holds one), free the emptied tree node after a grace period, then reuse the frame for a folio tagged SECOND and drop it again (its
+/// final put may race with a reader's put after a failed re-check).
+fn delete_and_reuse(w: &World, pfn: u32) {
+    // SAFETY: the reference leaked by `cache_one`.
+    let x = unsafe { FolioRef::from_raw(&w.arena, w.arena.folio(pfn)) };
+    let l = x.lock();
+    assert!(w.index.delete(&l));
+    drop(l);
+    w.done.store(true, Ordering::SeqCst);
+    // Folio frames are reused at once (not RCU-delayed, as in the kernel).
+    if let Ok(y) = w.arena.alloc(0) {
+        y.set_private(SECOND);
+        drop(y);
+    }
+    // The emptied leaf was retired with call_rcu: run the callback (after a grace period that
+    // waits for the reader's section) inside the model, so the node is really freed.
+    w.rcu.barrier();
+}
+
+/// Lookup against delete + free + reuse of the same frame: the re-check rejects the new life
+/// (and its put may be the final one, freeing that life correctly).
+#[test]
+fn lookup_vs_delete_and_reuse() {
+    loom::model(|| {
+        let w = world(1, RefStrategy::LockedBit);
+        let pfn = cache_one(&w);
+        let w2 = w.clone();
+        let r = thread::spawn(move || reader(&w2, |i| i.lookup(0)));
+        delete_and_reuse(&w, pfn);
+        r.join().unwrap();
+        finish(&w);
+        assert_eq!(w.arena.validate().unwrap().allocated_pages, 0);
+    });
+}
+
+/// The same model with the re-check removed: loom must find the schedule where the reader's
+/// `try_get` lands on the frame's next life (walk, then the remover runs, then the get).
+#[test]
+#[should_panic]
+fn lookup_without_recheck_is_caught() {
+    loom::model(|| {
+        let w = world(1, RefStrategy::LockedBit);
+        let pfn = cache_one(&w);
+        let w2 = w.clone();
+        let r = thread::spawn(move || reader(&w2, |i| i.lookup_without_recheck(0)));
+        delete_and_reuse(&w, pfn);
+        r.join().unwrap();
+    });
+}
+
+/// Lookup against `add_folio_range` of two locked folios: a reader that finds index 1 gets
+/// the batch's second folio with its mapping and index already set, and after waiting for
+/// the lock sees it uptodate; a lookup after the batch completed finds it.
+#[test]
+fn lookup_vs_add_folio_range() {
+    loom::model(|| {
+        let w = world(2, RefStrategy::LockedBit);
+        let pfns: Vec<u32> = (0..2)
+            .map(|_| w.arena.alloc(0).unwrap().lock().into_raw_locked().pfn())
+            .collect();
+        let w2 = w.clone();
+        let want = pfns[1];
+        let r = thread::spawn(move || {
+            let done = w2.done.load(Ordering::SeqCst);
+            let found = w2.index.lookup(1);
+            if done {
+                assert!(found.is_some(), "inserted batch not visible");
+            }
+            if let Some(f) = found {
+                assert_eq!(f.pfn(), want);
+                assert_eq!((f.mapping(), f.index()), (w2.index.mapping_id(), 1));
+                f.wait_locked();
+                assert!(f.is_uptodate(), "woken before the folio was filled");
+            }
+        });
+        let batch: Vec<FolioLocked<'_>> = pfns
+            .iter()
+            // SAFETY: the locked references leaked above.
+            .map(|&p| unsafe { FolioLocked::from_raw_locked(&w.arena, w.arena.folio(p)) })
+            .collect();
+        assert_eq!(w.index.add_folio_range(0, 2, &batch), Ok(2));
+        w.done.store(true, Ordering::SeqCst);
+        for l in batch {
+            drop(l.end_read(true));
+        }
+        r.join().unwrap();
+        finish(&w);
+        assert_eq!(w.index.stats().nr_pages, 2);
+    });
+}
+
+/// Regression (found by `tests/index_stress.rs`): an order-1 folio tagged FIRST covers indices
+/// 0 and 1; the reader looks up 1, loads the sibling in slot 1, and before it loads the
+/// canonical slot 0 the remover deletes the large folio and caches an order-0 folio at 0. The
+/// reader then gets the small folio, which does not contain index 1. The full re-check
+/// (reload from slot 1, then `folio_contains`) rejects it.
+fn large_replaced_by_small(lookup: fn(&Index, u64) -> Option<FolioRef<'_>>) {
+    let w = world(4, RefStrategy::LockedBit);
+    // A neighbour at index 3 keeps the leaf alive, so the small folio lands in the same node.
+    let keep = w.arena.alloc(0).unwrap().lock();
+    w.index.add_folio(&keep, 3).unwrap();
+    drop(keep);
+    let l = w.arena.alloc(1).unwrap().lock();
+    l.set_private(FIRST);
+    w.index.add_folio(&l, 0).unwrap();
+    let pfn = l.unlock().into_raw().pfn();
+    let w2 = w.clone();
+    let r = thread::spawn(move || {
+        if let Some(f) = lookup(&w2.index, 1) {
+            let covers = f.index() <= 1 && 1 < f.index() + f.nr_pages() as u64;
+            assert!(
+                covers,
+                "lookup(1) returned a folio at {} of {} pages",
+                f.index(),
+                f.nr_pages()
+            );
+        }
+    });
+    // SAFETY: the reference leaked above.
+    let x = unsafe { FolioRef::from_raw(&w.arena, w.arena.folio(pfn)) }.lock();
+    assert!(w.index.delete(&x));
+    drop(x);
+    let small = w.arena.alloc(0).unwrap().lock();
+    small.set_private(SECOND);
+    w.index.add_folio(&small, 0).unwrap();
+    drop(small);
+    r.join().unwrap();
+    finish(&w);
+}
+
+#[test]
+fn lookup_of_a_sibling_vs_large_replaced_by_small() {
+    loom::model(|| large_replaced_by_small(|i, n| i.lookup(n)));
+}
+
+#[test]
+#[should_panic(expected = "lookup(1) returned a folio at 0 of 1 pages")]
+fn canonical_only_recheck_is_caught() {
+    loom::model(|| large_replaced_by_small(|i, n| i.lookup_with_canonical_recheck(n)));
+}

@@ -1,0 +1,423 @@
+//! The contenders of `peers`: one [`Reader`] per way a storage engine could cache its blocks.
+//!
+//! | variant | what a read of block `b` does | budget | a miss is |
+//! |---|---|---|---|
+//! | `foliocache` | `CachedFile::read_at` of the block into the thread's buffer (a copy) | the budget | a lookup that started a read (the cache's `misses` counter) |
+//! | `foliocache-pinned` | `CachedFile::get_folio`: a pinned guard, read in place, no copy | the budget | as above |
+//! | `quick_cache` | `get_or_insert_with(b)`: a hit clones the cached `Arc<[u8]>` (no copy); a miss `pread`s the block into a new one | the budget, in blocks | the loader ran |
+//! | `moka` | `try_get_with(b)`: as `quick_cache` | the budget, in blocks | the loader ran |
+//! | `kernel-pread` | `pread(2)` of the block into the thread's buffer | **the machine's memory** (the kernel page cache) | a block read from storage (`/proc/self/io` `read_bytes` / 4096) |
+//! | `mmap` | a slice of a shared read-only mapping of the file | **the machine's memory** | a major fault (`getrusage`) |
+//!
+//! The Rust caches are used the way their documentation shows: values are reference-counted
+//! byte blocks, returned by clone (zero-copy), filled on a miss by one positional read of the
+//! same file, with their single-flight loaders (concurrent misses on one block read it once).
+//! Their budgets count block data only, like foliocache's; their per-entry metadata is on
+//! top (the RSS column shows what each really used).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::sync::Arc;
+
+use foliocache::{CacheError, CachedFile, Config, FolioCache};
+
+use super::workload::BLOCK;
+
+/// A contender's name and what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// foliocache, `read_at` (copy).
+    Foliocache,
+    /// foliocache, pinned folio (zero-copy).
+    FoliocachePinned,
+    /// quick_cache (crates.io), `Arc<[u8]>` blocks.
+    QuickCache,
+    /// moka (crates.io, `sync`), `Arc<[u8]>` blocks.
+    Moka,
+    /// The kernel page cache through `pread(2)`.
+    KernelPread,
+    /// The kernel page cache through a shared mapping.
+    Mmap,
+}
+
+impl Kind {
+    /// Every contender, in the order they are interleaved.
+    pub const ALL: [Kind; 6] = [
+        Kind::Foliocache,
+        Kind::FoliocachePinned,
+        Kind::QuickCache,
+        Kind::Moka,
+        Kind::KernelPread,
+        Kind::Mmap,
+    ];
+
+    /// The stable variant name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Foliocache => "foliocache",
+            Kind::FoliocachePinned => "foliocache-pinned",
+            Kind::QuickCache => "quick_cache",
+            Kind::Moka => "moka",
+            Kind::KernelPread => "kernel-pread",
+            Kind::Mmap => "mmap",
+        }
+    }
+
+    /// The contender called `name`.
+    pub fn parse(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether its budget is the whole machine's memory (the kernel's page cache).
+    pub fn machine_budget(self) -> bool {
+        matches!(self, Kind::KernelPread | Kind::Mmap)
+    }
+}
+
+/// One way of reading blocks, shared by the worker threads.
+pub trait Reader: Send + Sync + 'static {
+    /// Per-thread state (a buffer, a handle, a miss count).
+    type Local;
+
+    /// The calling thread's state.
+    fn local(&self) -> io::Result<Self::Local>;
+
+    /// Reads block `b` and hands its bytes to `f` (in place or from the thread's buffer).
+    fn with_block<R>(
+        &self,
+        local: &mut Self::Local,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String>;
+
+    /// Misses counted by the workers themselves (summed over threads by the caller).
+    fn local_misses(_local: &Self::Local) -> u64 {
+        0
+    }
+
+    /// A running miss count kept outside the workers (cache statistics, process counters),
+    /// when the workers do not count; read before and after a phase.
+    fn miss_counter(&self) -> Option<u64> {
+        None
+    }
+
+    /// Counters of the system under test (`/proc/vmstat` style), when it has them.
+    fn stats(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// A 4 KiB buffer aligned like a page, for the copying contenders.
+#[repr(C, align(4096))]
+pub struct Buf(pub [u8; BLOCK]);
+
+impl Buf {
+    /// A zeroed buffer on the heap.
+    pub fn boxed() -> Box<Buf> {
+        Box::new(Buf([0; BLOCK]))
+    }
+}
+
+fn load_block(file: &File, b: u32) -> io::Result<Arc<[u8]>> {
+    let mut v: Arc<[u8]> = vec![0u8; BLOCK].into();
+    let dst = Arc::get_mut(&mut v).expect("a new Arc is unique");
+    file.read_exact_at(dst, u64::from(b) * BLOCK as u64)?;
+    Ok(v)
+}
+
+/// A thread's miss count, for the contenders whose loaders run on the caller.
+#[derive(Debug, Default)]
+pub struct Misses(u64);
+
+/// `quick_cache::sync::Cache<u32, Arc<[u8]>>` of `budget` blocks.
+pub struct QuickCache {
+    cache: quick_cache::sync::Cache<u32, Arc<[u8]>>,
+    file: Arc<File>,
+}
+
+impl QuickCache {
+    /// A cache of `blocks` blocks over `file`.
+    pub fn new(file: Arc<File>, blocks: usize) -> QuickCache {
+        QuickCache {
+            cache: quick_cache::sync::Cache::new(blocks),
+            file,
+        }
+    }
+}
+
+impl Reader for QuickCache {
+    type Local = Misses;
+
+    fn local(&self) -> io::Result<Misses> {
+        Ok(Misses::default())
+    }
+
+    #[inline]
+    fn with_block<R>(
+        &self,
+        l: &mut Misses,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String> {
+        let v = self
+            .cache
+            .get_or_insert_with(&b, || {
+                l.0 += 1;
+                load_block(&self.file, b)
+            })
+            .map_err(|e| format!("quick_cache: reading block {b}: {e}"))?;
+        Ok(f(&v))
+    }
+
+    fn local_misses(l: &Misses) -> u64 {
+        l.0
+    }
+}
+
+/// `moka::sync::Cache<u32, Arc<[u8]>>` of `budget` blocks.
+pub struct Moka {
+    cache: moka::sync::Cache<u32, Arc<[u8]>>,
+    file: Arc<File>,
+}
+
+impl Moka {
+    /// A cache of `blocks` blocks over `file`.
+    pub fn new(file: Arc<File>, blocks: usize) -> Moka {
+        Moka {
+            cache: moka::sync::Cache::builder()
+                .max_capacity(blocks as u64)
+                .build(),
+            file,
+        }
+    }
+}
+
+impl Reader for Moka {
+    type Local = Misses;
+
+    fn local(&self) -> io::Result<Misses> {
+        Ok(Misses::default())
+    }
+
+    #[inline]
+    fn with_block<R>(
+        &self,
+        l: &mut Misses,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String> {
+        let v = self
+            .cache
+            .try_get_with(b, || {
+                l.0 += 1;
+                load_block(&self.file, b)
+            })
+            .map_err(|e| format!("moka: reading block {b}: {e}"))?;
+        Ok(f(&v))
+    }
+
+    fn local_misses(l: &Misses) -> u64 {
+        l.0
+    }
+}
+
+/// Bytes this process caused to be read from storage (`/proc/self/io` `read_bytes`).
+pub fn storage_read_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("read_bytes:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `pread(2)` on the file: the kernel's page cache, whose budget is the machine's memory.
+pub struct KernelPread {
+    file: Arc<File>,
+}
+
+impl KernelPread {
+    /// Reads of `file`.
+    pub fn new(file: Arc<File>) -> KernelPread {
+        KernelPread { file }
+    }
+}
+
+impl Reader for KernelPread {
+    type Local = Box<Buf>;
+
+    fn local(&self) -> io::Result<Box<Buf>> {
+        Ok(Buf::boxed())
+    }
+
+    #[inline]
+    fn with_block<R>(
+        &self,
+        buf: &mut Box<Buf>,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String> {
+        self.file
+            .read_exact_at(&mut buf.0, u64::from(b) * BLOCK as u64)
+            .map_err(|e| format!("pread of block {b}: {e}"))?;
+        Ok(f(&buf.0))
+    }
+
+    fn miss_counter(&self) -> Option<u64> {
+        Some(storage_read_bytes() / BLOCK as u64)
+    }
+}
+
+/// Major page faults of this process so far (`getrusage(RUSAGE_SELF)`).
+pub fn major_faults() -> u64 {
+    // SAFETY: `rusage` is plain data; zeroed is a valid value for getrusage to overwrite.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+        ru.ru_majflt as u64
+    } else {
+        0
+    }
+}
+
+/// A shared, read-only mapping of the whole file.
+pub struct Mmap {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and lives until `drop`; sharing its address between
+// threads only shares reads of immutable memory.
+unsafe impl Send for Mmap {}
+// SAFETY: as above, `&Mmap` only allows reads.
+unsafe impl Sync for Mmap {}
+
+impl Mmap {
+    /// Maps the first `blocks` blocks of `file`.
+    pub fn new(file: &File, blocks: u64) -> io::Result<Mmap> {
+        let len = blocks as usize * BLOCK;
+        // SAFETY: a fresh read-only shared mapping of an open file descriptor; the kernel
+        // picks the address; the result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mmap {
+            ptr: p as *const u8,
+            len,
+        })
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once; no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+impl Reader for Mmap {
+    type Local = ();
+
+    fn local(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    #[inline]
+    fn with_block<R>(&self, _: &mut (), b: u32, f: impl FnOnce(&[u8]) -> R) -> Result<R, String> {
+        let at = b as usize * BLOCK;
+        if at + BLOCK > self.len {
+            return Err(format!("mmap: block {b} is past the mapping"));
+        }
+        // SAFETY: `at + BLOCK <= len`, inside the live read-only mapping; the file is not
+        // truncated while the lab runs (a truncation would raise SIGBUS, not read garbage).
+        let data = unsafe { std::slice::from_raw_parts(self.ptr.add(at), BLOCK) };
+        Ok(f(data))
+    }
+
+    fn miss_counter(&self) -> Option<u64> {
+        Some(major_faults())
+    }
+}
+
+/// foliocache: one [`FolioCache`] of the budget, the file opened once; every worker thread
+/// opens its own handle (as it would its own file descriptor).
+pub struct Foliocache {
+    cache: FolioCache,
+    file: CachedFile,
+    pinned: bool,
+}
+
+impl Foliocache {
+    /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
+    /// (`get_folio`, `pinned`); `ra_pages` overrides the readahead window.
+    pub fn new(
+        path: &std::path::Path,
+        budget_bytes: usize,
+        ra_pages: Option<usize>,
+        pinned: bool,
+    ) -> Result<Foliocache, CacheError> {
+        let mut config = Config::new(budget_bytes);
+        if let Some(p) = ra_pages {
+            config = config.readahead_pages(p);
+        }
+        let cache = FolioCache::new(config)?;
+        let file = cache.open(path)?;
+        Ok(Foliocache {
+            cache,
+            file,
+            pinned,
+        })
+    }
+}
+
+impl Reader for Foliocache {
+    type Local = (CachedFile, Box<Buf>);
+
+    fn local(&self) -> io::Result<Self::Local> {
+        Ok((self.file.reopen(), Buf::boxed()))
+    }
+
+    #[inline]
+    fn with_block<R>(
+        &self,
+        (file, buf): &mut Self::Local,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String> {
+        let off = u64::from(b) * BLOCK as u64;
+        if self.pinned {
+            let folio = file
+                .get_folio(u64::from(b))
+                .map_err(|e| format!("get_folio({b}): {e}"))?;
+            // A large folio holds more than our page: find the block inside it.
+            let at = (off - folio.offset()) as usize;
+            Ok(f(&folio[at..at + BLOCK]))
+        } else {
+            file.read_exact_at(&mut buf.0, off)
+                .map_err(|e| format!("read_at of block {b}: {e}"))?;
+            Ok(f(&buf.0))
+        }
+    }
+
+    fn miss_counter(&self) -> Option<u64> {
+        Some(self.cache.stats().misses)
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        Some(super::super::files::stats_json(&self.cache.stats()))
+    }
+}

@@ -1,0 +1,896 @@
+//! `peers`: foliocache against what a storage engine would use instead, on a block-cache
+//! workload as storage engines run it.
+//!
+//! **The workload.** A data file several times larger than the cache budget (generated in a
+//! temporary directory: 256 MiB, 16 MiB with `--quick`; or a user's `--file`), read in 4 KiB
+//! blocks. Every worker thread replays its own precomputed trace of block numbers
+//! ([`workload`]): `zipf` (default, skew `--skew` 0.99, the hot blocks scattered over the
+//! file), `uniform`, or `scan` (half the reads in sequential 64-block scans). The budget is
+//! `--budget-fraction` (default 1/4) of the file. Every contender is built fresh for every
+//! measurement, warmed up for `--warmup` (default: the measurement's duration) with the same
+//! threads, then measured; contenders are interleaved A B C ... A B C in one process.
+//!
+//! **The contenders** ([`contenders`]): `foliocache` (`read_at` copying the block),
+//! `foliocache-pinned` (zero-copy through a pinned folio), `quick_cache` and `moka` (current
+//! crates.io releases holding `Arc<[u8]>` blocks, filled by `pread` on a miss), and the
+//! kernel's page cache through `pread` (`kernel-pread`) and a shared mapping (`mmap`). The two
+//! kernel contenders' budget is **the whole machine's memory**: the file sits in the kernel's
+//! page cache (it is read once before measuring), so they never miss; they are the floor a
+//! userspace cache must beat to be worth its memory.
+//!
+//! **What is measured**, per contender and thread count: operations per second (all threads);
+//! the hit ratio of the measured phase (how each contender counts a miss is in
+//! [`contenders`]); p50 and p99 latency of one block read (1 read in 8 is timed, into an HDR
+//! histogram, so the clock costs every contender the same ~5 ns per read); and the peak
+//! resident memory the contender added: the process's RSS (`/proc/self/statm`) sampled every
+//! 10 ms while it is built, warmed and measured, minus the RSS before it was built (after
+//! returning freed heap to the system). VmHWM would be the process's peak over all
+//! contenders, hence this growth, honestly labelled: the kernel page cache is in nobody's RSS
+//! (so `kernel-pread` shows about 0), while `mmap` counts the file pages it mapped.
+//!
+//! **Correctness.** Every read checks the block's first and last words against the file's
+//! content (a generated file's words are a function of their offset); one read in 256 checks
+//! the whole block (a user's file: against a direct `pread` of the same block).
+//!
+//! Stable names (see `shared/LAB-RESULTS.md`):
+//!
+//! | kind | names |
+//! |---|---|
+//! | variants | `foliocache`, `foliocache-pinned`, `quick_cache`, `moka`, `kernel-pread`, `mmap` |
+//! | metrics | `ops_per_sec` (block reads per second, all threads), `ops_per_cpu_sec` (block reads per CPU-second the workers used: the throughput a machine with no other load would give spinning workers; it flatters a contender whose workers sleep on locks), `hit_ratio` (0 to 1), `p50_latency_ns`, `p99_latency_ns`, `rss_growth_bytes` (peak RSS added by the contender) |
+//! | row fields | `mix`: `zipf`, `uniform` or `scan` |
+//! | comparisons | candidates `foliocache` and `foliocache-pinned` against each of `quick_cache`, `moka`, `kernel-pread`, `mmap` as baseline, metric `ops_per_sec`, per thread count and mix |
+//! | checks | `correct_bytes` (reads whose bytes were wrong, must be 0), `sampled_reads_verified` (full-block checks made, must be above 0), `read_errors` (reads that failed, must be 0) |
+//!
+//! The issue's targets (Zipf 0.99, budget 1/4): `foliocache` at least 2x `moka` and 1x
+//! `quick_cache` at 1 and 2 threads with a hit ratio within 2 points of both, and well ahead
+//! of `kernel-pread`. The targets table prints whether they were met; they are not checks
+//! (a noisy machine must not fail CI).
+
+pub mod contenders;
+pub mod workload;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use hdrhistogram::Histogram;
+use serde_json::{json, Map, Value};
+
+use crate::harness::{
+    emit, fmt_num, parse_duration, run_threads, seed_table, CommonArgs, Interleaver, LabResult,
+    Progress, Report, Settings, Table, CHECK_EVERY,
+};
+use contenders::{Kind, Reader};
+use workload::{Content, Mix, BLOCK};
+
+/// Not a seed: this scenario answers the issue's question "is it faster than what I use
+/// today" (`shared/research/anchors.md` lists the peers).
+pub const SEED: &str = "none (peers: quick_cache, moka, the kernel page cache)";
+
+/// The scenario name (subcommand).
+pub const NAME: &str = "peers";
+
+/// One line for `all` and the summary.
+pub const ABOUT: &str = "a storage engine's block cache: 4 KiB Zipf reads of a file 4x the \
+budget; foliocache (copy and pinned) against quick_cache, moka, kernel pread and mmap";
+
+/// One read in this many is timed.
+const LATENCY_EVERY: u64 = 8;
+
+/// One read in this many checks the whole block.
+const FULL_CHECK_EVERY: u64 = 256;
+
+/// Options of `foliocache-lab peers`.
+#[derive(ClapArgs, Debug, Clone)]
+pub struct Args {
+    /// Options every scenario takes.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Read this file (its whole 4 KiB blocks) instead of generating one; reads are checked
+    /// against direct reads of it.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Size of the generated file in MiB [default: 256; 16 with --quick].
+    #[arg(long)]
+    pub file_mib: Option<u64>,
+    /// Cache budget as a fraction of the file.
+    #[arg(long, default_value_t = 0.25)]
+    pub budget_fraction: f64,
+    /// Access patterns, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "zipf")]
+    pub mix: Vec<Mix>,
+    /// Zipf exponent of the `zipf` and `scan` mixes (above 0).
+    #[arg(long, default_value_t = 0.99)]
+    pub skew: f64,
+    /// Contenders to run, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub contenders: Vec<String>,
+    /// Warm-up before each measurement [default: the measurement's duration].
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// Readahead window of the foliocache contenders, in pages [default: the cache's].
+    #[arg(long)]
+    pub ra_pages: Option<usize>,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            common: CommonArgs::default(),
+            file: None,
+            file_mib: None,
+            budget_fraction: 0.25,
+            mix: vec![Mix::Zipf],
+            skew: 0.99,
+            contenders: Vec::new(),
+            warmup: None,
+            ra_pages: None,
+        }
+    }
+}
+
+/// Runs the scenario with only the common options (the registry's entry point).
+pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
+    run(&Args {
+        common: common.clone(),
+        ..Args::default()
+    })
+}
+
+/// What every measurement shares: the file, its content, the budget, the traces.
+struct Setup {
+    path: PathBuf,
+    file: Arc<File>,
+    blocks: u64,
+    budget_blocks: usize,
+    content: Arc<Content>,
+    ra_pages: Option<usize>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// The traces of one mix, one per thread.
+struct Traces(Vec<Vec<u32>>);
+
+/// What one phase of one contender produced.
+struct PhaseOut {
+    ops: u64,
+    cpu_ns: u64,
+    elapsed: Duration,
+    bad: u64,
+    verified: u64,
+    misses: u64,
+    hist: Histogram<u64>,
+    errors: Vec<String>,
+}
+
+/// One measurement of one contender.
+struct Sample {
+    ops_per_sec: f64,
+    ops_per_cpu_sec: f64,
+    hit_ratio: f64,
+    p50_ns: f64,
+    p99_ns: f64,
+    rss_growth: f64,
+    bad: u64,
+    verified: u64,
+    errors: Vec<String>,
+    stats: Option<Value>,
+}
+
+/// Runs the scenario: measures, prints the tables, writes JSON and plot if asked.
+pub fn run(args: &Args) -> LabResult<Report> {
+    let settings = args.common.settings();
+    let kinds = if args.contenders.is_empty() {
+        // The foliocache contenders join the default set with the FolioCache API.
+        Kind::ALL
+            .into_iter()
+            .filter(|k| !matches!(k, Kind::Foliocache | Kind::FoliocachePinned))
+            .collect()
+    } else {
+        args.contenders
+            .iter()
+            .map(|n| {
+                Kind::parse(n).ok_or_else(|| {
+                    let names: Vec<_> = Kind::ALL.iter().map(|k| k.name()).collect();
+                    crate::lab_err!("unknown contender `{n}` (have: {})", names.join(", "))
+                })
+            })
+            .collect::<LabResult<Vec<_>>>()?
+    };
+    if !(args.skew > 0.0 && args.skew.is_finite()) {
+        return Err(crate::lab_err!(
+            "--skew must be above 0 (0.99 is the usual; use --mix uniform for no skew)"
+        ));
+    }
+    if !(args.budget_fraction > 0.0 && args.budget_fraction <= 1.0) {
+        return Err(crate::lab_err!(
+            "--budget-fraction must be in (0, 1], e.g. 0.25 for a budget of 1/4 of the file"
+        ));
+    }
+    let setup = prepare(args, &settings)?;
+    let warmup = args.warmup.unwrap_or(settings.duration);
+    let trace_len: usize = if settings.quick { 1 << 16 } else { 1 << 20 };
+    let budget_mib = setup.budget_blocks as f64 * BLOCK as f64 / (1 << 20) as f64;
+    let file_mib = setup.blocks as f64 * BLOCK as f64 / (1 << 20) as f64;
+    let mut report = Report::new(
+        NAME,
+        SEED,
+        settings.params(json!({
+            "variants": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+            "mixes": args.mix.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            "skew": args.skew,
+            "file": if args.file.is_some() { setup.path.display().to_string() } else { "generated".into() },
+            "file_bytes": setup.blocks * BLOCK as u64,
+            "block_bytes": BLOCK,
+            "budget_bytes": setup.budget_blocks * BLOCK,
+            "budget_fraction": args.budget_fraction,
+            "warmup_ms": warmup.as_millis() as u64,
+            "trace_len": trace_len,
+            "machine_budget": "kernel-pread and mmap use the kernel page cache: their budget is the machine's memory",
+            "latency_sampling": format!("1 read in {LATENCY_EVERY}"),
+        })),
+    );
+    println!(
+        "peers: {} file of {file_mib:.0} MiB ({} blocks of 4 KiB), budget {budget_mib:.1} MiB \
+         ({} blocks); kernel-pread and mmap: budget = the machine's memory ({:.1} GiB), the \
+         file is in the kernel page cache",
+        if args.file.is_some() {
+            "the"
+        } else {
+            "a generated"
+        },
+        setup.blocks,
+        setup.budget_blocks,
+        machine_memory() as f64 / (1u64 << 30) as f64
+    );
+
+    let steps = (args.mix.len() * settings.threads.len() * settings.runs * kinds.len()) as u64;
+    let progress = Progress::new(
+        NAME,
+        steps,
+        (settings.duration + warmup) * steps as u32,
+        settings.progress,
+    );
+    let (mut bad, mut verified, mut errors) = (0u64, 0u64, Vec::<String>::new());
+    let mut stats = None;
+    let mut tables = Vec::new();
+    let max_threads = settings.threads.iter().copied().max().unwrap_or(1);
+    for &mix in &args.mix {
+        let traces = Arc::new(Traces(
+            (0..max_threads)
+                .map(|t| {
+                    workload::trace(mix, setup.blocks, args.skew, trace_len, 0x7ace + t as u64)
+                })
+                .collect(),
+        ));
+        let mut il = Interleaver::new();
+        for &threads in &settings.threads {
+            progress.message(format!("{} {threads} thread(s)", mix.name()));
+            il.rounds::<_, crate::harness::LabError>(
+                &kinds,
+                settings.runs,
+                |il, &kind, _round| {
+                    let s = measure(kind, &setup, &traces, threads, &settings, warmup)?;
+                    let name = kind.name();
+                    il.add(name, threads, "ops_per_sec", s.ops_per_sec);
+                    il.add(name, threads, "ops_per_cpu_sec", s.ops_per_cpu_sec);
+                    il.add(name, threads, "hit_ratio", s.hit_ratio);
+                    il.add(name, threads, "p50_latency_ns", s.p50_ns);
+                    il.add(name, threads, "p99_latency_ns", s.p99_ns);
+                    il.add(name, threads, "rss_growth_bytes", s.rss_growth);
+                    bad += s.bad;
+                    verified += s.verified;
+                    errors.extend(s.errors.into_iter().map(|e| format!("{name}: {e}")));
+                    if s.stats.is_some() {
+                        stats = s.stats;
+                    }
+                    Ok(())
+                },
+                || progress.tick(),
+            )?;
+        }
+        let extra = mix_extra(mix);
+        report.add_rows(&il, &extra);
+        for &threads in &settings.threads {
+            for candidate in ["foliocache", "foliocache-pinned"] {
+                for baseline in ["quick_cache", "moka", "kernel-pread", "mmap"] {
+                    report.compare(baseline, candidate, threads, "ops_per_sec", &extra);
+                }
+            }
+        }
+        tables.push((
+            format!(
+                "peers, mix {}{}: 4 KiB block reads, file {file_mib:.0} MiB, budget {budget_mib:.1} MiB \
+                 (kernel-pread, mmap: the machine's memory); medians of {} runs of {:?} after {:?} warm-up",
+                mix.name(),
+                if mix == Mix::Uniform { String::new() } else { format!(" (skew {})", args.skew) },
+                settings.runs,
+                settings.duration,
+                warmup
+            ),
+            contender_table(&report, &kinds, &settings.threads, &extra, budget_mib),
+        ));
+        tables.push((
+            format!(
+                "Seed shape, mix {}: block reads per second, vanilla = quick_cache (the fastest \
+                 Rust peer), patched = foliocache",
+                mix.name()
+            ),
+            seed_table(
+                &report,
+                "ops_per_sec",
+                "quick_cache",
+                "foliocache",
+                &["foliocache-pinned", "moka", "kernel-pread", "mmap"],
+                &extra,
+            ),
+        ));
+        if mix == Mix::Zipf && kinds.contains(&Kind::Foliocache) {
+            tables.push((
+                "Targets (issue 7; Zipf 0.99, budget 1/4 of the file): foliocache >= 2x moka, \
+                 >= 1x quick_cache, hit ratio within 2 points of both, ahead of kernel-pread"
+                    .to_string(),
+                target_table(&report, &settings.threads, &extra),
+            ));
+        }
+    }
+    progress.finish();
+
+    report.check("correct_bytes", json!(bad), bad == 0);
+    report.check("sampled_reads_verified", json!(verified), verified > 0);
+    report.check("read_errors", json!(errors.len()), errors.is_empty());
+    for e in errors.iter().take(5) {
+        eprintln!("peers: {e}");
+    }
+    report.stats = stats;
+    let plot_extra = mix_extra(args.mix[0]);
+    emit(
+        report,
+        &settings,
+        &tables,
+        Some(("ops_per_sec", &plot_extra)),
+    )
+}
+
+fn mix_extra(mix: Mix) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("mix".into(), json!(mix.name()));
+    m
+}
+
+/// Generates (or opens) the file, reads it once into the kernel page cache, sizes the budget.
+fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
+    let (path, dir, content) = match &args.file {
+        Some(p) => {
+            let reference = File::open(p)
+                .map_err(|e| crate::lab_err!("opening --file {}: {e}", p.display()))?;
+            (p.clone(), None, Content::Reference(reference))
+        }
+        None => {
+            let mib = args
+                .file_mib
+                .unwrap_or(if settings.quick { 16 } else { 256 });
+            if mib == 0 {
+                return Err(crate::lab_err!("--file-mib must be at least 1"));
+            }
+            let dir = tempfile::Builder::new()
+                .prefix("foliocache-peers")
+                .tempdir()
+                .map_err(|e| crate::lab_err!("creating a temporary directory: {e}"))?;
+            let path = dir.path().join("blocks.dat");
+            workload::generate(&path, mib << 20 >> 12)
+                .map_err(|e| crate::lab_err!("writing {}: {e}", path.display()))?;
+            (path, Some(dir), Content::Generated)
+        }
+    };
+    let file = File::open(&path).map_err(|e| crate::lab_err!("opening {}: {e}", path.display()))?;
+    let len = file
+        .metadata()
+        .map_err(|e| crate::lab_err!("{}: {e}", path.display()))?
+        .len();
+    let blocks = len / BLOCK as u64;
+    if blocks < 4 {
+        return Err(crate::lab_err!(
+            "{} has {blocks} whole 4 KiB blocks; the peers scenario needs at least 4",
+            path.display()
+        ));
+    }
+    if blocks > u64::from(u32::MAX) {
+        return Err(crate::lab_err!(
+            "{} is larger than 16 TiB; use a smaller file",
+            path.display()
+        ));
+    }
+    // Into the kernel page cache, so no contender pays the storage device on its misses.
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0;
+    while off < len {
+        use std::os::unix::fs::FileExt;
+        let n = file
+            .read_at(&mut buf, off)
+            .map_err(|e| crate::lab_err!("reading {}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    let budget_blocks = ((blocks as f64 * args.budget_fraction) as usize).max(1);
+    Ok(Setup {
+        path,
+        file: Arc::new(file),
+        blocks,
+        budget_blocks,
+        content: Arc::new(content),
+        ra_pages: args.ra_pages,
+        _dir: dir,
+    })
+}
+
+/// Builds `kind` fresh, warms it up, measures it, and drops it.
+fn measure(
+    kind: Kind,
+    setup: &Setup,
+    traces: &Arc<Traces>,
+    threads: usize,
+    settings: &Settings,
+    warmup: Duration,
+) -> LabResult<Sample> {
+    trim_heap();
+    let rss0 = rss_bytes();
+    let sampler = RssSampler::start();
+    let file = setup.file.clone();
+    match kind {
+        Kind::QuickCache => measure_reader(
+            Arc::new(contenders::QuickCache::new(file, setup.budget_blocks)),
+            setup,
+            traces,
+            threads,
+            settings,
+            warmup,
+            sampler,
+            rss0,
+        ),
+        Kind::Moka => measure_reader(
+            Arc::new(contenders::Moka::new(file, setup.budget_blocks)),
+            setup,
+            traces,
+            threads,
+            settings,
+            warmup,
+            sampler,
+            rss0,
+        ),
+        Kind::KernelPread => measure_reader(
+            Arc::new(contenders::KernelPread::new(file)),
+            setup,
+            traces,
+            threads,
+            settings,
+            warmup,
+            sampler,
+            rss0,
+        ),
+        Kind::Mmap => {
+            let m = contenders::Mmap::new(&file, setup.blocks)
+                .map_err(|e| crate::lab_err!("mmap of {}: {e}", setup.path.display()))?;
+            measure_reader(
+                Arc::new(m),
+                setup,
+                traces,
+                threads,
+                settings,
+                warmup,
+                sampler,
+                rss0,
+            )
+        }
+        Kind::Foliocache | Kind::FoliocachePinned => {
+            let c = contenders::Foliocache::new(
+                &setup.path,
+                setup.budget_blocks * BLOCK,
+                setup.ra_pages,
+                kind == Kind::FoliocachePinned,
+            )
+            .map_err(|e| crate::lab_err!("foliocache: {e}"))?;
+            measure_reader(
+                Arc::new(c),
+                setup,
+                traces,
+                threads,
+                settings,
+                warmup,
+                sampler,
+                rss0,
+            )
+        }
+    }
+}
+
+/// Warm-up, then the measured phase, of one contender; the sampler stops before it is dropped.
+#[allow(clippy::too_many_arguments)]
+fn measure_reader<R: Reader>(
+    r: Arc<R>,
+    setup: &Setup,
+    traces: &Arc<Traces>,
+    threads: usize,
+    settings: &Settings,
+    warmup: Duration,
+    sampler: RssSampler,
+    rss0: u64,
+) -> LabResult<Sample> {
+    let content = &setup.content;
+    let w = phase(&r, traces, content, threads, settings.pin, warmup, 0);
+    let before = r.miss_counter();
+    let m = phase(
+        &r,
+        traces,
+        content,
+        threads,
+        settings.pin,
+        settings.duration,
+        usize::MAX / 2,
+    );
+    let misses = match (before, r.miss_counter()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => m.misses,
+    };
+    let stats = r.stats();
+    let peak = sampler.finish().max(rss_bytes());
+    let q = |q: f64| m.hist.value_at_quantile(q) as f64;
+    Ok(Sample {
+        ops_per_sec: m.ops as f64 / m.elapsed.as_secs_f64().max(1e-9),
+        ops_per_cpu_sec: m.ops as f64 * 1e9 / (m.cpu_ns.max(1) as f64),
+        hit_ratio: if m.ops == 0 {
+            0.0
+        } else {
+            1.0 - (misses as f64 / m.ops as f64).min(1.0)
+        },
+        p50_ns: q(0.5),
+        p99_ns: q(0.99),
+        rss_growth: peak.saturating_sub(rss0) as f64,
+        bad: w.bad + m.bad,
+        verified: w.verified + m.verified,
+        errors: w.errors.into_iter().chain(m.errors).collect(),
+        stats,
+    })
+}
+
+/// `threads` workers replay their traces (from `offset`) through `r` for `duration`.
+fn phase<R: Reader>(
+    r: &Arc<R>,
+    traces: &Arc<Traces>,
+    content: &Arc<Content>,
+    threads: usize,
+    pin: bool,
+    duration: Duration,
+    offset: usize,
+) -> PhaseOut {
+    let (r2, t2, c2) = (r.clone(), traces.clone(), content.clone());
+    let run = run_threads(threads, pin, duration, move |tid, stop| {
+        worker(&*r2, &t2.0[tid], &c2, offset, stop)
+    });
+    let mut out = PhaseOut {
+        ops: 0,
+        cpu_ns: 0,
+        elapsed: run.elapsed,
+        bad: 0,
+        verified: 0,
+        misses: 0,
+        hist: new_histogram(),
+        errors: Vec::new(),
+    };
+    for w in run.results {
+        out.ops += w.ops;
+        out.cpu_ns += w.cpu_ns;
+        out.bad += w.bad;
+        out.verified += w.verified;
+        out.misses += w.misses;
+        out.hist.add(&w.hist).expect("histograms of equal bounds");
+        out.errors.extend(w.error);
+    }
+    out
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds")
+}
+
+/// One worker's tally.
+struct WorkerOut {
+    ops: u64,
+    cpu_ns: u64,
+    bad: u64,
+    verified: u64,
+    misses: u64,
+    hist: Histogram<u64>,
+    error: Option<String>,
+}
+
+/// The measured loop: block numbers from the trace, one read each, its bytes checked.
+fn worker<R: Reader>(
+    r: &R,
+    trace: &[u32],
+    content: &Content,
+    offset: usize,
+    stop: &AtomicBool,
+) -> WorkerOut {
+    let mask = trace.len() - 1;
+    let mut pos = offset & mask;
+    let mut hist = new_histogram();
+    let (mut ops, mut bad, mut verified) = (0u64, 0u64, 0u64);
+    let mut local = match r.local() {
+        Ok(l) => l,
+        Err(e) => {
+            return WorkerOut {
+                ops,
+                cpu_ns: 0,
+                bad,
+                verified,
+                misses: 0,
+                hist,
+                error: Some(format!("setting up a worker: {e}")),
+            }
+        }
+    };
+    let mut error = None;
+    let cpu0 = thread_cpu_ns();
+    'run: loop {
+        for _ in 0..CHECK_EVERY {
+            let b = trace[pos];
+            pos = (pos + 1) & mask;
+            let full = ops % FULL_CHECK_EVERY == 1;
+            let t0 = (ops % LATENCY_EVERY == 0).then(Instant::now);
+            let res = r.with_block(&mut local, b, |data| {
+                if full {
+                    content.full(b, data)
+                } else {
+                    content.spot(b, data)
+                }
+            });
+            if let Some(t0) = t0 {
+                hist.saturating_record(t0.elapsed().as_nanos() as u64);
+            }
+            ops += 1;
+            match res {
+                Ok(true) => verified += u64::from(full),
+                Ok(false) => bad += 1,
+                Err(e) => {
+                    error = Some(e);
+                    break 'run;
+                }
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    WorkerOut {
+        ops,
+        cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
+        bad,
+        verified,
+        misses: R::local_misses(&local),
+        hist,
+        error,
+    }
+}
+
+/// `#threads | contender | ops/s | foliocache / it | hit ratio | p50 | p99 | RSS | budget`.
+fn contender_table(
+    report: &Report,
+    kinds: &[Kind],
+    threads: &[usize],
+    extra: &Map<String, Value>,
+    budget_mib: f64,
+) -> Table {
+    let mut t = Table::new([
+        "#threads",
+        "contender",
+        "ops/s",
+        "ops/CPU-s",
+        "foliocache / it",
+        "hit ratio",
+        "p50 (ns)",
+        "p99 (ns)",
+        "peak RSS added (MiB)",
+        "budget",
+    ]);
+    for &n in threads {
+        let get = |v: &str, m: &str| report.row(v, n, m, extra).map(|r| r.median);
+        let ours = get("foliocache", "ops_per_sec");
+        for &k in kinds {
+            let v = k.name();
+            let ops = get(v, "ops_per_sec");
+            let vs = match (ours, ops) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+                _ => "-".into(),
+            };
+            t.row([
+                n.to_string(),
+                v.to_string(),
+                ops.map_or("-".into(), fmt_num),
+                get(v, "ops_per_cpu_sec").map_or("-".into(), fmt_num),
+                vs,
+                get(v, "hit_ratio").map_or("-".into(), |h| format!("{:.1}%", h * 100.0)),
+                get(v, "p50_latency_ns").map_or("-".into(), fmt_num),
+                get(v, "p99_latency_ns").map_or("-".into(), fmt_num),
+                get(v, "rss_growth_bytes")
+                    .map_or("-".into(), |b| format!("{:.1}", b / (1 << 20) as f64)),
+                if k.machine_budget() {
+                    "machine".to_string()
+                } else {
+                    format!("{budget_mib:.1} MiB")
+                },
+            ]);
+        }
+    }
+    t
+}
+
+/// The issue's targets, per thread count.
+fn target_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
+    let mut t = Table::new([
+        "#threads",
+        "vs moka (>= 2x)",
+        "vs quick_cache (>= 1x)",
+        "hit pts vs moka",
+        "hit pts vs quick_cache",
+        "vs kernel-pread",
+        "met",
+    ]);
+    for &n in threads {
+        let get = |v: &str, m: &str| report.row(v, n, m, extra).map(|r| r.median);
+        let ratio = |b: &str| match (get("foliocache", "ops_per_sec"), get(b, "ops_per_sec")) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let pts = |b: &str| match (get("foliocache", "hit_ratio"), get(b, "hit_ratio")) {
+            (Some(a), Some(b)) => Some((a - b) * 100.0),
+            _ => None,
+        };
+        let (m, q, k) = (ratio("moka"), ratio("quick_cache"), ratio("kernel-pread"));
+        let (hm, hq) = (pts("moka"), pts("quick_cache"));
+        let met = m.is_some_and(|m| m >= 2.0)
+            && q.is_some_and(|q| q >= 1.0)
+            && hm.is_some_and(|h| h >= -2.0)
+            && hq.is_some_and(|h| h >= -2.0)
+            && k.is_some_and(|k| k > 1.0);
+        let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}x"));
+        let p = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:+.1}"));
+        t.row([
+            n.to_string(),
+            x(m),
+            x(q),
+            p(hm),
+            p(hq),
+            x(k),
+            if met { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    t
+}
+
+/// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The machine's memory (`MemTotal`), in bytes.
+fn machine_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The process's resident set in bytes (`/proc/self/statm`).
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(4096) as u64
+}
+
+/// Returns freed heap memory to the system, so the next contender's RSS growth starts from
+/// what is really in use.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free heap pages; no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Samples the RSS every 10 ms on a thread of its own and keeps the peak.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    fn start() -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut peak = rss_bytes();
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+                peak = peak.max(rss_bytes());
+            }
+            peak
+        });
+        RssSampler { stop, handle }
+    }
+
+    /// Stops sampling; the peak seen.
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(contenders: &[&str]) -> Args {
+        Args {
+            common: CommonArgs {
+                threads: Some(crate::harness::parse_threads("1,2").unwrap()),
+                duration: Some(Duration::from_millis(20)),
+                runs: Some(1),
+                quick: true,
+                no_pin: true,
+                no_progress: true,
+                ..CommonArgs::default()
+            },
+            file_mib: Some(2),
+            contenders: contenders.iter().map(|s| s.to_string()).collect(),
+            ..Args::default()
+        }
+    }
+
+    #[test]
+    fn peers_run_verify_and_compare() {
+        let r = run(&tiny(&["quick_cache", "moka", "kernel-pread", "mmap"])).unwrap();
+        assert!(r.all_checks_ok(), "{:?}", r.checks);
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        assert_eq!(r.rows.len(), 4 * 2 * 6);
+        for v in ["quick_cache", "moka"] {
+            let h = r
+                .row(v, 1, "hit_ratio", &mix_extra(Mix::Zipf))
+                .unwrap()
+                .median;
+            assert!(h > 0.3 && h < 1.0, "{v}: {h}");
+        }
+    }
+
+    #[test]
+    fn unknown_contender_is_refused() {
+        let e = run(&tiny(&["memcached"])).err().unwrap();
+        assert!(e.0.contains("have: foliocache"), "{}", e.0);
+    }
+}
