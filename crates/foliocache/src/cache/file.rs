@@ -336,8 +336,12 @@ impl CachedFile {
         let folio = self.get_page(&m, index, 1)?;
         // `FGP_ACCESSED`.
         m.cache.mark_accessed(&folio);
-        let folio = folio.into_raw();
-        Ok(PinnedFolio::new(m.clone(), folio))
+        let folio = std::ptr::NonNull::from(folio.into_raw());
+        // The guard takes this call's mapping reference over: no second clone, so a pinned
+        // read writes the mapping's shared count twice (here and at drop), not four times.
+        // SAFETY: the folio lives in the arena that `m` keeps alive wherever `m` is moved, and
+        // `into_raw` leaked the reference the guard now owns.
+        Ok(PinnedFolio::new(m, unsafe { folio.as_ref() }))
     }
 
     /// `readahead(2)` / `force_page_cache_ra`: reads the pages of the byte range `range` into
