@@ -108,6 +108,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.out_of_memory
     );
     assert!(peak <= budget_pages as u64, "over the budget");
-    assert!(l.reclaimed > 0, "a file larger than the budget needs reclaim");
+    assert!(
+        l.reclaimed > 0,
+        "a file larger than the budget needs reclaim"
+    );
     Ok(())
 }
