@@ -210,6 +210,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
     // Close the last handles: each cache must then hold no folio any more.
     for c in &mut caches {
         c.2 = None;
+        // Folios still waiting in a per-CPU LRU add batch are held by the batch.
+        c.1.lru_add_drain_all();
     }
     let bad_pages: u64 = caches.iter().map(|(_, c, _)| c.stats().bad_pages).sum();
     let leftover: u64 = caches
