@@ -304,6 +304,7 @@ impl SeqCount {
                 // The broken control: register, but never look at who else is here.
                 // ORDERING: as in the correct path below.
                 self.word.fetch_add(EXCLUSIVE_WRITER, Ordering::Acquire);
+                // ORDERING: as in `fence_after_begin`.
                 fence(Ordering::Release);
                 return WriteSection {
                     seq: self,

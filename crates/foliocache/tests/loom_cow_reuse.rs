@@ -9,8 +9,9 @@
 //!
 //! 1. `reuse_vs_exit_*`: space S decides whether to reuse an order-2 folio while space T,
 //!    which maps it too, exits (reads the bytes, removes its two mappings, drops its two
-//!    references). Checked for rmap-id (both writer paths) and mm-owner; after T is gone the
-//!    exact strategies must reuse. Weakened: the seqcount reader without its acquire
+//!    references). Checked for rmap-id (both writer paths) and mm-owner, and with one page
+//!    each (the mapcount = 1 rule every strategy shares, `none` included); after T is gone
+//!    the folio must be reused. Weakened: the seqcount reader without its acquire
 //!    (`Flaw::ReaderNoAcquire`) reuses without synchronizing with T: caught.
 //! 2. `reuse_vs_fork_*`: a write fault of S against a concurrent `fork()` of S itself (the
 //!    dup adds the child's references and mappings; the child then reads the bytes twice,
@@ -57,14 +58,19 @@ fn counted(f: impl Fn() + Sync + Send + 'static) -> usize {
 }
 
 fn reuse_vs_exit(t: Tracking, flaw: Flaw) {
+    reuse_vs_exit_sized(t, flaw, ORDER, 2);
+}
+
+/// S and T each map `pages` pages of a folio of `order`; T exits while S decides.
+fn reuse_vs_exit_sized(t: Tracking, flaw: Flaw, order: u32, pages: u32) {
     let reused_early = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let r = reused_early.clone();
     let n = counted(move || {
         let f = Arc::new(folio(flaw));
-        // S and T map two pages each: four mappings, four references.
-        f.refs.add(REF, 3);
-        f.rmap.add(t, ORDER, &S, 2);
-        f.rmap.add(t, ORDER, &T, 2);
+        // S and T map `pages` pages each; one reference per mapping.
+        f.refs.add(REF, 2 * pages - 1);
+        f.rmap.add(t, order, &S, pages);
+        f.rmap.add(t, order, &T, pages);
         let other = f.clone();
         let exit = thread::spawn(move || {
             // T's last access to the bytes, then zap: rmap first, references after.
@@ -72,10 +78,10 @@ fn reuse_vs_exit(t: Tracking, flaw: Flaw) {
                 // SAFETY: loom checks this access against the reuser's write.
                 let _ = unsafe { *p };
             });
-            other.rmap.remove(t, ORDER, &T, 2);
-            assert!(!other.refs.sub_and_test(REF, 2));
+            other.rmap.remove(t, order, &T, pages);
+            assert!(!other.refs.sub_and_test(REF, pages));
         });
-        let reuse = f.rmap.can_reuse(t, ORDER, &S, 0, || f.refs.count(REF));
+        let reuse = f.rmap.can_reuse(t, order, &S, 0, || f.refs.count(REF));
         if reuse {
             f.data.with_mut(|p| {
                 // SAFETY: loom reports it if this write is not ordered after T's read.
@@ -85,9 +91,9 @@ fn reuse_vs_exit(t: Tracking, flaw: Flaw) {
         }
         exit.join().unwrap();
         // T is gone: an exact strategy must now reuse.
-        let now = f.rmap.can_reuse(t, ORDER, &S, 0, || f.refs.count(REF));
+        let now = f.rmap.can_reuse(t, order, &S, 0, || f.refs.count(REF));
         assert!(now, "{t}: not reused after the other space exited");
-        f.rmap.remove(t, ORDER, &S, 2);
+        f.rmap.remove(t, order, &S, pages);
         assert!(f.rmap.check_at_free().is_none());
     });
     assert!(n >= 10, "only {n} executions explored");
@@ -120,6 +126,15 @@ fn reuse_vs_exit_rmap_id_noexcl() {
 #[test]
 fn reuse_vs_exit_mm_owner() {
     reuse_vs_exit(Tracking::MmOwner, Flaw::None);
+}
+
+#[test]
+fn reuse_vs_exit_small_folio() {
+    // Order 0 (and any folio down to one mapping): the mapcount = 1 rule, every strategy.
+    for t in [Tracking::None, Tracking::MmOwner] {
+        reuse_vs_exit_sized(t, Flaw::None, 0, 1);
+    }
+    reuse_vs_exit_sized(Tracking::None, Flaw::None, ORDER, 1);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use crate::filetable::TableRef;
+use crate::lru::LruConfig;
 use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
 use crate::refcount::RefStrategy;
 
@@ -37,6 +38,12 @@ pub struct Config {
     pub file_table: TableRef,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
     pub panic_on_bad_page: bool,
+    /// The LRU: drain-time dead-folio filter (seed 004), add policy, batch slots.
+    pub lru: LruConfig,
+    /// Run a background reclaimer thread (the kswapd analog): woken when free pages fall
+    /// below the low watermark, it reclaims up to the high one so that allocations rarely
+    /// stall. Default false: reclaim happens only in allocating threads (direct reclaim).
+    pub background_reclaim: bool,
 }
 
 impl Config {
@@ -51,6 +58,8 @@ impl Config {
             ra_pages: DEFAULT_RA_PAGES,
             file_table: TableRef::PercpuFast,
             panic_on_bad_page: cfg!(debug_assertions),
+            lru: LruConfig::default(),
+            background_reclaim: false,
         }
     }
 
@@ -76,6 +85,18 @@ impl Config {
     /// `percpu-fast`).
     pub fn file_table(mut self, reference: TableRef) -> Config {
         self.file_table = reference;
+        self
+    }
+
+    /// Sets the LRU's behaviour (drain filter `vanilla`/`filtered`, add-as-active).
+    pub fn lru(mut self, lru: LruConfig) -> Config {
+        self.lru = lru;
+        self
+    }
+
+    /// Turns the background reclaimer (kswapd analog) on or off.
+    pub fn background_reclaim(mut self, on: bool) -> Config {
+        self.background_reclaim = on;
         self
     }
 

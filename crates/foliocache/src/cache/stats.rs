@@ -156,6 +156,63 @@ impl CacheStats {
         self.invalidated_pages = c.sum(Event::Invalidated);
     }
 
+    /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
+    /// name the field's (a stable identifier: the lab's JSON `stats` objects use them).
+    ///
+    /// ```
+    /// let s = foliocache::CacheStats { hits: 3, ..Default::default() };
+    /// assert!(s.vmstat().contains(&("hits", 3)));
+    /// ```
+    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
+        // Destructured without `..`: a new counter does not compile until it is listed here.
+        let CacheStats {
+            read_calls,
+            bytes_copied,
+            hits,
+            misses,
+            waits_on_locked,
+            sync_readahead,
+            async_readahead,
+            readahead_pages,
+            readahead_fallbacks,
+            single_page_reads,
+            io_reads,
+            io_bytes,
+            io_errors,
+            out_of_memory,
+            invalidated_pages,
+            index_lock_acquisitions,
+            index_pages_inserted,
+            budget_pages,
+            allocated_pages,
+            free_pages,
+            bad_pages,
+        } = *self;
+        vec![
+            ("read_calls", read_calls),
+            ("bytes_copied", bytes_copied),
+            ("hits", hits),
+            ("misses", misses),
+            ("waits_on_locked", waits_on_locked),
+            ("sync_readahead", sync_readahead),
+            ("async_readahead", async_readahead),
+            ("readahead_pages", readahead_pages),
+            ("readahead_fallbacks", readahead_fallbacks),
+            ("single_page_reads", single_page_reads),
+            ("io_reads", io_reads),
+            ("io_bytes", io_bytes),
+            ("io_errors", io_errors),
+            ("out_of_memory", out_of_memory),
+            ("invalidated_pages", invalidated_pages),
+            ("index_lock_acquisitions", index_lock_acquisitions),
+            ("index_pages_inserted", index_pages_inserted),
+            ("budget_pages", budget_pages),
+            ("allocated_pages", allocated_pages),
+            ("free_pages", free_pages),
+            ("bad_pages", bad_pages),
+        ]
+    }
+
     /// Index lock acquisitions per inserted page (0 when nothing was inserted).
     pub fn lock_acquisitions_per_page(&self) -> f64 {
         if self.index_pages_inserted == 0 {

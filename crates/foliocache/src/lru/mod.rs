@@ -128,7 +128,9 @@ mod reclaim;
 
 pub use batch::FOLIO_BATCH_SIZE;
 pub use list::{LruList, NR_LRU_LISTS};
-pub use reclaim::{Evict, ReclaimResult, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX};
+pub use reclaim::{
+    Evict, ReclaimResult, Watermarks, MAX_BUSY_WAITS, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX,
+};
 
 use std::fmt;
 use std::str::FromStr;
@@ -265,6 +267,9 @@ pub struct LruStats {
     pub dead_filtered: u64,
     /// Folios unlinked by their final put (`__page_cache_release`).
     pub released: u64,
+    /// Of those, the ones unlinked by the arena's free path (a final put outside the LRU's
+    /// own batch puts: truncation, a reader's last put), one lock hold each.
+    pub released_at_free: u64,
     /// Inactive folios promoted to the active list (`PGACTIVATE`).
     pub activated: u64,
     /// Active folios aged down to the inactive list (`PGDEACTIVATE`).
@@ -279,6 +284,8 @@ pub struct LruStats {
     pub reclaimed: u64,
     /// Reclaim passes run ([`Lru::reclaim`] calls).
     pub reclaim_runs: u64,
+    /// Passes of the background reclaimer ([`Lru::balance`], the kswapd analog).
+    pub background_runs: u64,
     /// Allocations that had to reclaim first (`ALLOCSTALL`).
     pub alloc_stalls: u64,
     /// Allocations that failed after reclaim made no progress (`OOM`).
@@ -296,6 +303,68 @@ pub struct LruStats {
 }
 
 impl LruStats {
+    /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
+    /// name `lru_` and the field's (list sizes as `lru_folios_<list>` and `lru_pages_<list>`).
+    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
+        // Destructured without `..`: a new counter does not compile until it is listed here.
+        let LruStats {
+            lock_acquisitions,
+            queued,
+            drained,
+            inserted,
+            dead_inserted,
+            dead_filtered,
+            released,
+            released_at_free,
+            activated,
+            deactivated,
+            rotated,
+            scanned,
+            isolated,
+            reclaimed,
+            reclaim_runs,
+            background_runs,
+            alloc_stalls,
+            oom,
+            culled,
+            rescued,
+            folios,
+            pages,
+            batched,
+        } = *self;
+        let [fi, fa, fu] = folios;
+        let [pi, pa, pu] = pages;
+        vec![
+            ("lru_lock_acquisitions", lock_acquisitions),
+            ("lru_queued", queued),
+            ("lru_drained", drained),
+            ("lru_inserted", inserted),
+            ("lru_dead_inserted", dead_inserted),
+            ("lru_dead_filtered", dead_filtered),
+            ("lru_released", released),
+            ("lru_released_at_free", released_at_free),
+            ("lru_activated", activated),
+            ("lru_deactivated", deactivated),
+            ("lru_rotated", rotated),
+            ("lru_scanned", scanned),
+            ("lru_isolated", isolated),
+            ("lru_reclaimed", reclaimed),
+            ("lru_reclaim_runs", reclaim_runs),
+            ("lru_background_runs", background_runs),
+            ("lru_alloc_stalls", alloc_stalls),
+            ("lru_oom", oom),
+            ("lru_culled", culled),
+            ("lru_rescued", rescued),
+            ("lru_folios_inactive", fi),
+            ("lru_folios_active", fa),
+            ("lru_folios_unevictable", fu),
+            ("lru_pages_inactive", pi),
+            ("lru_pages_active", pa),
+            ("lru_pages_unevictable", pu),
+            ("lru_batched", batched),
+        ]
+    }
+
     /// Percentage of drained folios that were dead when linked (the seed's "dead %").
     pub fn dead_pct(&self) -> f64 {
         100.0 * self.dead_inserted as f64 / (self.drained.max(1)) as f64
@@ -315,6 +384,7 @@ struct LruVec {
     inserted: u64,
     dead_inserted: u64,
     released: u64,
+    released_at_free: u64,
     activated: u64,
     deactivated: u64,
     rotated: u64,
@@ -442,6 +512,7 @@ impl CpuBatches {
 struct ReclaimCounters {
     reclaimed: AtomicU64,
     runs: AtomicU64,
+    background: AtomicU64,
     stalls: AtomicU64,
     oom: AtomicU64,
 }
@@ -481,6 +552,7 @@ impl Lru {
             inserted: 0,
             dead_inserted: 0,
             released: 0,
+            released_at_free: 0,
             activated: 0,
             deactivated: 0,
             rotated: 0,
@@ -490,8 +562,13 @@ impl Lru {
             rescued: 0,
         })));
         let hook_vec = vec.clone();
-        let installed = arena.set_release_hook(Box::new(move |folio: &Folio| {
-            hook_vec.lock().release(folio);
+        let installed = arena.set_release_hook(Box::new(move |folios: &[&Folio]| {
+            let mut v = hook_vec.lock();
+            let before = v.released;
+            for folio in folios {
+                v.release(folio);
+            }
+            v.released_at_free += v.released - before;
         }));
         assert!(installed, "this arena already has an LRU");
         let slots = if config.batch_slots == 0 {
@@ -724,6 +801,7 @@ impl Lru {
                 inserted: v.inserted,
                 dead_inserted: v.dead_inserted,
                 released: v.released,
+                released_at_free: v.released_at_free,
                 activated: v.activated,
                 deactivated: v.deactivated,
                 rotated: v.rotated,
@@ -748,6 +826,7 @@ impl Lru {
         }
         s.reclaimed = self.reclaim.reclaimed.load(Ordering::Relaxed);
         s.reclaim_runs = self.reclaim.runs.load(Ordering::Relaxed);
+        s.background_runs = self.reclaim.background.load(Ordering::Relaxed);
         s.alloc_stalls = self.reclaim.stalls.load(Ordering::Relaxed);
         s.oom = self.reclaim.oom.load(Ordering::Relaxed);
         s

@@ -2,24 +2,28 @@
 //! `mm/page_alloc.c`, for the classic two-list LRU.
 //!
 //! One reclaim step holds the lruvec lock once to age the active list (if the inactive list is
-//! short) and isolate up to [`SWAP_CLUSTER_MAX`] folios from the inactive tail, then works on
-//! them without the lock:
+//! short) and scan up to [`SWAP_CLUSTER_MAX`] folios from the inactive tail: a folio with
+//! `PG_referenced` gets a second chance there and then (flag cleared, rotated to the inactive
+//! head: `PGROTATED`); the others are isolated, and worked on without the lock:
 //!
 //! | isolated folio | outcome |
 //! |---|---|
-//! | `PG_referenced` set | second chance: flag cleared, back to the inactive head (`PGROTATED`) |
 //! | anonymous, or mapped by an address space | kept (no swap, no unmapping here) |
 //! | locked (I/O, truncation) | kept |
 //! | no mapping (truncated under us) | freed if our isolation reference is the last |
 //! | in a mapping | [`Evict::evict`]: freeze at page-cache refs + isolation, delete, free; kept if someone holds it |
 //!
 //! Kept folios go back under a second lock hold (`move_folios_to_lru`), where a put that
-//! turns out final unlinks its folio again before freeing it. Two lock holds per 32 scanned.
+//! turns out final unlinks its folio again before freeing it. One lock hold per 32 scanned
+//! when every isolated folio is freed, two when some are kept.
 //!
 //! A deliberate difference from `folio_check_references`: the kernel reclaims a clean,
 //! unmapped file folio even if `PG_referenced` is set (promotion is `folio_mark_accessed`'s
 //! job). We give it one more trip down the inactive list, a CLOCK-style second chance, so a
-//! folio read once since it was last scanned survives one more scan.
+//! folio read once since it was last scanned survives one more scan. The kernel tests
+//! references after isolation because it walks page tables (`folio_referenced`), which it
+//! cannot do under the lruvec lock; with nothing to walk, the flag is tested under the lock,
+//! and the second chance costs no isolation and no putback.
 
 use super::{Lru, LruList, LruVec, LRU_FLAGS_AT_FREE};
 use crate::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
@@ -32,6 +36,22 @@ pub const SWAP_CLUSTER_MAX: usize = 32;
 /// Reclaim passes without progress after which an allocation gives up
 /// (`MAX_RECLAIM_RETRIES`).
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
+
+/// Passes an allocation waits for folios under I/O before it counts them as unreclaimable.
+pub const MAX_BUSY_WAITS: u32 = 1000;
+
+/// `reclaim_throttle`: yield at first, then sleep briefly (at most ~50 ms in all).
+#[cold]
+fn throttle(waits: u32) {
+    if waits < 16 {
+        thread::yield_now();
+    } else {
+        #[cfg(not(loom))]
+        std::thread::sleep(std::time::Duration::from_micros(50));
+        #[cfg(loom)]
+        thread::yield_now();
+    }
+}
 
 /// How reclaim takes a folio out of the page cache: implemented by the layer that owns the
 /// mappings (the cache), so the LRU needs no knowledge of indexes or files.
@@ -48,6 +68,33 @@ pub trait Evict: Sync {
     fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioRef<'a>>;
 }
 
+/// The free-page watermarks of a budget (`zone->_watermark[WMARK_MIN/LOW/HIGH]`), in pages.
+///
+/// Direct reclaim runs when an allocation finds no free page (the `min` watermark is 0: a
+/// userspace cache keeps no atomic reserve). The background reclaimer, when enabled, wakes
+/// when free pages fall below `low` and reclaims until they reach `high`, so that most
+/// allocations never stall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermarks {
+    /// Below this, allocations reclaim themselves (0: only when nothing is free).
+    pub min: u64,
+    /// Below this, the background reclaimer is woken.
+    pub low: u64,
+    /// The background reclaimer stops here.
+    pub high: u64,
+}
+
+impl Watermarks {
+    /// The watermarks of a budget of `pages`: `low` is 1/64 of it (at least one reclaim
+    /// batch), `high` twice that (the kernel's `watermark_scale_factor` spacing, scaled up
+    /// for small budgets), both capped at half the budget.
+    pub fn for_budget(pages: u64) -> Watermarks {
+        let low = (pages / 64).max(SWAP_CLUSTER_MAX as u64).min(pages / 4);
+        let high = (2 * low).min(pages / 2);
+        Watermarks { min: 0, low, high }
+    }
+}
+
 /// What a reclaim call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReclaimResult {
@@ -55,12 +102,15 @@ pub struct ReclaimResult {
     pub scanned: u64,
     /// Pages freed.
     pub reclaimed: u64,
+    /// Folios kept because they were locked (under I/O): they will be reclaimable soon.
+    pub busy: u64,
 }
 
 impl std::ops::AddAssign for ReclaimResult {
     fn add_assign(&mut self, o: Self) {
         self.scanned += o.scanned;
         self.reclaimed += o.reclaimed;
+        self.busy += o.busy;
     }
 }
 
@@ -70,8 +120,13 @@ impl Lru {
     /// referenced folios to use up their second chance).
     pub fn reclaim(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
         self.check_arena(arena);
-        self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
         self.drain_all(arena);
+        self.shrink(arena, evict, nr_pages)
+    }
+
+    /// The scan loop of [`Lru::reclaim`], batches already drained as the caller chose.
+    fn shrink(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
+        self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
         let on_lists = {
             let v = self.vec.lock_uncounted();
             v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active)
@@ -92,26 +147,67 @@ impl Lru {
     }
 
     /// `__alloc_pages` with its slow path: allocate a folio of `order`; if the budget is used
-    /// up, reclaim in this thread (direct reclaim, an allocation stall) and retry. Fails with
-    /// [`AllocError::OutOfMemory`] only after [`MAX_RECLAIM_RETRIES`] passes freed nothing,
-    /// i.e. when (nearly) every folio is pinned, mapped or busy.
+    /// up, reclaim in this thread (direct reclaim, an allocation stall) and retry.
+    ///
+    /// Like the kernel's direct reclaim, a pass drains only this CPU's batches
+    /// (`lru_add_drain` in `shrink_inactive_list`); once a pass has freed nothing, the next
+    /// ones drain every CPU's (folios dead in other CPUs' batches are freed by that drain).
+    /// A pass that freed nothing but met folios locked for I/O waits for them
+    /// (`reclaim_throttle`) for up to [`MAX_BUSY_WAITS`] passes. Fails with
+    /// [`AllocError::OutOfMemory`] after [`MAX_RECLAIM_RETRIES`] passes freed nothing
+    /// otherwise: (nearly) every folio is pinned, mapped, or held outside the LRU.
     pub fn alloc<'a>(
         &self,
         arena: &'a Arena,
         evict: &dyn Evict,
         order: u32,
     ) -> Result<FolioRef<'a>, AllocError> {
+        self.alloc_inner(arena, evict, order, true)
+    }
+
+    /// `__GFP_NORETRY`, as readahead allocates: at most one reclaim pass, no retries and no
+    /// waiting; readahead is opportunistic and shrinks instead.
+    pub fn alloc_noretry<'a>(
+        &self,
+        arena: &'a Arena,
+        evict: &dyn Evict,
+        order: u32,
+    ) -> Result<FolioRef<'a>, AllocError> {
+        self.alloc_inner(arena, evict, order, false)
+    }
+
+    fn alloc_inner<'a>(
+        &self,
+        arena: &'a Arena,
+        evict: &dyn Evict,
+        order: u32,
+        retry: bool,
+    ) -> Result<FolioRef<'a>, AllocError> {
         match arena.alloc(order) {
             Err(AllocError::OutOfMemory { .. }) => {}
             done => return done,
         }
         self.reclaim.stalls.fetch_add(1, Ordering::Relaxed);
-        let mut fruitless = 0;
+        let (mut fruitless, mut waits) = (0, 0);
         loop {
-            let r = self.reclaim(arena, evict, SWAP_CLUSTER_MAX.max(1 << order));
+            if fruitless == 0 {
+                self.drain(arena);
+            } else {
+                self.drain_all(arena);
+            }
+            let r = self.shrink(arena, evict, SWAP_CLUSTER_MAX.max(1 << order));
             match arena.alloc(order) {
                 Err(e @ AllocError::OutOfMemory { .. }) => {
+                    if !retry {
+                        return Err(e);
+                    }
                     if r.reclaimed == 0 {
+                        if r.busy > 0 && waits < MAX_BUSY_WAITS {
+                            // Folios under I/O: their readers will unlock them shortly.
+                            waits += 1;
+                            throttle(waits);
+                            continue;
+                        }
                         fruitless += 1;
                         if fruitless >= MAX_RECLAIM_RETRIES {
                             self.reclaim.oom.fetch_add(1, Ordering::Relaxed);
@@ -122,6 +218,28 @@ impl Lru {
                     }
                 }
                 done => return done,
+            }
+        }
+    }
+
+    /// `balance_pgdat` (kswapd's work): reclaims in batches until the arena has `wm.high`
+    /// free pages, or a pass frees nothing. Drains only the calling thread's CPU batches, as
+    /// kswapd's own `lru_add_drain` does.
+    pub fn balance(&self, arena: &Arena, evict: &dyn Evict, wm: Watermarks) -> ReclaimResult {
+        self.check_arena(arena);
+        self.reclaim.background.fetch_add(1, Ordering::Relaxed);
+        let mut total = ReclaimResult::default();
+        loop {
+            let free = arena.stats().free_pages;
+            if free >= wm.high {
+                return total;
+            }
+            self.drain(arena);
+            let want = ((wm.high - free) as usize).max(SWAP_CLUSTER_MAX);
+            let r = self.shrink(arena, evict, want);
+            total += r;
+            if r.reclaimed == 0 {
+                return total;
             }
         }
     }
@@ -141,15 +259,9 @@ impl Lru {
         };
         // Outside the lock: a put of a skipped folio may be final, and the final put takes it.
         drop(skipped);
-        let mut reclaimed = 0u64;
+        let (mut reclaimed, mut busy) = (0u64, 0u64);
         let mut keep: Vec<FolioRef<'_>> = Vec::with_capacity(isolated.len());
-        let mut rotated = 0u64;
         for folio in isolated {
-            if folio.test_clear_flag(PG_REFERENCED) {
-                rotated += 1;
-                keep.push(folio);
-                continue;
-            }
             if folio.is_anon() || arena.ext(&folio).rmap.mapcount() != 0 {
                 keep.push(folio);
                 continue;
@@ -157,6 +269,7 @@ impl Lru {
             let locked = match folio.try_lock() {
                 Ok(l) => l,
                 Err(f) => {
+                    busy += 1;
                     keep.push(f);
                     continue;
                 }
@@ -181,16 +294,17 @@ impl Lru {
                 Err(folio) => keep.push(folio),
             }
         }
-        self.putback(arena, keep, rotated);
+        self.putback(arena, keep);
         ReclaimResult {
             scanned: scanned as u64,
             reclaimed,
+            busy,
         }
     }
 
     /// `move_folios_to_lru`: relinks folios reclaim kept and drops its isolation references;
     /// a put that is final unlinks the folio again and frees it after the lock.
-    fn putback(&self, arena: &Arena, folios: Vec<FolioRef<'_>>, rotated: u64) {
+    fn putback(&self, arena: &Arena, folios: Vec<FolioRef<'_>>) {
         if folios.is_empty() {
             return;
         }
@@ -198,7 +312,6 @@ impl Lru {
         let mut freed = Vec::new();
         {
             let mut v = self.vec.lock();
-            v.rotated += rotated;
             for r in folios {
                 // We take over the reference and put it by hand, under the lock.
                 let folio = r.into_raw();
@@ -236,9 +349,11 @@ fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) {
     }
 }
 
-/// `isolate_lru_folios` from the inactive tail: up to [`SWAP_CLUSTER_MAX`] folios leave the
-/// list with a reference and `PG_lru` cleared. Folios being freed, or isolated by someone
-/// else, are rotated to the head. Returns the number scanned.
+/// `isolate_lru_folios` from the inactive tail, scanning up to [`SWAP_CLUSTER_MAX`] folios:
+/// a referenced one gets its second chance right here (flag cleared, rotated to the head,
+/// no reference taken); the others leave the list with a reference and `PG_lru` cleared.
+/// Folios being freed, or isolated by someone else, are rotated to the head. Returns the
+/// number scanned.
 fn isolate<'a>(
     v: &mut MutexGuard<'_, LruVec>,
     arena: &'a Arena,
@@ -252,6 +367,14 @@ fn isolate<'a>(
         };
         scanned += 1;
         let folio = arena.folio(pfn);
+        // Second chance. Only list position and an LRU flag change, both ours under the lock,
+        // so no reference is needed (a dying folio rotated here is unlinked by its final put
+        // wherever it sits).
+        if folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED) {
+            v.lists.move_head(pfn, LruList::Inactive);
+            v.rotated += 1;
+            continue;
+        }
         // A folio whose count reached zero is being freed: its final put will take the lock
         // and unlink it. Never isolate it.
         let Some(r) = arena.try_get(folio) else {

@@ -265,6 +265,34 @@ pub struct SpaceStats {
     pub pages_zapped: u64,
 }
 
+impl SpaceStats {
+    /// The counters as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
+    /// name the field's.
+    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
+        // Destructured without `..`: a new counter does not compile until it is listed here.
+        let SpaceStats {
+            forks,
+            anon_faults,
+            cow_copies,
+            cow_reuses,
+            cow_exclusive,
+            pmd_splits,
+            rmap_batches,
+            pages_zapped,
+        } = *self;
+        vec![
+            ("forks", forks),
+            ("anon_faults", anon_faults),
+            ("cow_copies", cow_copies),
+            ("cow_reuses", cow_reuses),
+            ("cow_exclusive", cow_exclusive),
+            ("pmd_splits", pmd_splits),
+            ("rmap_batches", rmap_batches),
+            ("pages_zapped", pages_zapped),
+        ]
+    }
+}
+
 impl std::ops::AddAssign for SpaceStats {
     fn add_assign(&mut self, o: Self) {
         self.forks += o.forks;

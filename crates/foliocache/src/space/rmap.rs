@@ -62,7 +62,7 @@
 
 use super::rmap_id::{rmap_words, words_match, RmapId};
 use crate::seqcount::SeqCount;
-use crate::sync::{AtomicI32, AtomicU64, Backoff, Ordering};
+use crate::sync::{fence, AtomicI32, AtomicU64, Backoff, Ordering};
 
 /// The sharer-tracking strategy of a set of spaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -469,7 +469,14 @@ impl FolioRmap {
         let m = self.mapcount();
         if m == 1 {
             // One mapping, the faulting one: the small-folio rule for every strategy.
-            return refcount() == 1 + extra_refs;
+            if refcount() != 1 + extra_refs {
+                return false;
+            }
+            // ORDERING: Acquire fence pairs with the Release refcount decrement of the last
+            // other mapper (`folio_put` after its rmap removal): its accesses to the bytes
+            // happen before the caller's writes in place.
+            fence(Ordering::Acquire);
+            return true;
         }
         match t {
             _ if order == 0 => false,

@@ -620,15 +620,7 @@ fn extra(bench: &str) -> Map<String, Value> {
 fn stats_json(t: &Tally, decisions: u64) -> Value {
     let mut per = Map::new();
     for (v, b, s) in &t.stats {
-        per.insert(
-            format!("{v}/{b}"),
-            json!({
-                "cow_copies": s.cow_copies,
-                "cow_reuses": s.cow_reuses,
-                "pmd_splits": s.pmd_splits,
-                "rmap_batches": s.rmap_batches,
-            }),
-        );
+        per.insert(format!("{v}/{b}"), super::files::vmstat_json(&s.vmstat()));
     }
     json!({ "oracle_decisions_checked": decisions, "last_sample": per })
 }

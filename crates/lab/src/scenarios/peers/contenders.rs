@@ -2,7 +2,7 @@
 //!
 //! | variant | what a read of block `b` does | budget | a miss is |
 //! |---|---|---|---|
-//! | `foliocache` | `CachedFile::read_at` of the block into the thread's buffer (a copy) | the budget | a lookup that started a read (the cache's `misses` counter) |
+//! | `foliocache` | `CachedFile::read_at` of the block into the thread's buffer (a copy); readahead off by default (`--ra-pages`), as storage engines ask for random block reads | the budget | a lookup that started a read (the cache's `misses` counter) |
 //! | `foliocache-pinned` | `CachedFile::get_folio`: a pinned guard, read in place, no copy | the budget | as above |
 //! | `quick_cache` | `get_or_insert_with(b)`: a hit clones the cached `Arc<[u8]>` (no copy); a miss `pread`s the block into a new one | the budget, in blocks | the loader ran |
 //! | `moka` | `try_get_with(b)`: as `quick_cache` | the budget, in blocks | the loader ran |
@@ -20,6 +20,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
+
+use foliocache::{CacheError, CachedFile, Config, FolioCache};
 
 use super::workload::BLOCK;
 
@@ -348,5 +350,70 @@ impl Reader for Mmap {
 
     fn miss_counter(&self) -> Option<u64> {
         Some(major_faults())
+    }
+}
+
+/// foliocache: one [`FolioCache`] of the budget, the file opened once; every worker thread
+/// opens its own handle (as it would its own file descriptor).
+pub struct Foliocache {
+    cache: FolioCache,
+    file: CachedFile,
+    pinned: bool,
+}
+
+impl Foliocache {
+    /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
+    /// (`get_folio`, `pinned`), with a readahead window of `ra_pages` (0: off).
+    pub fn new(
+        path: &std::path::Path,
+        budget_bytes: usize,
+        ra_pages: usize,
+        pinned: bool,
+    ) -> Result<Foliocache, CacheError> {
+        let cache = FolioCache::new(Config::new(budget_bytes).readahead_pages(ra_pages))?;
+        let file = cache.open(path)?;
+        Ok(Foliocache {
+            cache,
+            file,
+            pinned,
+        })
+    }
+}
+
+impl Reader for Foliocache {
+    type Local = (CachedFile, Box<Buf>);
+
+    fn local(&self) -> io::Result<Self::Local> {
+        Ok((self.file.reopen(), Buf::boxed()))
+    }
+
+    #[inline]
+    fn with_block<R>(
+        &self,
+        (file, buf): &mut Self::Local,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String> {
+        let off = u64::from(b) * BLOCK as u64;
+        if self.pinned {
+            let folio = file
+                .get_folio(u64::from(b))
+                .map_err(|e| format!("get_folio({b}): {e}"))?;
+            // A large folio holds more than our page: find the block inside it.
+            let at = (off - folio.offset()) as usize;
+            Ok(f(&folio[at..at + BLOCK]))
+        } else {
+            file.read_exact_at(&mut buf.0, off)
+                .map_err(|e| format!("read_at of block {b}: {e}"))?;
+            Ok(f(&buf.0))
+        }
+    }
+
+    fn miss_counter(&self) -> Option<u64> {
+        Some(self.cache.stats().misses)
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        Some(super::super::files::stats_json(&self.cache.stats()))
     }
 }

@@ -11,7 +11,10 @@
 //! threads, then measured; contenders are interleaved A B C ... A B C in one process.
 //!
 //! **The contenders** ([`contenders`]): `foliocache` (`read_at` copying the block),
-//! `foliocache-pinned` (zero-copy through a pinned folio), `quick_cache` and `moka` (current
+//! `foliocache-pinned` (zero-copy through a pinned folio; both with readahead off unless
+//! `--ra-pages` says otherwise, as a storage engine configures random block reads: the
+//! kernel's context readahead would otherwise read neighbours of cached blocks into a tight
+//! budget), `quick_cache` and `moka` (current
 //! crates.io releases holding `Arc<[u8]>` blocks, filled by `pread` on a miss), and the
 //! kernel's page cache through `pread` (`kernel-pread`) and a shared mapping (`mmap`). The two
 //! kernel contenders' budget is **the whole machine's memory**: the file sits in the kernel's
@@ -37,7 +40,7 @@
 //! | kind | names |
 //! |---|---|
 //! | variants | `foliocache`, `foliocache-pinned`, `quick_cache`, `moka`, `kernel-pread`, `mmap` |
-//! | metrics | `ops_per_sec` (block reads per second, all threads), `hit_ratio` (0 to 1), `p50_latency_ns`, `p99_latency_ns`, `rss_growth_bytes` (peak RSS added by the contender) |
+//! | metrics | `ops_per_sec` (block reads per second, all threads), `ops_per_cpu_sec` (block reads per CPU-second the workers used: the throughput a machine with no other load would give spinning workers; it flatters a contender whose workers sleep on locks), `hit_ratio` (0 to 1), `p50_latency_ns`, `p99_latency_ns`, `rss_growth_bytes` (peak RSS added by the contender) |
 //! | row fields | `mix`: `zipf`, `uniform` or `scan` |
 //! | comparisons | candidates `foliocache` and `foliocache-pinned` against each of `quick_cache`, `moka`, `kernel-pread`, `mmap` as baseline, metric `ops_per_sec`, per thread count and mix |
 //! | checks | `correct_bytes` (reads whose bytes were wrong, must be 0), `sampled_reads_verified` (full-block checks made, must be above 0), `read_errors` (reads that failed, must be 0) |
@@ -112,9 +115,11 @@ pub struct Args {
     /// Warm-up before each measurement [default: the measurement's duration].
     #[arg(long, value_parser = parse_duration)]
     pub warmup: Option<Duration>,
-    /// Readahead window of the foliocache contenders, in pages [default: the cache's].
-    #[arg(long)]
-    pub ra_pages: Option<usize>,
+    /// Readahead window of the foliocache contenders, in pages. 0 turns readahead off, as a
+    /// storage engine does for its random block reads (RocksDB opens its files with
+    /// `POSIX_FADV_RANDOM`); 32 is the cache's own default.
+    #[arg(long, default_value_t = 0)]
+    pub ra_pages: usize,
 }
 
 impl Default for Args {
@@ -128,7 +133,7 @@ impl Default for Args {
             skew: 0.99,
             contenders: Vec::new(),
             warmup: None,
-            ra_pages: None,
+            ra_pages: 0,
         }
     }
 }
@@ -148,7 +153,7 @@ struct Setup {
     blocks: u64,
     budget_blocks: usize,
     content: Arc<Content>,
-    ra_pages: Option<usize>,
+    ra_pages: usize,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -158,6 +163,7 @@ struct Traces(Vec<Vec<u32>>);
 /// What one phase of one contender produced.
 struct PhaseOut {
     ops: u64,
+    cpu_ns: u64,
     elapsed: Duration,
     bad: u64,
     verified: u64,
@@ -169,6 +175,7 @@ struct PhaseOut {
 /// One measurement of one contender.
 struct Sample {
     ops_per_sec: f64,
+    ops_per_cpu_sec: f64,
     hit_ratio: f64,
     p50_ns: f64,
     p99_ns: f64,
@@ -227,6 +234,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "budget_bytes": setup.budget_blocks * BLOCK,
             "budget_fraction": args.budget_fraction,
             "warmup_ms": warmup.as_millis() as u64,
+            "foliocache_ra_pages": setup.ra_pages,
             "trace_len": trace_len,
             "machine_budget": "kernel-pread and mmap use the kernel page cache: their budget is the machine's memory",
             "latency_sampling": format!("1 read in {LATENCY_EVERY}"),
@@ -275,6 +283,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                     let s = measure(kind, &setup, &traces, threads, &settings, warmup)?;
                     let name = kind.name();
                     il.add(name, threads, "ops_per_sec", s.ops_per_sec);
+                    il.add(name, threads, "ops_per_cpu_sec", s.ops_per_cpu_sec);
                     il.add(name, threads, "hit_ratio", s.hit_ratio);
                     il.add(name, threads, "p50_latency_ns", s.p50_ns);
                     il.add(name, threads, "p99_latency_ns", s.p99_ns);
@@ -485,11 +494,25 @@ fn measure(
                 rss0,
             )
         }
-        Kind::Foliocache | Kind::FoliocachePinned => Err(crate::lab_err!(
-            "the foliocache contenders need the FolioCache API (not on this branch yet; \
-             readahead window asked: {:?})",
-            setup.ra_pages
-        )),
+        Kind::Foliocache | Kind::FoliocachePinned => {
+            let c = contenders::Foliocache::new(
+                &setup.path,
+                setup.budget_blocks * BLOCK,
+                setup.ra_pages,
+                kind == Kind::FoliocachePinned,
+            )
+            .map_err(|e| crate::lab_err!("foliocache: {e}"))?;
+            measure_reader(
+                Arc::new(c),
+                setup,
+                traces,
+                threads,
+                settings,
+                warmup,
+                sampler,
+                rss0,
+            )
+        }
     }
 }
 
@@ -526,6 +549,7 @@ fn measure_reader<R: Reader>(
     let q = |q: f64| m.hist.value_at_quantile(q) as f64;
     Ok(Sample {
         ops_per_sec: m.ops as f64 / m.elapsed.as_secs_f64().max(1e-9),
+        ops_per_cpu_sec: m.ops as f64 * 1e9 / (m.cpu_ns.max(1) as f64),
         hit_ratio: if m.ops == 0 {
             0.0
         } else {
@@ -557,6 +581,7 @@ fn phase<R: Reader>(
     });
     let mut out = PhaseOut {
         ops: 0,
+        cpu_ns: 0,
         elapsed: run.elapsed,
         bad: 0,
         verified: 0,
@@ -566,6 +591,7 @@ fn phase<R: Reader>(
     };
     for w in run.results {
         out.ops += w.ops;
+        out.cpu_ns += w.cpu_ns;
         out.bad += w.bad;
         out.verified += w.verified;
         out.misses += w.misses;
@@ -582,6 +608,7 @@ fn new_histogram() -> Histogram<u64> {
 /// One worker's tally.
 struct WorkerOut {
     ops: u64,
+    cpu_ns: u64,
     bad: u64,
     verified: u64,
     misses: u64,
@@ -606,6 +633,7 @@ fn worker<R: Reader>(
         Err(e) => {
             return WorkerOut {
                 ops,
+                cpu_ns: 0,
                 bad,
                 verified,
                 misses: 0,
@@ -615,6 +643,7 @@ fn worker<R: Reader>(
         }
     };
     let mut error = None;
+    let cpu0 = thread_cpu_ns();
     'run: loop {
         for _ in 0..CHECK_EVERY {
             let b = trace[pos];
@@ -647,6 +676,7 @@ fn worker<R: Reader>(
     }
     WorkerOut {
         ops,
+        cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
         bad,
         verified,
         misses: R::local_misses(&local),
@@ -667,6 +697,7 @@ fn contender_table(
         "#threads",
         "contender",
         "ops/s",
+        "ops/CPU-s",
         "foliocache / it",
         "hit ratio",
         "p50 (ns)",
@@ -688,6 +719,7 @@ fn contender_table(
                 n.to_string(),
                 v.to_string(),
                 ops.map_or("-".into(), fmt_num),
+                get(v, "ops_per_cpu_sec").map_or("-".into(), fmt_num),
                 vs,
                 get(v, "hit_ratio").map_or("-".into(), |h| format!("{:.1}%", h * 100.0)),
                 get(v, "p50_latency_ns").map_or("-".into(), fmt_num),
@@ -746,6 +778,19 @@ fn target_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) 
         ]);
     }
     t
+}
+
+/// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The machine's memory (`MemTotal`), in bytes.
@@ -839,7 +884,7 @@ mod tests {
         let r = run(&tiny(&["quick_cache", "moka", "kernel-pread", "mmap"])).unwrap();
         assert!(r.all_checks_ok(), "{:?}", r.checks);
         assert!(r.problems().is_empty(), "{:?}", r.problems());
-        assert_eq!(r.rows.len(), 4 * 2 * 5);
+        assert_eq!(r.rows.len(), 4 * 2 * 6);
         for v in ["quick_cache", "moka"] {
             let h = r
                 .row(v, 1, "hit_ratio", &mix_extra(Mix::Zipf))
