@@ -212,6 +212,7 @@ impl Model {
         self.folios.get_mut(&pfn).unwrap().pins -= 1;
         if self.maybe_free(pfn) {
             self.s.lock_acquisitions += 1;
+            self.s.released_at_free += 1;
         }
     }
 
@@ -222,7 +223,39 @@ impl Model {
         self.folios.get_mut(&pfn).unwrap().index = None;
         if self.maybe_free(pfn) {
             self.s.lock_acquisitions += 1;
+            self.s.released_at_free += 1;
         }
+    }
+
+    /// `truncate(0, MAX)`: in index order; folios only the cache holds are freed in batches
+    /// of 31 (one lock hold per batch with a linked folio), busy ones are detached.
+    fn truncate_all(&mut self) {
+        let mut indices: Vec<u64> = self.cached.keys().copied().collect();
+        indices.sort_unstable();
+        let mut batch: Vec<u32> = Vec::new();
+        let flush = |m: &mut Model, batch: &mut Vec<u32>| {
+            let mut lock = false;
+            for pfn in batch.drain(..) {
+                let linked = m.maybe_free(pfn);
+                lock |= linked;
+                m.s.released_at_free += u64::from(linked);
+            }
+            if lock {
+                m.s.lock_acquisitions += 1;
+            }
+        };
+        for i in indices {
+            if batch.len() == 31 {
+                flush(self, &mut batch);
+            }
+            let pfn = self.cached.remove(&i).unwrap();
+            let f = self.folios.get_mut(&pfn).unwrap();
+            f.index = None;
+            if f.refs() == 0 {
+                batch.push(pfn);
+            }
+        }
+        flush(self, &mut batch);
     }
 
     fn reclaim(&mut self, nr: u64) {
@@ -245,25 +278,30 @@ impl Model {
                 }
             }
             let mut isolated = Vec::new();
-            while isolated.len() < SWAP_CLUSTER_MAX {
+            let mut step = 0u64;
+            while step < SWAP_CLUSTER_MAX as u64 {
                 let Some(pfn) = self.lists[0].pop_back() else {
                     break;
                 };
-                self.folios.get_mut(&pfn).unwrap().lru = false;
+                step += 1;
+                let f = self.folios.get_mut(&pfn).unwrap();
+                if f.referenced {
+                    // Second chance, under the lock.
+                    f.referenced = false;
+                    self.lists[0].push_front(pfn);
+                    self.s.rotated += 1;
+                    continue;
+                }
+                f.lru = false;
                 isolated.push(pfn);
             }
-            let step = isolated.len() as u64;
             self.s.scanned += step;
-            self.s.isolated += step;
+            self.s.isolated += isolated.len() as u64;
             scanned += step;
             let mut keep = Vec::new();
             for pfn in isolated {
                 let f = self.folios.get_mut(&pfn).unwrap();
-                if f.referenced {
-                    f.referenced = false;
-                    self.s.rotated += 1;
-                    keep.push(pfn);
-                } else if f.pins > 0 {
+                if f.pins > 0 {
                     keep.push(pfn);
                 } else {
                     let index = f
@@ -441,10 +479,7 @@ fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> Lru
         m.unpin(pfn);
     }
     real.index.truncate(0, u64::MAX);
-    let cached: Vec<u64> = m.cached.keys().copied().collect();
-    for i in cached {
-        m.truncate(i);
-    }
+    m.truncate_all();
     real.lru.drain_all(&arena);
     m.drain();
     compare(&real, &m, steps, "teardown");

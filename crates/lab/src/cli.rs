@@ -38,6 +38,10 @@ pub enum Command {
     /// Seed 003: file-table lookups under a table reference (immutable, atomic, percpu,
     /// percpu-fast), `perf bench futex hash`, and resize completion time under full load.
     Hash(crate::scenarios::hash::Args),
+    /// Seed 004: short-lived files churned through a cache under reclaim; dead folios at LRU
+    /// drain and lruvec lock acquisitions per folio, vanilla against the drain-time filter
+    /// (and the filter with add-as-active, the condition of the seed's bad pages).
+    Lru(crate::scenarios::lru::Args),
     /// foliocache against what a storage engine would use instead (quick_cache, moka, the
     /// kernel's pread and mmap): 4 KiB Zipf block reads of a file 4x the cache budget.
     Peers(crate::scenarios::peers::Args),
@@ -89,6 +93,7 @@ fn run(cli: Cli) -> LabResult<i32> {
         Command::Readseq(a) => Ok(exit_code(crate::scenarios::readseq::run(&a)?)),
         Command::Cow(a) => Ok(exit_code(crate::scenarios::cow::run(&a)?)),
         Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
+        Command::Lru(a) => Ok(exit_code(crate::scenarios::lru::run(&a)?)),
         Command::Peers(a) => Ok(exit_code(crate::scenarios::peers::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use crate::filetable::TableRef;
+use crate::lru::LruConfig;
 use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
 use crate::refcount::RefStrategy;
 
@@ -37,6 +38,8 @@ pub struct Config {
     pub file_table: TableRef,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
     pub panic_on_bad_page: bool,
+    /// The LRU: drain-time dead-folio filter (seed 004), add policy, batch slots.
+    pub lru: LruConfig,
 }
 
 impl Config {
@@ -51,6 +54,7 @@ impl Config {
             ra_pages: DEFAULT_RA_PAGES,
             file_table: TableRef::PercpuFast,
             panic_on_bad_page: cfg!(debug_assertions),
+            lru: LruConfig::default(),
         }
     }
 
@@ -76,6 +80,12 @@ impl Config {
     /// `percpu-fast`).
     pub fn file_table(mut self, reference: TableRef) -> Config {
         self.file_table = reference;
+        self
+    }
+
+    /// Sets the LRU's behaviour (drain filter `vanilla`/`filtered`, add-as-active).
+    pub fn lru(mut self, lru: LruConfig) -> Config {
+        self.lru = lru;
         self
     }
 

@@ -33,8 +33,8 @@ pub enum CacheError {
         /// The backing's error (for waiters: a copy of its kind and message).
         source: io::Error,
     },
-    /// The memory budget is used up by folios that cannot be given back (all pinned, or, until
-    /// reclaim exists, all cached).
+    /// The memory budget is used up by folios reclaim cannot give back (pinned by guards,
+    /// mapped, or under I/O).
     OutOfMemory {
         /// Pages the read needed at once.
         needed_pages: usize,

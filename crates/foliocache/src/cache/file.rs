@@ -230,6 +230,7 @@ impl CachedFile {
             return Fast::Done(0);
         }
         let end = offset + (buf.len() as u64).min(m.size - offset);
+        let last = self.last_page();
         let mut pos = offset;
         while pos < end {
             let Some(folio) = m.pages.lookup(pos >> PAGE_SHIFT) else {
@@ -242,6 +243,9 @@ impl CachedFile {
                 break;
             };
             m.cache.counters.inc(Event::Hit);
+            if Some(folio.index()) != last {
+                m.cache.mark_accessed(&folio);
+            }
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
         }
         self.set_prev_pos(pos);
@@ -259,6 +263,7 @@ impl CachedFile {
         }
         let end = offset + (buf.len() as u64).min(m.size - offset);
         let last_index = (end - 1) >> PAGE_SHIFT;
+        let last = self.last_page();
         let mut pos = offset;
         while pos < end {
             let index = pos >> PAGE_SHIFT;
@@ -267,11 +272,23 @@ impl CachedFile {
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
+            if Some(folio.index()) != last {
+                m.cache.mark_accessed(&folio);
+            }
             let data = folio.data().expect("get_page returns uptodate folios");
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
         }
         self.set_prev_pos(pos);
         Ok((pos - offset) as usize)
+    }
+
+    /// The page holding the last byte the previous read of this handle copied, if any:
+    /// `filemap_read` marks a folio accessed only when a read moves on to it
+    /// (`pos_same_folio`), so re-reading one spot writes no flag.
+    #[inline]
+    fn last_page(&self) -> Option<u64> {
+        let prev = self.prev_pos.load(Ordering::Relaxed);
+        prev.checked_sub(1).map(|b| b >> PAGE_SHIFT)
     }
 
     /// `ra->prev_pos = last_pos`, stored only when it changes so that a handle re-reading one
@@ -316,8 +333,15 @@ impl CachedFile {
                 ),
             });
         }
-        let folio = self.get_page(&m, index, 1)?.into_raw();
-        Ok(PinnedFolio::new(m.clone(), folio))
+        let folio = self.get_page(&m, index, 1)?;
+        // `FGP_ACCESSED`.
+        m.cache.mark_accessed(&folio);
+        let folio = std::ptr::NonNull::from(folio.into_raw());
+        // The guard takes this call's mapping reference over: no second clone, so a pinned
+        // read writes the mapping's shared count twice (here and at drop), not four times.
+        // SAFETY: the folio lives in the arena that `m` keeps alive wherever `m` is moved, and
+        // `into_raw` leaked the reference the guard now owns.
+        Ok(PinnedFolio::new(m, unsafe { folio.as_ref() }))
     }
 
     /// `readahead(2)` / `force_page_cache_ra`: reads the pages of the byte range `range` into
@@ -365,8 +389,17 @@ impl CachedFile {
         let m = self.mapping();
         let first = range.start >> PAGE_SHIFT;
         let last = (range.end - 1) >> PAGE_SHIFT;
-        let out = m.pages.invalidate(first, last + 1);
-        m.cache.counters.add(Event::Invalidated, out.pages_freed);
+        // As `fadvise(POSIX_FADV_DONTNEED)` does: a folio still in a per-CPU LRU batch holds
+        // the batch's reference and would look busy, so drain this CPU's batches first, and
+        // every CPU's if some folios were still busy.
+        let c = &m.cache;
+        c.lru.drain(&c.arena);
+        let mut out = m.pages.invalidate(first, last + 1);
+        if out.busy > 0 {
+            c.lru.drain_all(&c.arena);
+            out.pages_freed += m.pages.invalidate(first, last + 1).pages_freed;
+        }
+        c.counters.add(Event::Invalidated, out.pages_freed);
         Ok(out.pages_freed as usize)
     }
 
@@ -519,8 +552,8 @@ fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
 ///
 /// Holds a reference on the folio (put on drop) and on the file's mapping, so the bytes stay
 /// valid and unchanged however long the guard lives; the cache cannot evict or invalidate a
-/// pinned folio. Holding many guards uses up the memory budget: reads then fail with
-/// [`CacheError::OutOfMemory`] instead of waiting.
+/// pinned folio. Holding many guards uses up the memory budget: once reclaim has evicted
+/// every unpinned folio, reads fail with [`CacheError::OutOfMemory`] instead of waiting.
 pub struct PinnedFolio {
     mapping: Arc<Mapping>,
     folio: std::ptr::NonNull<crate::folio::Folio>,

@@ -19,7 +19,8 @@
 //! | `filemap_get_folio` + `folio_get` | [`CachedFile::get_folio`] -> [`PinnedFolio`] |
 //! | `readahead(2)` | [`CachedFile::readahead`] |
 //! | `invalidate_mapping_pages` | [`CachedFile::invalidate`] |
-//! | `/proc/vmstat` | [`FolioCache::stats`] |
+//! | `folio_add_lru`, `folio_mark_accessed`, direct reclaim | the cache's [`Lru`] (seed 004): every inserted folio is queued for the LRU, every read marks what it used, and an allocation over the budget reclaims cold folios first |
+//! | `/proc/vmstat` | [`FolioCache::stats`], [`FolioCache::lru_stats`] |
 //!
 //! # The read path
 //!
@@ -43,10 +44,13 @@
 //! - A reference taken by a read is put before `read_at` returns; only [`PinnedFolio`] keeps
 //!   one, together with a reference on its file's mapping (so the folio stays cached).
 //! - When the last handle and pinned folio of a file are gone, the file's folios are freed:
-//!   after every handle, guard and file is dropped the arena holds no folio.
-//! - The budget is never exceeded: allocation failures surface as
-//!   [`CacheError::OutOfMemory`], never as waiting. All allocation goes through one hook
-//!   (`CacheInner::alloc_folio`) where reclaim will plug in.
+//!   after every handle, guard and file is dropped and the LRU's per-CPU batches are drained
+//!   ([`FolioCache::lru_add_drain_all`]), the arena holds no folio. (A folio truncated while
+//!   it waits in a batch is freed when the batch drains, as in the kernel.)
+//! - The budget is never exceeded. All allocation goes through one hook
+//!   (`CacheInner::alloc_folio`): when the budget is used up it reclaims cold folios from the
+//!   LRU in the allocating thread and retries; only when reclaim frees nothing (everything
+//!   pinned or under I/O) does the read fail with [`CacheError::OutOfMemory`], never wait.
 //!
 //! # Why a hit is fast
 //!
@@ -75,8 +79,9 @@ pub(crate) use stats::{Counters, Event};
 
 use crate::backing::{Backing, FileBacking};
 use crate::filetable::{FileTable, FileTableConfig, Sizing};
-use crate::folio::{AllocError, Arena, ArenaConfig, FolioRef};
+use crate::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
 use crate::index::{Index, IndexStats};
+use crate::lru::{Evict, Lru, LruStats, ReclaimResult};
 use crate::rcu::Rcu;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use file::Mapping;
@@ -126,8 +131,18 @@ pub(crate) struct CacheInner {
     /// Index counters of files already closed.
     retired_lock_acquisitions: AtomicU64,
     retired_pages_inserted: AtomicU64,
-    /// Every live mapping's index, for statistics (ids -> weak).
-    live: Mutex<Vec<std::sync::Weak<Mapping>>>,
+    /// Every live mapping by id (`folio->mapping`): statistics, and reclaim's way from a
+    /// folio to its index. Dead entries are pruned when a mapping is added.
+    live: Mutex<HashMap<u64, std::sync::Weak<Mapping>>>,
+    /// The LRU and reclaim (seed 004); its final-put hook is installed in `arena`.
+    pub(crate) lru: Lru,
+}
+
+impl Drop for CacheInner {
+    fn drop(&mut self) {
+        // `lru_add_drain_all` at shutdown: the batches hold references on folios.
+        self.lru.drain_all(&self.arena);
+    }
 }
 
 impl std::fmt::Debug for CacheInner {
@@ -146,6 +161,7 @@ impl FolioCache {
         let mut ac = ArenaConfig::new(config.budget_bytes, config.strategy);
         ac.panic_on_bad_page = config.panic_on_bad_page;
         let arena = Arc::new(Arena::new(ac)?);
+        let lru = Lru::new(&arena, config.lru);
         // One RCU domain for the file table and every index of this cache: a read enters
         // both, and a thread's read-side slot is cached for one domain at a time.
         let rcu = Arc::new(Rcu::new());
@@ -167,7 +183,8 @@ impl FolioCache {
                 next_handle: AtomicU64::new(1),
                 retired_lock_acquisitions: AtomicU64::new(0),
                 retired_pages_inserted: AtomicU64::new(0),
-                live: Mutex::new(Vec::new()),
+                live: Mutex::new(HashMap::new()),
+                lru,
             }),
         })
     }
@@ -233,8 +250,8 @@ impl FolioCache {
             pages,
         });
         let mut live = self.inner.live.lock();
-        live.retain(|w| w.strong_count() > 0);
-        live.push(Arc::downgrade(&m));
+        live.retain(|_, w| w.strong_count() > 0);
+        live.insert(m.id, Arc::downgrade(&m));
         Ok(m)
     }
 
@@ -245,7 +262,8 @@ impl FolioCache {
         s.fill_events(&c.counters);
         s.index_lock_acquisitions = c.retired_lock_acquisitions.load(Ordering::Relaxed);
         s.index_pages_inserted = c.retired_pages_inserted.load(Ordering::Relaxed);
-        for m in c.live.lock().iter().filter_map(|w| w.upgrade()) {
+        let live: Vec<_> = c.live.lock().values().filter_map(|w| w.upgrade()).collect();
+        for m in live {
             let is = m.pages.stats();
             s.index_lock_acquisitions += is.lock_acquisitions;
             s.index_pages_inserted += is.pages_inserted;
@@ -263,13 +281,52 @@ impl FolioCache {
     pub fn arena(&self) -> &Arena {
         &self.inner.arena
     }
+
+    /// The cache's LRU (lists, batches, reclaim counters): for tools and tests. Its methods
+    /// take [`FolioCache::arena`].
+    pub fn lru(&self) -> &Lru {
+        &self.inner.lru
+    }
+
+    /// A snapshot of the LRU's counters (`/proc/vmstat`'s LRU lines).
+    pub fn lru_stats(&self) -> LruStats {
+        self.inner.lru.stats()
+    }
+
+    /// `lru_add_drain_all`: moves every folio waiting in a per-CPU batch onto the LRU (or
+    /// frees it, if it died there). Afterwards the arena's accounting counts no folio held
+    /// only by a batch.
+    pub fn lru_add_drain_all(&self) {
+        self.inner.lru.drain_all(&self.inner.arena);
+    }
+
+    /// `drop_caches`-like reclaim: evicts up to `nr_pages` cold pages now, as an allocation
+    /// under memory pressure would.
+    pub fn reclaim(&self, nr_pages: usize) -> ReclaimResult {
+        self.inner
+            .lru
+            .reclaim(&self.inner.arena, &*self.inner, nr_pages)
+    }
 }
 
 impl CacheInner {
-    /// The one allocation hook of the cache (`filemap_alloc_folio`). Reclaim (the LRU issue)
-    /// plugs in here: on failure it will evict and retry before giving up.
+    /// The one allocation hook of the cache (`filemap_alloc_folio`): when the budget is used
+    /// up, reclaims cold folios in this thread and retries; fails only when reclaim finds
+    /// nothing to free (everything pinned, mapped or under I/O).
     pub(crate) fn alloc_folio(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
-        self.arena.alloc(order)
+        self.lru.alloc(&self.arena, self, order)
+    }
+
+    /// `folio_add_lru` for a folio this cache just inserted into an index.
+    #[inline]
+    pub(crate) fn add_lru(&self, folio: &FolioLocked<'_>) {
+        self.lru.add(&self.arena, folio.folio_ref());
+    }
+
+    /// `folio_mark_accessed` for a folio a read used.
+    #[inline]
+    pub(crate) fn mark_accessed(&self, folio: &FolioRef<'_>) {
+        self.lru.mark_accessed(&self.arena, folio);
     }
 
     /// The out-of-memory error for a read that needed `needed_pages` at once (and counts it).
@@ -289,5 +346,25 @@ impl CacheInner {
             .fetch_add(s.lock_acquisitions, Ordering::Relaxed);
         self.retired_pages_inserted
             .fetch_add(s.pages_inserted, Ordering::Relaxed);
+    }
+}
+
+impl Evict for CacheInner {
+    /// Reclaim's `__remove_mapping`: finds the folio's file by its mapping id and evicts the
+    /// folio from that file's index.
+    fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioRef<'a>> {
+        let mapping = {
+            let live = self.live.lock();
+            live.get(&folio.mapping()).and_then(|w| w.upgrade())
+        };
+        let Some(m) = mapping else {
+            // The file is going away; its truncation frees the folio.
+            return Err(folio.unlock());
+        };
+        // Unlock before `m` can drop: if it is the file's last reference, the drop truncates
+        // the file and takes every folio lock.
+        let r = m.pages.evict(folio).map_err(FolioLocked::unlock);
+        drop(m);
+        r
     }
 }

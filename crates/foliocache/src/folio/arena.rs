@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use super::buddy::{FrameAllocator, MAX_ORDER, NR_ORDERS};
 use super::flags::*;
-use super::handle::FolioRef;
+use super::handle::{FolioRef, FrozenFolio};
 use super::wait::WaitTable;
 use super::{Folio, FolioExt, PAGE_SHIFT, PAGE_SIZE, STATE_FREE, STATE_HEAD, STATE_TAIL};
 use crate::refcount::RefStrategy;
@@ -221,10 +221,11 @@ pub struct Arena {
     release_hook: OnceLock<ReleaseHook>,
 }
 
-/// `__page_cache_release`: what the free path runs first for a folio whose `PG_lru` is still
-/// set (the final put of a folio on an LRU list): take it off the list and clear its LRU
-/// flags. Installed once by the LRU ([`Arena::set_release_hook`]).
-pub type ReleaseHook = Box<dyn Fn(&Folio) + Send + Sync>;
+/// `__page_cache_release`: what the free path runs first for folios whose `PG_lru` is still
+/// set (the final put of a folio on an LRU list): take them off the list and clear their LRU
+/// flags, under one lock hold for the whole slice. Installed once by the LRU
+/// ([`Arena::set_release_hook`]).
+pub type ReleaseHook = Box<dyn Fn(&[&Folio]) + Send + Sync>;
 
 // SAFETY: the only non-Sync/Send field is the data mapping's base pointer; the mapping is
 // owned by the arena, and every access to its bytes follows the rules in the module docs
@@ -427,7 +428,7 @@ impl Arena {
         let mut flags = folio.flags();
         if flags & PG_LRU != 0 {
             if let Some(release) = self.release_hook.get() {
-                release(folio);
+                release(&[folio]);
                 flags = folio.flags();
             }
         }
@@ -476,6 +477,23 @@ impl Arena {
             );
             self.bad_page(msg, release);
         }
+    }
+
+    /// `folios_put` for frozen folios (truncation): runs the [`ReleaseHook`] once for all of
+    /// them still on an LRU list, then frees each (`free_unref_folios`), so a batch costs the
+    /// LRU one lock hold instead of one per folio.
+    pub fn free_frozen_batch<'a>(&'a self, folios: Vec<FrozenFolio<'a>>) {
+        if let Some(release) = self.release_hook.get() {
+            let on_lru: Vec<&Folio> = folios
+                .iter()
+                .map(|f| f.folio())
+                .filter(|f| f.flags() & PG_LRU != 0)
+                .collect();
+            if !on_lru.is_empty() {
+                release(&on_lru);
+            }
+        }
+        drop(folios);
     }
 
     /// Installs the LRU's [`ReleaseHook`], run by the free path for folios still on a list.

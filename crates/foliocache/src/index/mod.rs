@@ -103,9 +103,12 @@ use std::fmt;
 
 use node::{span, Entry, Node, CHUNK_SHIFT, FANOUT};
 
-use crate::folio::{Arena, Folio, FolioLocked, FolioRef};
+use crate::folio::{Arena, Folio, FolioLocked, FolioRef, FrozenFolio};
 use crate::rcu::Rcu;
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Backoff, Mutex, MutexGuard, Ordering};
+
+/// Folios truncation frees per batch (`PAGEVEC_SIZE`).
+const FREE_BATCH: usize = 31;
 
 /// Spare nodes kept beyond what a batch needs, and the stash's cap.
 const SPARE_SLACK: usize = 2;
@@ -874,6 +877,12 @@ impl Index {
     ///
     /// The caller must have taken the folio off any LRU list (flags checked at free).
     pub fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioLocked<'a>> {
+        self.evict_frozen(folio).map(FrozenFolio::free)
+    }
+
+    /// [`Index::evict`] without the free: the folio, removed and frozen, for a caller that
+    /// frees a batch at once (truncation).
+    fn evict_frozen<'a>(&self, folio: FolioLocked<'a>) -> Result<FrozenFolio<'a>, FolioLocked<'a>> {
         if folio.mapping() != self.id || !std::ptr::eq(folio.arena(), &*self.arena) {
             return Err(folio);
         }
@@ -888,8 +897,7 @@ impl Index {
         let removed = self.remove_locked(&mut g, &frozen);
         debug_assert!(removed);
         drop(g);
-        frozen.free();
-        Ok(())
+        Ok(frozen)
     }
 
     /// The first folio entry covering an index in `from..=last`, as `(first index, pfn)`.
@@ -937,8 +945,14 @@ impl Index {
     /// Shared loop of `truncate` and `invalidate`.
     fn remove_range(&self, start: u64, end: u64, truncate: bool) -> RemoveStats {
         let mut out = RemoveStats::default();
+        // Freed in batches, as `truncate_inode_pages_range` releases a `folio_batch`: the LRU
+        // takes its lock once per batch for the folios still on a list.
+        let mut freed = Vec::new();
         let mut next = start;
         while next < end {
+            if freed.len() == FREE_BATCH {
+                self.arena.free_frozen_batch(std::mem::take(&mut freed));
+            }
             let g = self.lock(Vec::new());
             let Some((index, pfn)) = self.find(next, end - 1) else {
                 break;
@@ -968,8 +982,9 @@ impl Index {
                 continue;
             }
             let nr = locked.nr_pages() as u64;
-            match self.evict(locked) {
-                Ok(()) => {
+            match self.evict_frozen(locked) {
+                Ok(frozen) => {
+                    freed.push(frozen);
                     out.folios_freed += 1;
                     out.pages_freed += nr;
                 }
@@ -981,6 +996,7 @@ impl Index {
                 }
             }
         }
+        self.arena.free_frozen_batch(freed);
         out
     }
 

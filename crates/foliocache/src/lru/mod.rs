@@ -265,6 +265,9 @@ pub struct LruStats {
     pub dead_filtered: u64,
     /// Folios unlinked by their final put (`__page_cache_release`).
     pub released: u64,
+    /// Of those, the ones unlinked by the arena's free path (a final put outside the LRU's
+    /// own batch puts: truncation, a reader's last put), one lock hold each.
+    pub released_at_free: u64,
     /// Inactive folios promoted to the active list (`PGACTIVATE`).
     pub activated: u64,
     /// Active folios aged down to the inactive list (`PGDEACTIVATE`).
@@ -308,6 +311,7 @@ impl LruStats {
             dead_inserted,
             dead_filtered,
             released,
+            released_at_free,
             activated,
             deactivated,
             rotated,
@@ -333,6 +337,7 @@ impl LruStats {
             ("lru_dead_inserted", dead_inserted),
             ("lru_dead_filtered", dead_filtered),
             ("lru_released", released),
+            ("lru_released_at_free", released_at_free),
             ("lru_activated", activated),
             ("lru_deactivated", deactivated),
             ("lru_rotated", rotated),
@@ -373,6 +378,7 @@ struct LruVec {
     inserted: u64,
     dead_inserted: u64,
     released: u64,
+    released_at_free: u64,
     activated: u64,
     deactivated: u64,
     rotated: u64,
@@ -539,6 +545,7 @@ impl Lru {
             inserted: 0,
             dead_inserted: 0,
             released: 0,
+            released_at_free: 0,
             activated: 0,
             deactivated: 0,
             rotated: 0,
@@ -548,8 +555,13 @@ impl Lru {
             rescued: 0,
         })));
         let hook_vec = vec.clone();
-        let installed = arena.set_release_hook(Box::new(move |folio: &Folio| {
-            hook_vec.lock().release(folio);
+        let installed = arena.set_release_hook(Box::new(move |folios: &[&Folio]| {
+            let mut v = hook_vec.lock();
+            let before = v.released;
+            for folio in folios {
+                v.release(folio);
+            }
+            v.released_at_free += v.released - before;
         }));
         assert!(installed, "this arena already has an LRU");
         let slots = if config.batch_slots == 0 {
@@ -782,6 +794,7 @@ impl Lru {
                 inserted: v.inserted,
                 dead_inserted: v.dead_inserted,
                 released: v.released,
+                released_at_free: v.released_at_free,
                 activated: v.activated,
                 deactivated: v.deactivated,
                 rotated: v.rotated,

@@ -2,24 +2,28 @@
 //! `mm/page_alloc.c`, for the classic two-list LRU.
 //!
 //! One reclaim step holds the lruvec lock once to age the active list (if the inactive list is
-//! short) and isolate up to [`SWAP_CLUSTER_MAX`] folios from the inactive tail, then works on
-//! them without the lock:
+//! short) and scan up to [`SWAP_CLUSTER_MAX`] folios from the inactive tail: a folio with
+//! `PG_referenced` gets a second chance there and then (flag cleared, rotated to the inactive
+//! head: `PGROTATED`); the others are isolated, and worked on without the lock:
 //!
 //! | isolated folio | outcome |
 //! |---|---|
-//! | `PG_referenced` set | second chance: flag cleared, back to the inactive head (`PGROTATED`) |
 //! | anonymous, or mapped by an address space | kept (no swap, no unmapping here) |
 //! | locked (I/O, truncation) | kept |
 //! | no mapping (truncated under us) | freed if our isolation reference is the last |
 //! | in a mapping | [`Evict::evict`]: freeze at page-cache refs + isolation, delete, free; kept if someone holds it |
 //!
 //! Kept folios go back under a second lock hold (`move_folios_to_lru`), where a put that
-//! turns out final unlinks its folio again before freeing it. Two lock holds per 32 scanned.
+//! turns out final unlinks its folio again before freeing it. One lock hold per 32 scanned
+//! when every isolated folio is freed, two when some are kept.
 //!
 //! A deliberate difference from `folio_check_references`: the kernel reclaims a clean,
 //! unmapped file folio even if `PG_referenced` is set (promotion is `folio_mark_accessed`'s
 //! job). We give it one more trip down the inactive list, a CLOCK-style second chance, so a
-//! folio read once since it was last scanned survives one more scan.
+//! folio read once since it was last scanned survives one more scan. The kernel tests
+//! references after isolation because it walks page tables (`folio_referenced`), which it
+//! cannot do under the lruvec lock; with nothing to walk, the flag is tested under the lock,
+//! and the second chance costs no isolation and no putback.
 
 use super::{Lru, LruList, LruVec, LRU_FLAGS_AT_FREE};
 use crate::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
@@ -70,8 +74,13 @@ impl Lru {
     /// referenced folios to use up their second chance).
     pub fn reclaim(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
         self.check_arena(arena);
-        self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
         self.drain_all(arena);
+        self.shrink(arena, evict, nr_pages)
+    }
+
+    /// The scan loop of [`Lru::reclaim`], batches already drained as the caller chose.
+    fn shrink(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
+        self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
         let on_lists = {
             let v = self.vec.lock_uncounted();
             v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active)
@@ -95,6 +104,10 @@ impl Lru {
     /// up, reclaim in this thread (direct reclaim, an allocation stall) and retry. Fails with
     /// [`AllocError::OutOfMemory`] only after [`MAX_RECLAIM_RETRIES`] passes freed nothing,
     /// i.e. when (nearly) every folio is pinned, mapped or busy.
+    ///
+    /// Like the kernel's direct reclaim, a pass drains only this CPU's batches
+    /// (`lru_add_drain` in `shrink_inactive_list`); once a pass has freed nothing, the next
+    /// ones drain every CPU's (folios dead in other CPUs' batches are freed by that drain).
     pub fn alloc<'a>(
         &self,
         arena: &'a Arena,
@@ -108,7 +121,12 @@ impl Lru {
         self.reclaim.stalls.fetch_add(1, Ordering::Relaxed);
         let mut fruitless = 0;
         loop {
-            let r = self.reclaim(arena, evict, SWAP_CLUSTER_MAX.max(1 << order));
+            if fruitless == 0 {
+                self.drain(arena);
+            } else {
+                self.drain_all(arena);
+            }
+            let r = self.shrink(arena, evict, SWAP_CLUSTER_MAX.max(1 << order));
             match arena.alloc(order) {
                 Err(e @ AllocError::OutOfMemory { .. }) => {
                     if r.reclaimed == 0 {
@@ -143,13 +161,7 @@ impl Lru {
         drop(skipped);
         let mut reclaimed = 0u64;
         let mut keep: Vec<FolioRef<'_>> = Vec::with_capacity(isolated.len());
-        let mut rotated = 0u64;
         for folio in isolated {
-            if folio.test_clear_flag(PG_REFERENCED) {
-                rotated += 1;
-                keep.push(folio);
-                continue;
-            }
             if folio.is_anon() || arena.ext(&folio).rmap.mapcount() != 0 {
                 keep.push(folio);
                 continue;
@@ -181,7 +193,7 @@ impl Lru {
                 Err(folio) => keep.push(folio),
             }
         }
-        self.putback(arena, keep, rotated);
+        self.putback(arena, keep);
         ReclaimResult {
             scanned: scanned as u64,
             reclaimed,
@@ -190,7 +202,7 @@ impl Lru {
 
     /// `move_folios_to_lru`: relinks folios reclaim kept and drops its isolation references;
     /// a put that is final unlinks the folio again and frees it after the lock.
-    fn putback(&self, arena: &Arena, folios: Vec<FolioRef<'_>>, rotated: u64) {
+    fn putback(&self, arena: &Arena, folios: Vec<FolioRef<'_>>) {
         if folios.is_empty() {
             return;
         }
@@ -198,7 +210,6 @@ impl Lru {
         let mut freed = Vec::new();
         {
             let mut v = self.vec.lock();
-            v.rotated += rotated;
             for r in folios {
                 // We take over the reference and put it by hand, under the lock.
                 let folio = r.into_raw();
@@ -236,9 +247,11 @@ fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) {
     }
 }
 
-/// `isolate_lru_folios` from the inactive tail: up to [`SWAP_CLUSTER_MAX`] folios leave the
-/// list with a reference and `PG_lru` cleared. Folios being freed, or isolated by someone
-/// else, are rotated to the head. Returns the number scanned.
+/// `isolate_lru_folios` from the inactive tail, scanning up to [`SWAP_CLUSTER_MAX`] folios:
+/// a referenced one gets its second chance right here (flag cleared, rotated to the head,
+/// no reference taken); the others leave the list with a reference and `PG_lru` cleared.
+/// Folios being freed, or isolated by someone else, are rotated to the head. Returns the
+/// number scanned.
 fn isolate<'a>(
     v: &mut MutexGuard<'_, LruVec>,
     arena: &'a Arena,
@@ -252,6 +265,14 @@ fn isolate<'a>(
         };
         scanned += 1;
         let folio = arena.folio(pfn);
+        // Second chance. Only list position and an LRU flag change, both ours under the lock,
+        // so no reference is needed (a dying folio rotated here is unlinked by its final put
+        // wherever it sits).
+        if folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED) {
+            v.lists.move_head(pfn, LruList::Inactive);
+            v.rotated += 1;
+            continue;
+        }
         // A folio whose count reached zero is being freed: its final put will take the lock
         // and unlink it. Never isolate it.
         let Some(r) = arena.try_get(folio) else {

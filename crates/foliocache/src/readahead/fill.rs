@@ -140,6 +140,10 @@ fn fill_batched<'a>(
         if let Some(m) = mark.filter(|&m| m >= i && m < i + n) {
             folios[used + (m - i)].set_flag(PG_READAHEAD);
         }
+        // `filemap_add_folio` ends with `folio_add_lru`.
+        for f in &folios[used..used + n] {
+            t.cache.add_lru(f);
+        }
         runs.push((idx, n));
         used += n;
         i += n;
@@ -179,6 +183,7 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
         if mark == Some(i) {
             folio.set_flag(PG_READAHEAD);
         }
+        t.cache.add_lru(&folio);
         if run.is_empty() {
             run_start = idx;
         }
@@ -259,6 +264,7 @@ pub(crate) fn read_one<'a>(
         // Another reader inserted it first.
         return Ok(None);
     }
+    t.cache.add_lru(&folio);
     let offset = index << PAGE_SHIFT;
     let expected = (t.file_size.saturating_sub(offset)).min(PAGE_SIZE as u64) as usize;
     let result = {

@@ -18,6 +18,7 @@
 //! | [`readseq`] | 001 | db_bench `readseq`: cold sequential 8 KiB reads, one-by-one vs batched readahead insertion, two layouts |
 //! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
 //! | [`hash`] | 003 | file-table lookups under a table reference, resize under load |
+//! | [`lru`] | 004 | short-lived files churned through a cache under reclaim: dead folios at LRU drain, lruvec lock acquisitions per folio, vanilla vs filtered (and add-as-active) |
 //! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
 
 use crate::harness::{CommonArgs, LabResult, Report};
@@ -25,6 +26,7 @@ use crate::harness::{CommonArgs, LabResult, Report};
 pub mod cow;
 pub mod files;
 pub mod hash;
+pub mod lru;
 pub mod peers;
 pub mod pread;
 pub mod readseq;
@@ -73,6 +75,12 @@ pub const REGISTRY: &[Entry] = &[
         seed: hash::SEED,
         about: hash::ABOUT,
         run: hash::run_common,
+    },
+    Entry {
+        name: lru::NAME,
+        seed: lru::SEED,
+        about: lru::ABOUT,
+        run: lru::run_common,
     },
     Entry {
         name: peers::NAME,

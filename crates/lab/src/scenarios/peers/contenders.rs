@@ -2,7 +2,7 @@
 //!
 //! | variant | what a read of block `b` does | budget | a miss is |
 //! |---|---|---|---|
-//! | `foliocache` | `CachedFile::read_at` of the block into the thread's buffer (a copy) | the budget | a lookup that started a read (the cache's `misses` counter) |
+//! | `foliocache` | `CachedFile::read_at` of the block into the thread's buffer (a copy); readahead off by default (`--ra-pages`), as storage engines ask for random block reads | the budget | a lookup that started a read (the cache's `misses` counter) |
 //! | `foliocache-pinned` | `CachedFile::get_folio`: a pinned guard, read in place, no copy | the budget | as above |
 //! | `quick_cache` | `get_or_insert_with(b)`: a hit clones the cached `Arc<[u8]>` (no copy); a miss `pread`s the block into a new one | the budget, in blocks | the loader ran |
 //! | `moka` | `try_get_with(b)`: as `quick_cache` | the budget, in blocks | the loader ran |
@@ -363,18 +363,14 @@ pub struct Foliocache {
 
 impl Foliocache {
     /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
-    /// (`get_folio`, `pinned`); `ra_pages` overrides the readahead window.
+    /// (`get_folio`, `pinned`), with a readahead window of `ra_pages` (0: off).
     pub fn new(
         path: &std::path::Path,
         budget_bytes: usize,
-        ra_pages: Option<usize>,
+        ra_pages: usize,
         pinned: bool,
     ) -> Result<Foliocache, CacheError> {
-        let mut config = Config::new(budget_bytes);
-        if let Some(p) = ra_pages {
-            config = config.readahead_pages(p);
-        }
-        let cache = FolioCache::new(config)?;
+        let cache = FolioCache::new(Config::new(budget_bytes).readahead_pages(ra_pages))?;
         let file = cache.open(path)?;
         Ok(Foliocache {
             cache,

@@ -11,7 +11,10 @@
 //! threads, then measured; contenders are interleaved A B C ... A B C in one process.
 //!
 //! **The contenders** ([`contenders`]): `foliocache` (`read_at` copying the block),
-//! `foliocache-pinned` (zero-copy through a pinned folio), `quick_cache` and `moka` (current
+//! `foliocache-pinned` (zero-copy through a pinned folio; both with readahead off unless
+//! `--ra-pages` says otherwise, as a storage engine configures random block reads: the
+//! kernel's context readahead would otherwise read neighbours of cached blocks into a tight
+//! budget), `quick_cache` and `moka` (current
 //! crates.io releases holding `Arc<[u8]>` blocks, filled by `pread` on a miss), and the
 //! kernel's page cache through `pread` (`kernel-pread`) and a shared mapping (`mmap`). The two
 //! kernel contenders' budget is **the whole machine's memory**: the file sits in the kernel's
@@ -112,9 +115,11 @@ pub struct Args {
     /// Warm-up before each measurement [default: the measurement's duration].
     #[arg(long, value_parser = parse_duration)]
     pub warmup: Option<Duration>,
-    /// Readahead window of the foliocache contenders, in pages [default: the cache's].
-    #[arg(long)]
-    pub ra_pages: Option<usize>,
+    /// Readahead window of the foliocache contenders, in pages. 0 turns readahead off, as a
+    /// storage engine does for its random block reads (RocksDB opens its files with
+    /// `POSIX_FADV_RANDOM`); 32 is the cache's own default.
+    #[arg(long, default_value_t = 0)]
+    pub ra_pages: usize,
 }
 
 impl Default for Args {
@@ -128,7 +133,7 @@ impl Default for Args {
             skew: 0.99,
             contenders: Vec::new(),
             warmup: None,
-            ra_pages: None,
+            ra_pages: 0,
         }
     }
 }
@@ -148,7 +153,7 @@ struct Setup {
     blocks: u64,
     budget_blocks: usize,
     content: Arc<Content>,
-    ra_pages: Option<usize>,
+    ra_pages: usize,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -229,6 +234,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "budget_bytes": setup.budget_blocks * BLOCK,
             "budget_fraction": args.budget_fraction,
             "warmup_ms": warmup.as_millis() as u64,
+            "foliocache_ra_pages": setup.ra_pages,
             "trace_len": trace_len,
             "machine_budget": "kernel-pread and mmap use the kernel page cache: their budget is the machine's memory",
             "latency_sampling": format!("1 read in {LATENCY_EVERY}"),
