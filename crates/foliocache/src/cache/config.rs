@@ -40,6 +40,10 @@ pub struct Config {
     pub panic_on_bad_page: bool,
     /// The LRU: drain-time dead-folio filter (seed 004), add policy, batch slots.
     pub lru: LruConfig,
+    /// Run a background reclaimer thread (the kswapd analog): woken when free pages fall
+    /// below the low watermark, it reclaims up to the high one so that allocations rarely
+    /// stall. Default false: reclaim happens only in allocating threads (direct reclaim).
+    pub background_reclaim: bool,
 }
 
 impl Config {
@@ -55,6 +59,7 @@ impl Config {
             file_table: TableRef::PercpuFast,
             panic_on_bad_page: cfg!(debug_assertions),
             lru: LruConfig::default(),
+            background_reclaim: false,
         }
     }
 
@@ -86,6 +91,12 @@ impl Config {
     /// Sets the LRU's behaviour (drain filter `vanilla`/`filtered`, add-as-active).
     pub fn lru(mut self, lru: LruConfig) -> Config {
         self.lru = lru;
+        self
+    }
+
+    /// Turns the background reclaimer (kswapd analog) on or off.
+    pub fn background_reclaim(mut self, on: bool) -> Config {
+        self.background_reclaim = on;
         self
     }
 

@@ -14,6 +14,8 @@ pub enum CacheError {
     Config(ConfigError),
     /// The arena (the memory budget) could not be created.
     Arena(crate::folio::ArenaError),
+    /// The background reclaimer thread could not be started.
+    Spawn(io::Error),
     /// Opening the file (or reading its size) failed.
     Open {
         /// The path given to `open`.
@@ -55,6 +57,11 @@ impl fmt::Display for CacheError {
         match self {
             CacheError::Config(e) => write!(f, "invalid cache configuration: {e}"),
             CacheError::Arena(e) => write!(f, "cannot create the cache's memory arena: {e}"),
+            CacheError::Spawn(e) => write!(
+                f,
+                "cannot start the background reclaimer thread ({e}): raise the thread limit or \
+                 build the cache without background_reclaim"
+            ),
             CacheError::Open { path, source } => {
                 write!(f, "cannot open {}: {source}", path.display())
             }
@@ -88,6 +95,7 @@ impl std::error::Error for CacheError {
         match self {
             CacheError::Config(e) => Some(e),
             CacheError::Arena(e) => Some(e),
+            CacheError::Spawn(e) => Some(e),
             CacheError::Open { source, .. } | CacheError::Io { source, .. } => Some(source),
             _ => None,
         }

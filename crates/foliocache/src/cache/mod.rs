@@ -81,9 +81,9 @@ use crate::backing::{Backing, FileBacking};
 use crate::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
 use crate::index::{Index, IndexStats};
-use crate::lru::{Evict, Lru, LruStats, ReclaimResult};
+use crate::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks};
 use crate::rcu::Rcu;
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use file::Mapping;
 
 /// A userspace page cache over real files, with a fixed memory budget.
@@ -136,12 +136,86 @@ pub(crate) struct CacheInner {
     live: Mutex<HashMap<u64, std::sync::Weak<Mapping>>>,
     /// The LRU and reclaim (seed 004); its final-put hook is installed in `arena`.
     pub(crate) lru: Lru,
+    /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
+    kswapd: Option<Arc<Kswapd>>,
 }
 
 impl Drop for CacheInner {
     fn drop(&mut self) {
+        if let Some(k) = &self.kswapd {
+            k.stop();
+        }
         // `lru_add_drain_all` at shutdown: the batches hold references on folios.
         self.lru.drain_all(&self.arena);
+    }
+}
+
+/// The background reclaimer (`kswapd`): a thread sleeping until an allocation finds free
+/// pages below the low watermark, then reclaiming up to the high one.
+///
+/// The thread holds only a weak reference on the cache, so it never keeps it alive; it exits
+/// when told to stop or when the cache is gone.
+struct Kswapd {
+    wm: Watermarks,
+    /// Allocations since the last watermark check (checked every [`KSWAPD_CHECK_EVERY`]).
+    allocs: AtomicU64,
+    /// A wake-up is pending (set by allocators, cleared by the thread).
+    pending: AtomicBool,
+    state: Mutex<bool>,
+    cond: Condvar,
+    /// Held while the thread reclaims ([`FolioCache::validate`] waits for it).
+    busy: Mutex<()>,
+}
+
+/// Allocations between two looks at the free-page count (which sums per-CPU counters).
+const KSWAPD_CHECK_EVERY: u64 = 16;
+
+impl Kswapd {
+    /// `wakeup_kswapd` if free pages are below the low watermark (checked every few
+    /// allocations).
+    #[inline]
+    fn note_alloc(&self, arena: &Arena) {
+        if self.allocs.fetch_add(1, Ordering::Relaxed) % KSWAPD_CHECK_EVERY != 0 {
+            return;
+        }
+        if arena.stats().free_pages < self.wm.low && !self.pending.swap(true, Ordering::Relaxed) {
+            let _g = self.state.lock();
+            self.cond.notify_one();
+        }
+    }
+
+    fn stop(&self) {
+        *self.state.lock() = true;
+        self.cond.notify_one();
+    }
+
+    /// The thread's loop: sleep, then `balance_pgdat` while the cache lives.
+    fn run(self: Arc<Self>, cache: std::sync::Weak<CacheInner>) {
+        loop {
+            {
+                let mut stopped = self.state.lock();
+                while !*stopped && !self.pending.load(Ordering::Relaxed) {
+                    let (g, timed_out) = self
+                        .cond
+                        .wait_timeout(stopped, std::time::Duration::from_millis(100));
+                    stopped = g;
+                    if timed_out {
+                        break;
+                    }
+                }
+                if *stopped {
+                    return;
+                }
+            }
+            self.pending.store(false, Ordering::Relaxed);
+            let Some(c) = cache.upgrade() else {
+                return;
+            };
+            if c.arena.stats().free_pages < self.wm.low {
+                let _busy = self.busy.lock();
+                c.lru.balance(&c.arena, &*c, self.wm);
+            }
+        }
     }
 }
 
@@ -162,6 +236,16 @@ impl FolioCache {
         ac.panic_on_bad_page = config.panic_on_bad_page;
         let arena = Arc::new(Arena::new(ac)?);
         let lru = Lru::new(&arena, config.lru);
+        let kswapd = config.background_reclaim.then(|| {
+            Arc::new(Kswapd {
+                wm: Watermarks::for_budget(arena.nr_pages() as u64),
+                allocs: AtomicU64::new(0),
+                pending: AtomicBool::new(false),
+                state: Mutex::new(false),
+                cond: Condvar::new(),
+                busy: Mutex::new(()),
+            })
+        });
         // One RCU domain for the file table and every index of this cache: a read enters
         // both, and a thread's read-side slot is cached for one domain at a time.
         let rcu = Arc::new(Rcu::new());
@@ -172,7 +256,7 @@ impl FolioCache {
             },
             rcu.clone(),
         );
-        Ok(FolioCache {
+        let cache = FolioCache {
             inner: Arc::new(CacheInner {
                 config,
                 arena,
@@ -185,8 +269,17 @@ impl FolioCache {
                 retired_pages_inserted: AtomicU64::new(0),
                 live: Mutex::new(HashMap::new()),
                 lru,
+                kswapd,
             }),
-        })
+        };
+        if let Some(k) = &cache.inner.kswapd {
+            let (k, weak) = (k.clone(), Arc::downgrade(&cache.inner));
+            std::thread::Builder::new()
+                .name("foliocache-kswapd".into())
+                .spawn(move || k.run(weak))
+                .map_err(CacheError::Spawn)?;
+        }
+        Ok(cache)
     }
 
     /// The configuration the cache was built with.
@@ -300,6 +393,17 @@ impl FolioCache {
         self.inner.lru.drain_all(&self.inner.arena);
     }
 
+    /// Recomputes the cache's memory accounting from scratch: drains the LRU's per-CPU
+    /// batches, then validates the LRU (lists, flags, counters; [`Lru::validate`]) and the
+    /// arena ([`Arena::validate`]), waiting for the background reclaimer to finish a pass if
+    /// one runs. Call it while no other thread uses the cache; returns the arena's stats.
+    pub fn validate(&self) -> Result<crate::folio::ArenaStats, String> {
+        let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
+        self.lru_add_drain_all();
+        self.inner.lru.validate(&self.inner.arena)?;
+        self.inner.arena.validate()
+    }
+
     /// `drop_caches`-like reclaim: evicts up to `nr_pages` cold pages now, as an allocation
     /// under memory pressure would.
     pub fn reclaim(&self, nr_pages: usize) -> ReclaimResult {
@@ -314,7 +418,22 @@ impl CacheInner {
     /// up, reclaims cold folios in this thread and retries; fails only when reclaim finds
     /// nothing to free (everything pinned, mapped or under I/O).
     pub(crate) fn alloc_folio(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
-        self.lru.alloc(&self.arena, self, order)
+        let f = self.lru.alloc(&self.arena, self, order)?;
+        if let Some(k) = &self.kswapd {
+            k.note_alloc(&self.arena);
+        }
+        Ok(f)
+    }
+
+    /// The allocation hook for readahead (`readahead_gfp_mask`: `__GFP_NORETRY`): one reclaim
+    /// pass at most, then failure, so that a window shrinks instead of a reader stalling
+    /// while it holds the part of the window it already allocated.
+    pub(crate) fn alloc_folio_noretry(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
+        let f = self.lru.alloc_noretry(&self.arena, self, order)?;
+        if let Some(k) = &self.kswapd {
+            k.note_alloc(&self.arena);
+        }
+        Ok(f)
     }
 
     /// `folio_add_lru` for a folio this cache just inserted into an index.

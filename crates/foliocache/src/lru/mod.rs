@@ -128,7 +128,9 @@ mod reclaim;
 
 pub use batch::FOLIO_BATCH_SIZE;
 pub use list::{LruList, NR_LRU_LISTS};
-pub use reclaim::{Evict, ReclaimResult, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX};
+pub use reclaim::{
+    Evict, ReclaimResult, Watermarks, MAX_BUSY_WAITS, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX,
+};
 
 use std::fmt;
 use std::str::FromStr;
@@ -282,6 +284,8 @@ pub struct LruStats {
     pub reclaimed: u64,
     /// Reclaim passes run ([`Lru::reclaim`] calls).
     pub reclaim_runs: u64,
+    /// Passes of the background reclaimer ([`Lru::balance`], the kswapd analog).
+    pub background_runs: u64,
     /// Allocations that had to reclaim first (`ALLOCSTALL`).
     pub alloc_stalls: u64,
     /// Allocations that failed after reclaim made no progress (`OOM`).
@@ -319,6 +323,7 @@ impl LruStats {
             isolated,
             reclaimed,
             reclaim_runs,
+            background_runs,
             alloc_stalls,
             oom,
             culled,
@@ -345,6 +350,7 @@ impl LruStats {
             ("lru_isolated", isolated),
             ("lru_reclaimed", reclaimed),
             ("lru_reclaim_runs", reclaim_runs),
+            ("lru_background_runs", background_runs),
             ("lru_alloc_stalls", alloc_stalls),
             ("lru_oom", oom),
             ("lru_culled", culled),
@@ -506,6 +512,7 @@ impl CpuBatches {
 struct ReclaimCounters {
     reclaimed: AtomicU64,
     runs: AtomicU64,
+    background: AtomicU64,
     stalls: AtomicU64,
     oom: AtomicU64,
 }
@@ -819,6 +826,7 @@ impl Lru {
         }
         s.reclaimed = self.reclaim.reclaimed.load(Ordering::Relaxed);
         s.reclaim_runs = self.reclaim.runs.load(Ordering::Relaxed);
+        s.background_runs = self.reclaim.background.load(Ordering::Relaxed);
         s.alloc_stalls = self.reclaim.stalls.load(Ordering::Relaxed);
         s.oom = self.reclaim.oom.load(Ordering::Relaxed);
         s

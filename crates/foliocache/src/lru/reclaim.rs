@@ -37,6 +37,22 @@ pub const SWAP_CLUSTER_MAX: usize = 32;
 /// (`MAX_RECLAIM_RETRIES`).
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
 
+/// Passes an allocation waits for folios under I/O before it counts them as unreclaimable.
+pub const MAX_BUSY_WAITS: u32 = 1000;
+
+/// `reclaim_throttle`: yield at first, then sleep briefly (at most ~50 ms in all).
+#[cold]
+fn throttle(waits: u32) {
+    if waits < 16 {
+        thread::yield_now();
+    } else {
+        #[cfg(not(loom))]
+        std::thread::sleep(std::time::Duration::from_micros(50));
+        #[cfg(loom)]
+        thread::yield_now();
+    }
+}
+
 /// How reclaim takes a folio out of the page cache: implemented by the layer that owns the
 /// mappings (the cache), so the LRU needs no knowledge of indexes or files.
 pub trait Evict: Sync {
@@ -52,6 +68,33 @@ pub trait Evict: Sync {
     fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioRef<'a>>;
 }
 
+/// The free-page watermarks of a budget (`zone->_watermark[WMARK_MIN/LOW/HIGH]`), in pages.
+///
+/// Direct reclaim runs when an allocation finds no free page (the `min` watermark is 0: a
+/// userspace cache keeps no atomic reserve). The background reclaimer, when enabled, wakes
+/// when free pages fall below `low` and reclaims until they reach `high`, so that most
+/// allocations never stall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermarks {
+    /// Below this, allocations reclaim themselves (0: only when nothing is free).
+    pub min: u64,
+    /// Below this, the background reclaimer is woken.
+    pub low: u64,
+    /// The background reclaimer stops here.
+    pub high: u64,
+}
+
+impl Watermarks {
+    /// The watermarks of a budget of `pages`: `low` is 1/64 of it (at least one reclaim
+    /// batch), `high` twice that (the kernel's `watermark_scale_factor` spacing, scaled up
+    /// for small budgets), both capped at half the budget.
+    pub fn for_budget(pages: u64) -> Watermarks {
+        let low = (pages / 64).max(SWAP_CLUSTER_MAX as u64).min(pages / 4);
+        let high = (2 * low).min(pages / 2);
+        Watermarks { min: 0, low, high }
+    }
+}
+
 /// What a reclaim call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReclaimResult {
@@ -59,12 +102,15 @@ pub struct ReclaimResult {
     pub scanned: u64,
     /// Pages freed.
     pub reclaimed: u64,
+    /// Folios kept because they were locked (under I/O): they will be reclaimable soon.
+    pub busy: u64,
 }
 
 impl std::ops::AddAssign for ReclaimResult {
     fn add_assign(&mut self, o: Self) {
         self.scanned += o.scanned;
         self.reclaimed += o.reclaimed;
+        self.busy += o.busy;
     }
 }
 
@@ -101,25 +147,48 @@ impl Lru {
     }
 
     /// `__alloc_pages` with its slow path: allocate a folio of `order`; if the budget is used
-    /// up, reclaim in this thread (direct reclaim, an allocation stall) and retry. Fails with
-    /// [`AllocError::OutOfMemory`] only after [`MAX_RECLAIM_RETRIES`] passes freed nothing,
-    /// i.e. when (nearly) every folio is pinned, mapped or busy.
+    /// up, reclaim in this thread (direct reclaim, an allocation stall) and retry.
     ///
     /// Like the kernel's direct reclaim, a pass drains only this CPU's batches
     /// (`lru_add_drain` in `shrink_inactive_list`); once a pass has freed nothing, the next
     /// ones drain every CPU's (folios dead in other CPUs' batches are freed by that drain).
+    /// A pass that freed nothing but met folios locked for I/O waits for them
+    /// (`reclaim_throttle`) for up to [`MAX_BUSY_WAITS`] passes. Fails with
+    /// [`AllocError::OutOfMemory`] after [`MAX_RECLAIM_RETRIES`] passes freed nothing
+    /// otherwise: (nearly) every folio is pinned, mapped, or held outside the LRU.
     pub fn alloc<'a>(
         &self,
         arena: &'a Arena,
         evict: &dyn Evict,
         order: u32,
     ) -> Result<FolioRef<'a>, AllocError> {
+        self.alloc_inner(arena, evict, order, true)
+    }
+
+    /// `__GFP_NORETRY`, as readahead allocates: at most one reclaim pass, no retries and no
+    /// waiting; readahead is opportunistic and shrinks instead.
+    pub fn alloc_noretry<'a>(
+        &self,
+        arena: &'a Arena,
+        evict: &dyn Evict,
+        order: u32,
+    ) -> Result<FolioRef<'a>, AllocError> {
+        self.alloc_inner(arena, evict, order, false)
+    }
+
+    fn alloc_inner<'a>(
+        &self,
+        arena: &'a Arena,
+        evict: &dyn Evict,
+        order: u32,
+        retry: bool,
+    ) -> Result<FolioRef<'a>, AllocError> {
         match arena.alloc(order) {
             Err(AllocError::OutOfMemory { .. }) => {}
             done => return done,
         }
         self.reclaim.stalls.fetch_add(1, Ordering::Relaxed);
-        let mut fruitless = 0;
+        let (mut fruitless, mut waits) = (0, 0);
         loop {
             if fruitless == 0 {
                 self.drain(arena);
@@ -129,7 +198,16 @@ impl Lru {
             let r = self.shrink(arena, evict, SWAP_CLUSTER_MAX.max(1 << order));
             match arena.alloc(order) {
                 Err(e @ AllocError::OutOfMemory { .. }) => {
+                    if !retry {
+                        return Err(e);
+                    }
                     if r.reclaimed == 0 {
+                        if r.busy > 0 && waits < MAX_BUSY_WAITS {
+                            // Folios under I/O: their readers will unlock them shortly.
+                            waits += 1;
+                            throttle(waits);
+                            continue;
+                        }
                         fruitless += 1;
                         if fruitless >= MAX_RECLAIM_RETRIES {
                             self.reclaim.oom.fetch_add(1, Ordering::Relaxed);
@@ -140,6 +218,28 @@ impl Lru {
                     }
                 }
                 done => return done,
+            }
+        }
+    }
+
+    /// `balance_pgdat` (kswapd's work): reclaims in batches until the arena has `wm.high`
+    /// free pages, or a pass frees nothing. Drains only the calling thread's CPU batches, as
+    /// kswapd's own `lru_add_drain` does.
+    pub fn balance(&self, arena: &Arena, evict: &dyn Evict, wm: Watermarks) -> ReclaimResult {
+        self.check_arena(arena);
+        self.reclaim.background.fetch_add(1, Ordering::Relaxed);
+        let mut total = ReclaimResult::default();
+        loop {
+            let free = arena.stats().free_pages;
+            if free >= wm.high {
+                return total;
+            }
+            self.drain(arena);
+            let want = ((wm.high - free) as usize).max(SWAP_CLUSTER_MAX);
+            let r = self.shrink(arena, evict, want);
+            total += r;
+            if r.reclaimed == 0 {
+                return total;
             }
         }
     }
@@ -159,7 +259,7 @@ impl Lru {
         };
         // Outside the lock: a put of a skipped folio may be final, and the final put takes it.
         drop(skipped);
-        let mut reclaimed = 0u64;
+        let (mut reclaimed, mut busy) = (0u64, 0u64);
         let mut keep: Vec<FolioRef<'_>> = Vec::with_capacity(isolated.len());
         for folio in isolated {
             if folio.is_anon() || arena.ext(&folio).rmap.mapcount() != 0 {
@@ -169,6 +269,7 @@ impl Lru {
             let locked = match folio.try_lock() {
                 Ok(l) => l,
                 Err(f) => {
+                    busy += 1;
                     keep.push(f);
                     continue;
                 }
@@ -197,6 +298,7 @@ impl Lru {
         ReclaimResult {
             scanned: scanned as u64,
             reclaimed,
+            busy,
         }
     }
 

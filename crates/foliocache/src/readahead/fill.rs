@@ -89,7 +89,7 @@ pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOut
 fn preallocate<'a>(t: &RaTarget<'a>, nr: usize) -> Option<Vec<FolioLocked<'a>>> {
     let mut folios = Vec::with_capacity(nr);
     for _ in 0..nr {
-        match t.cache.alloc_folio(0) {
+        match t.cache.alloc_folio_noretry(0) {
             Ok(f) => folios.push(lock_new(f)),
             Err(_) => return None, // dropping `folios` unlocks and frees them
         }
@@ -167,7 +167,7 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
             read_pages(t, run_start, std::mem::take(&mut run), out);
             continue;
         }
-        let folio = match t.cache.alloc_folio(0) {
+        let folio = match t.cache.alloc_folio_noretry(0) {
             Ok(f) => lock_new(f),
             Err(_) => {
                 out.out_of_memory = true;

@@ -1,0 +1,163 @@
+//! Reclaim through the public API: files larger than the budget read by several threads,
+//! out-of-memory only when everything is pinned, the background reclaimer, and the drain
+//! filter's policies seen from the cache.
+#![cfg(not(loom))]
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use foliocache::lru::{DrainFilter, LruConfig};
+use foliocache::{Config, FolioCache};
+
+const PAGE: usize = 4096;
+
+fn content(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29) ^ ((i / PAGE) as u8))
+        .collect()
+}
+
+fn temp_file(data: &[u8]) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(data).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+/// Closes the books: with every handle gone and the batches drained, nothing is left.
+fn assert_empty(cache: &FolioCache) {
+    let a = cache.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+}
+
+#[test]
+fn several_threads_read_a_file_eight_times_the_budget() {
+    for filter in [DrainFilter::Vanilla, DrainFilter::Filtered] {
+        let data = Arc::new(content(256 * PAGE + 77));
+        let f = temp_file(&data);
+        let cache = FolioCache::new(
+            Config::new(32 * PAGE)
+                .lru(LruConfig {
+                    filter,
+                    ..LruConfig::default()
+                })
+                .panic_on_bad_page(true),
+        )
+        .unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                let (file, data) = (cache.open(f.path()).unwrap(), data.clone());
+                s.spawn(move || {
+                    let mut buf = vec![0u8; 3 * PAGE + 5];
+                    for _ in 0..2 {
+                        let mut off = 0usize;
+                        loop {
+                            let n = file.read_at(&mut buf, off as u64).unwrap();
+                            if n == 0 {
+                                break;
+                            }
+                            assert_eq!(&buf[..n], &data[off..off + n], "bytes at {off}");
+                            off += n;
+                        }
+                        assert_eq!(off, data.len());
+                    }
+                });
+            }
+        });
+        let s = cache.stats();
+        let l = cache.lru_stats();
+        assert!(s.allocated_pages <= 32);
+        assert_eq!(s.out_of_memory, 0);
+        assert!(l.reclaimed > 0 && l.alloc_stalls > 0, "{l:?}");
+        assert_empty(&cache);
+    }
+}
+
+#[test]
+fn out_of_memory_only_when_everything_is_pinned() {
+    let data = content(64 * PAGE);
+    let f = temp_file(&data);
+    let cache = FolioCache::new(
+        Config::new(16 * PAGE)
+            .readahead_pages(0)
+            .panic_on_bad_page(true),
+    )
+    .unwrap();
+    let file = cache.open(f.path()).unwrap();
+    // Unpinned reads of four times the budget: reclaim makes room every time.
+    let mut buf = vec![0u8; PAGE];
+    for i in 0..64 {
+        file.read_exact_at(&mut buf, (i * PAGE) as u64).unwrap();
+    }
+    // Pin the whole budget; the next miss cannot be served.
+    let pins: Vec<_> = (0..16).map(|i| file.get_folio(i).unwrap()).collect();
+    let err = file.read_at(&mut buf, (40 * PAGE) as u64).unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    assert!(cache.lru_stats().oom > 0);
+    // Hits on pinned folios still work, and unpinning makes room again.
+    file.read_exact_at(&mut buf, (3 * PAGE) as u64).unwrap();
+    assert_eq!(&buf[..], &data[3 * PAGE..4 * PAGE]);
+    drop(pins);
+    file.read_exact_at(&mut buf, (40 * PAGE) as u64).unwrap();
+    assert_eq!(&buf[..], &data[40 * PAGE..41 * PAGE]);
+    drop(file);
+    assert_empty(&cache);
+}
+
+#[test]
+fn the_background_reclaimer_keeps_free_pages_above_its_watermark() {
+    let data = content(512 * PAGE);
+    let f = temp_file(&data);
+    let cache = FolioCache::new(
+        Config::new(128 * PAGE)
+            .background_reclaim(true)
+            .panic_on_bad_page(true),
+    )
+    .unwrap();
+    let file = cache.open(f.path()).unwrap();
+    let mut buf = vec![0u8; 8 * PAGE];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Read until the reclaimer has run at least once (it is woken below the low watermark).
+    while cache.lru_stats().background_runs == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the background reclaimer never ran"
+        );
+        for off in (0..data.len()).step_by(buf.len()) {
+            let n = file.read_at(&mut buf, off as u64).unwrap();
+            assert_eq!(&buf[..n], &data[off..off + n]);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(cache.lru_stats().reclaimed > 0);
+    drop(file);
+    assert_empty(&cache);
+    // Dropping the cache stops the thread (it holds no strong reference).
+    drop(cache);
+}
+
+#[test]
+fn add_as_active_lands_new_folios_on_the_active_list_and_ages_them() {
+    let data = content(96 * PAGE);
+    let f = temp_file(&data);
+    let cache = FolioCache::new(
+        Config::new(32 * PAGE)
+            .lru(LruConfig {
+                add_as_active: true,
+                ..LruConfig::default()
+            })
+            .panic_on_bad_page(true),
+    )
+    .unwrap();
+    let file = cache.open(f.path()).unwrap();
+    let mut buf = vec![0u8; PAGE];
+    for i in 0..96 {
+        file.read_exact_at(&mut buf, (i * PAGE) as u64).unwrap();
+    }
+    let l = cache.lru_stats();
+    assert!(l.deactivated > 0 && l.reclaimed > 0, "{l:?}");
+    assert_eq!(cache.stats().bad_pages, 0);
+    drop(file);
+    assert_empty(&cache);
+}
