@@ -21,28 +21,50 @@
 //! | `percpu` | [`PercpuRef`] with [`RefVariant::Percpu`] (v6.17, the seed) | yes |
 //! | `percpu-fast` | [`PercpuRef`] with [`RefVariant::PercpuFast`] (the v6.18 follow-up) | yes |
 //!
-//! # Lookup
+//! # Lookup: two paths, one read section each
 //!
-//! Inside an RCU read section: load the current table, `tryget_live` its reference, leave
-//! the section. With the reference held: hash the id, lock the bucket, find, clone the value's
-//! `Arc` (or run a closure on it, [`FileTable::with`]), unlock, put the reference.
-//! [`FileTable::get`] returns an `Arc<V>`: the caller may hold it across blocking I/O without
-//! holding up a resize (the table reference is held only for the lookup itself, so no user
-//! can ever block a retirement by sleeping).
+//! A bucket is a lock and a **published list** (`AtomicPtr` to an immutable array of
+//! `(id, value pointer)`): writers (`insert`, `remove`) take the bucket lock, copy the list
+//! with their change, publish the copy with a Release store and free the old copy with
+//! `call_rcu`. Lists do not own the values: the table owns one `Arc` reference of each
+//! value, and a removed (or replaced) value is handed back to the caller only after a grace
+//! period, so a lock-free reader that found it is done with it.
 //!
-//! If `tryget_live` fails the table is being retired: the reader takes and drops the resize
-//! mutex (sleeping until the new table is published, like `futex_pivot_hash()`), then
-//! retries on the new table.
+//! - [`FileTable::read`] / [`FileTable::get`], the cache's `read_at` path (`fdget`): one RCU
+//!   read section for the whole operation: load the current table, take its reference with
+//!   the configured variant, Acquire-load the bucket's list, find, run the closure (which
+//!   gets the section, so the page-cache index lookup nests no section of its own), put the
+//!   reference, leave. No lock, no store to a shared line.
+//! - [`FileTable::with`], the `perf bench futex hash` operation: get the reference, hash,
+//!   **lock the bucket**, find, run the closure, unlock, put; the lock is the benchmark.
+//!   `percpu-fast` runs it under its marker section alone (no RCU section at all), the other
+//!   variants under one RCU section (`immutable` under none).
 //!
+//! The per-CPU variants count in one set of per-thread counters shared by every generation
+//! of the table ([`PercpuCounters`], the futex's `mm->futex_ref`): one thread-local lookup
+//! per operation finds both the thread's counter slot and its RCU reader slot, and the
+//! slot found for the get is the one the put uses. Each generation keeps its own mode and
+//! atomic count, so a stale reader of a retired table can only fail on that table's own
+//! (zero) count: the kernel's grace period between publishing a hash and starting to retire
+//! it (needed there because the atomic is shared too) is not needed here; what remains of
+//! the sharing rule is that a generation gets per-thread counts only after its
+//! predecessor's fold, which the publish order guarantees.
+//!
+//! If `tryget_live` fails the table is being retired: the reader leaves its section, takes
+//! and drops the resize mutex (sleeping until the new table is published, like
+//! `futex_pivot_hash()`), then retries on the new table.
+
 //! # Resize (one at a time, under `resize_lock`)
 //!
 //! 1. allocate the new table (its reference live, per-CPU mode);
 //! 2. kill the old table's reference: `tryget_live` fails from now on, the count is folded
 //!    into the atomic after a grace period and the initial reference dropped;
 //! 3. wait (sleeping) until its count is zero: every lookup that got in has finished;
-//! 4. move every entry to the new table (nobody else can see the old buckets now);
+//! 4. copy every entry into the new table's lists (nobody else can use the old buckets now;
+//!    the old lists stay untouched for stale readers);
 //! 5. publish the new table (Release store of the pointer);
-//! 6. free the old table after a grace period (`call_rcu`): readers that loaded the old
+//! 6. free the old table after a grace period: a marker grace period (`percpu-fast` lookups
+//!    under their marker section alone) and then `call_rcu`: readers that loaded the old
 //!    pointer may still be in their `tryget_live`, which fails.
 //!
 //! Nothing is lost or seen twice: entries move while no lookup holds the old table, and no
@@ -81,17 +103,19 @@
 //! # Invariants
 //!
 //! 1. Every entry is in exactly one bucket of exactly one table: the current one.
-//! 2. A table's buckets are touched only by holders of its reference, or by the resizer
-//!    after its count reached zero.
-//! 3. A retired table is freed only after a grace period following the publish of its
-//!    successor.
+//! 2. A table's buckets are written only by holders of its reference (under the bucket
+//!    lock), or by the resizer after its count reached zero; a published list is never
+//!    modified.
+//! 3. A retired table, and a replaced list, is freed only after a grace period following
+//!    the publish of its successor; a removed value is handed back only after one.
 
-use crate::percpu_ref::{PercpuRef, RefVariant};
-use crate::rcu::Rcu;
+use crate::percpu_ref::{PercpuCounters, PercpuRef, RefVariant, ThreadSlot};
+use crate::rcu::{Rcu, RcuReadGuard};
 use crate::sync::{
     AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, CachePadded, Condvar, Mutex, Ordering,
 };
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use crate::sync::Arc as ValueArc;
@@ -255,63 +279,146 @@ enum TableRefImpl {
     Percpu(PercpuRef),
 }
 
-type Bucket<V> = CachePadded<Mutex<Vec<(u64, ValueArc<V>)>>>;
+impl TableRefImpl {
+    /// Drops a lookup's reference; `slot` is the section's slot for the per-CPU variants.
+    #[inline(always)]
+    fn put(&self, slot: Option<ThreadSlot<'_>>) {
+        match self {
+            TableRefImpl::None => {}
+            TableRefImpl::Atomic(a) => a.put(),
+            TableRefImpl::Percpu(p) => {
+                p.put_in(slot.expect("a per-CPU table reference needs its section's slot"));
+            }
+        }
+    }
+}
+
+/// Puts a lookup's table reference on drop (also on unwinding out of a caller's closure).
+struct Put<'a> {
+    r: &'a TableRefImpl,
+    slot: Option<ThreadSlot<'a>>,
+}
+
+impl Drop for Put<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.r.put(self.slot);
+    }
+}
+
+/// A bucket's entries as lock-free readers see them: replaced whole (copy-on-write) under
+/// the bucket lock, never modified once published. It does not own the values: the table
+/// owns each value once, through the list of the current table that holds its id.
+struct List<V> {
+    entries: Vec<(u64, *const V)>,
+}
+
+impl<V> List<V> {
+    #[inline(always)]
+    fn find(&self, id: u64) -> Option<*const V> {
+        self.entries.iter().find(|(k, _)| *k == id).map(|(_, v)| *v)
+    }
+}
+
+/// One hash bucket: the published list and the lock that serialises its writers (and the
+/// `with` lookups, the `perf bench futex hash` analog).
+struct Bucket<V> {
+    list: AtomicPtr<List<V>>,
+    lock: Mutex<()>,
+}
+
+impl<V> Bucket<V> {
+    fn new() -> Self {
+        Self {
+            list: AtomicPtr::new(std::ptr::null_mut()),
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// The published list, for a reader inside a read section (or holding the lock).
+    #[inline(always)]
+    fn load(&self) -> Option<&List<V>> {
+        // ORDERING: Acquire pairs with the Release store in `publish`: the list's contents
+        // are visible.
+        let p = self.list.load(Ordering::Acquire);
+        // SAFETY: a published list is freed only by `call_rcu` after it was replaced (or
+        // with its table, itself freed after a grace period); the caller is inside a read
+        // section or holds the bucket lock (under which the list cannot be replaced).
+        unsafe { p.as_ref() }
+    }
+
+    /// Replaces the list (the caller holds the bucket lock, or owns the unpublished table);
+    /// returns the old one for the caller to free after a grace period.
+    fn publish(&self, entries: Vec<(u64, *const V)>) -> *mut List<V> {
+        let new = if entries.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            Box::into_raw(Box::new(List { entries }))
+        };
+        // ORDERING: Release pairs with the Acquire load in `load`: a lock-free reader that
+        // sees the new list sees its entries.
+        self.list.swap(new, Ordering::Release)
+    }
+}
+
+/// Frees a list after a grace period (the values are not the list's to drop).
+fn free_list_rcu<V: 'static>(rcu: &Rcu, old: *mut List<V>) {
+    if old.is_null() {
+        return;
+    }
+    let addr = old as usize;
+    rcu.call_rcu(move || {
+        // SAFETY: unpublished by `publish` before this callback was queued, and a grace
+        // period has elapsed: no lock-free reader still sees it; it came from Box::into_raw.
+        drop(unsafe { Box::from_raw(addr as *mut List<V>) });
+    });
+}
 
 /// One generation of the table (`struct futex_private_hash`).
 struct Table<V> {
-    buckets: Box<[Bucket<V>]>,
+    buckets: Box<[CachePadded<Bucket<V>>]>,
     shift: u32,
     r: TableRefImpl,
 }
 
+impl<V> Drop for Table<V> {
+    fn drop(&mut self) {
+        for b in self.buckets.iter() {
+            let p = b.list.load(Ordering::Relaxed);
+            if !p.is_null() {
+                // SAFETY: the table is gone for every reader (freed after a grace period, or
+                // by the table's owner); the list came from Box::into_raw.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
+
 impl<V> Table<V> {
-    fn new(n: usize, kind: TableRef, rcu: &crate::sync::Arc<Rcu>) -> Self {
+    fn new(n: usize, kind: TableRef, counters: Option<&crate::sync::Arc<PercpuCounters>>) -> Self {
         let n = n.next_power_of_two().max(2);
+        let percpu = |v| {
+            let c = counters.expect("per-CPU tables share the file table's counters");
+            TableRefImpl::Percpu(PercpuRef::with_counters(c.clone(), v))
+        };
         let r = match kind {
             TableRef::Immutable => TableRefImpl::None,
             TableRef::Atomic => TableRefImpl::Atomic(AtomicRef::new()),
-            TableRef::Percpu => {
-                TableRefImpl::Percpu(PercpuRef::new(rcu.clone(), RefVariant::Percpu))
-            }
-            TableRef::PercpuFast => {
-                TableRefImpl::Percpu(PercpuRef::new(rcu.clone(), RefVariant::PercpuFast))
-            }
+            TableRef::Percpu => percpu(RefVariant::Percpu),
+            TableRef::PercpuFast => percpu(RefVariant::PercpuFast),
         };
         Self {
-            buckets: (0..n)
-                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
-                .collect(),
+            buckets: (0..n).map(|_| CachePadded::new(Bucket::new())).collect(),
             shift: 64 - n.trailing_zeros(),
             r,
         }
     }
 
     /// The bucket of `id` (Fibonacci hashing).
-    #[inline]
-    fn bucket(&self, id: u64) -> &Mutex<Vec<(u64, ValueArc<V>)>> {
+    #[inline(always)]
+    fn bucket(&self, id: u64) -> &Bucket<V> {
         let h = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift;
         &self.buckets[h as usize]
-    }
-
-    /// Takes a reference on this table, inside the caller's read section.
-    #[inline]
-    fn tryget_live(&self, section: &crate::rcu::RcuReadGuard<'_>) -> bool {
-        match &self.r {
-            TableRefImpl::None => true,
-            TableRefImpl::Atomic(a) => a.tryget_live(),
-            TableRefImpl::Percpu(p) => p.tryget_live_rcu(section),
-        }
-    }
-
-    #[inline]
-    fn put(&self) {
-        match &self.r {
-            TableRefImpl::None => {}
-            TableRefImpl::Atomic(a) => a.put(),
-            TableRefImpl::Percpu(p) => {
-                p.put();
-            }
-        }
     }
 
     fn kill_and_drain(&self) {
@@ -358,6 +465,9 @@ struct ResizeLog {
 pub struct FileTable<V: Send + Sync + 'static> {
     current: CachePadded<AtomicPtr<Table<V>>>,
     rcu: crate::sync::Arc<Rcu>,
+    /// The per-thread counters every generation's per-CPU reference counts in
+    /// (`mm->futex_ref`); `None` for `immutable` and `atomic`.
+    counters: Option<crate::sync::Arc<PercpuCounters>>,
     config: FileTableConfig,
     /// Serialises resizes; lookups that find the table dying wait on it.
     resize_lock: Mutex<ResizeLog>,
@@ -365,6 +475,12 @@ pub struct FileTable<V: Send + Sync + 'static> {
     threads: AtomicUsize,
     /// Lookups that had to wait for a resize and retry.
     retries: AtomicU64,
+    /// The table owns one reference of each value (through the current lists).
+    _values: PhantomData<ValueArc<V>>,
+    /// Test hook: release removed values without a grace period (the weakened protocol the
+    /// loom model must catch).
+    #[cfg(loom)]
+    skip_release_grace_period: AtomicBool,
 }
 
 impl<V: Send + Sync + 'static> fmt::Debug for FileTable<V> {
@@ -374,18 +490,6 @@ impl<V: Send + Sync + 'static> fmt::Debug for FileTable<V> {
             .field("buckets", &self.buckets())
             .field("len", &self.len())
             .finish()
-    }
-}
-
-/// A held reference on the current table; puts it on drop.
-struct Hold<'a, V> {
-    t: &'a Table<V>,
-}
-
-impl<V> Drop for Hold<'_, V> {
-    #[inline]
-    fn drop(&mut self) {
-        self.t.put();
     }
 }
 
@@ -409,15 +513,21 @@ impl<V: Send + Sync + 'static> FileTable<V> {
             Sizing::Auto => auto_buckets(1, 0),
             Sizing::Fixed(n) => n,
         };
-        let t = Box::new(Table::new(n, config.reference, &rcu));
+        let counters = matches!(config.reference, TableRef::Percpu | TableRef::PercpuFast)
+            .then(|| crate::sync::Arc::new(PercpuCounters::new(rcu.clone())));
+        let t = Box::new(Table::new(n, config.reference, counters.as_ref()));
         Self {
             current: CachePadded::new(AtomicPtr::new(Box::into_raw(t))),
             rcu,
+            counters,
             config,
             resize_lock: Mutex::new(ResizeLog::default()),
             entries: CachePadded::new(AtomicUsize::new(0)),
             threads: AtomicUsize::new(1),
             retries: AtomicU64::new(0),
+            _values: PhantomData,
+            #[cfg(loom)]
+            skip_release_grace_period: AtomicBool::new(false),
         }
     }
 
@@ -426,29 +536,110 @@ impl<V: Send + Sync + 'static> FileTable<V> {
         self.config
     }
 
-    /// Pins the current table (`futex_private_hash()` + `futex_private_hash_get()`).
-    #[inline]
-    fn hold(&self) -> Hold<'_, V> {
-        if self.config.reference == TableRef::Immutable {
-            // SAFETY: an immutable table is never replaced nor freed before `self`.
-            let t = unsafe { &*self.current.load(Ordering::Acquire) };
-            return Hold { t };
-        }
-        loop {
-            let g = self.rcu.read_lock();
-            // ORDERING: Acquire pairs with the Release publish in `resize`: the moved entries
-            // are visible.
-            let p = self.current.load(Ordering::Acquire);
-            // SAFETY: inside the read section a retired table is not freed yet (it is freed
-            // by call_rcu after its successor's publish).
-            let t = unsafe { &*p };
-            if t.tryget_live(&g) {
-                drop(g);
-                // The reference now keeps the table alive: it cannot be retired (hence freed)
-                // before our put.
-                return Hold { t };
+    /// The current table, inside a section that keeps it from being freed.
+    ///
+    /// # Safety
+    ///
+    /// The caller is inside an RCU read section of `self.rcu`, or a marker section of
+    /// `self.counters` (fast variant), or the table is immutable (never freed before
+    /// `self`), or holds `resize_lock`.
+    #[inline(always)]
+    unsafe fn table(&self) -> &Table<V> {
+        // ORDERING: Acquire pairs with the Release publish in `resize_locked`: the moved
+        // entries (the new table's lists) are visible.
+        let p = self.current.load(Ordering::Acquire);
+        // SAFETY: by the caller's contract a retired table is not freed yet (it is freed
+        // after a marker grace period and by call_rcu, after its successor's publish).
+        unsafe { &*p }
+    }
+
+    #[inline(always)]
+    fn counters(&self) -> &PercpuCounters {
+        self.counters
+            .as_deref()
+            .expect("per-CPU tables have counters")
+    }
+
+    /// Pins the current table and runs `op` on it (`futex_hash()` ... `futex_hash_put()`):
+    /// one read section for the whole operation, the table reference taken with the
+    /// configured variant and put on the way out. `rcu` asks for an RCU section (lock-free
+    /// readers of the lists need one); without it `op` gets `None` and the fast variant
+    /// runs under its marker section only, the immutable one under none.
+    #[inline(always)]
+    fn pinned<R>(
+        &self,
+        rcu: bool,
+        op: impl FnOnce(&Table<V>, Option<&RcuReadGuard<'_>>) -> R,
+    ) -> R {
+        match self.config.reference {
+            TableRef::Immutable => {
+                if rcu {
+                    let g = self.rcu.read_lock();
+                    // SAFETY: inside a read section (and immutable tables are never freed).
+                    op(unsafe { self.table() }, Some(&g))
+                } else {
+                    // SAFETY: an immutable table is never replaced nor freed before `self`.
+                    op(unsafe { self.table() }, None)
+                }
             }
-            drop(g);
+            TableRef::Atomic => loop {
+                let g = self.rcu.read_lock();
+                // SAFETY: inside a read section.
+                let t = unsafe { self.table() };
+                let TableRefImpl::Atomic(a) = &t.r else {
+                    unreachable!("an atomic table")
+                };
+                if a.tryget_live() {
+                    let _put = Put {
+                        r: &t.r,
+                        slot: None,
+                    };
+                    return op(t, Some(&g));
+                }
+                drop(g);
+                self.wait_resize();
+            },
+            TableRef::Percpu => self.pinned_rcu(op),
+            TableRef::PercpuFast if rcu => self.pinned_rcu(op),
+            TableRef::PercpuFast => loop {
+                let pin = self.counters().enter();
+                // SAFETY: inside a marker section of our counters (fast variant).
+                let t = unsafe { self.table() };
+                let TableRefImpl::Percpu(p) = &t.r else {
+                    unreachable!("a per-CPU table")
+                };
+                if p.tryget_live_in(pin.slot()) {
+                    let _put = Put {
+                        r: &t.r,
+                        slot: Some(pin.slot()),
+                    };
+                    return op(t, None);
+                }
+                drop(pin);
+                self.wait_resize();
+            },
+        }
+    }
+
+    /// [`FileTable::pinned`] for the per-CPU variants under one RCU section (one
+    /// thread-local lookup resolves both the RCU slot and the counter slot).
+    #[inline(always)]
+    fn pinned_rcu<R>(&self, op: impl FnOnce(&Table<V>, Option<&RcuReadGuard<'_>>) -> R) -> R {
+        loop {
+            let pin = self.counters().read_lock();
+            // SAFETY: inside an RCU read section.
+            let t = unsafe { self.table() };
+            let TableRefImpl::Percpu(p) = &t.r else {
+                unreachable!("a per-CPU table")
+            };
+            if p.tryget_live_in(pin.slot()) {
+                let _put = Put {
+                    r: &t.r,
+                    slot: Some(pin.slot()),
+                };
+                return op(t, Some(pin.guard()));
+            }
+            drop(pin);
             self.wait_resize();
         }
     }
@@ -460,60 +651,119 @@ impl<V: Send + Sync + 'static> FileTable<V> {
         drop(self.resize_lock.lock());
     }
 
-    /// Looks `id` up and returns a clone of its value (`futex_hash()` + the bucket search).
+    /// Looks `id` up without any lock and runs `f` on its value inside the lookup's RCU read
+    /// section (`fdget` + the caller's short work): table reference taken with the
+    /// configured variant, the bucket's published list searched, no store to any shared
+    /// line. `f` also gets the section, so that RCU lookups in the same domain (the page
+    /// cache's index) need not enter their own. `f` must not block.
+    #[inline]
+    pub fn read<R>(&self, id: u64, f: impl FnOnce(&V, &RcuReadGuard<'_>) -> R) -> Option<R> {
+        self.pinned(true, |t, g| {
+            let v = t.bucket(id).load()?.find(id)?;
+            // SAFETY: the value is owned by the table through this list; a remover drops it
+            // only after a grace period following its unpublish, and we are in a section.
+            Some(f(unsafe { &*v }, g.expect("read runs in an RCU section")))
+        })
+    }
+
+    /// Looks `id` up (lock-free, as [`FileTable::read`]) and returns a clone of its value.
     ///
     /// The returned `Arc` may be held across blocking I/O; it does not pin the table.
     #[inline]
     pub fn get(&self, id: u64) -> Option<ValueArc<V>> {
-        let h = self.hold();
-        let b = h.t.bucket(id).lock();
-        b.iter().find(|(k, _)| *k == id).map(|(_, v)| v.clone())
+        self.pinned(true, |t, _| {
+            let v = t.bucket(id).load()?.find(id)?;
+            // SAFETY: `v` came from `Arc::into_raw` and the table's reference keeps it alive
+            // for the section (see `read`); we add a reference of our own.
+            unsafe {
+                ValueArc::increment_strong_count(v);
+                Some(ValueArc::from_raw(v))
+            }
+        })
     }
 
     /// Runs `f` on the value of `id` under its bucket lock, without cloning the `Arc` (the
     /// `perf bench futex hash` operation: get, hash, lock, find, unlock, put).
     #[inline]
     pub fn with<R>(&self, id: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
-        let h = self.hold();
-        let b = h.t.bucket(id).lock();
-        b.iter().find(|(k, _)| *k == id).map(|(_, v)| f(v))
+        self.pinned(false, |t, _| {
+            let b = t.bucket(id);
+            let _l = b.lock.lock();
+            let v = b.load()?.find(id)?;
+            // SAFETY: the bucket lock keeps the list current and a remover (which takes it)
+            // from dropping the value until we unlock.
+            Some(f(unsafe { &*v }))
+        })
     }
 
     /// Inserts or replaces the value of `id`; returns the previous value. May grow an
-    /// [`Sizing::Auto`] table (synchronously, in this thread), so it must not be called from
-    /// inside [`FileTable::with`]'s closure.
+    /// [`Sizing::Auto`] table (synchronously, in this thread), and a replace waits for a
+    /// grace period, so it must not be called from inside a lookup's closure.
     pub fn insert(&self, id: u64, v: V) -> Option<ValueArc<V>> {
         self.insert_arc(id, ValueArc::new(v))
     }
 
     /// [`FileTable::insert`] of an existing `Arc`.
     pub fn insert_arc(&self, id: u64, v: ValueArc<V>) -> Option<ValueArc<V>> {
-        let old = {
-            let h = self.hold();
-            let mut b = h.t.bucket(id).lock();
-            match b.iter_mut().find(|(k, _)| *k == id) {
+        let v = ValueArc::into_raw(v);
+        let (old_list, old_value) = self.pinned(false, |t, _| {
+            let b = t.bucket(id);
+            let _l = b.lock.lock();
+            let mut entries = b.load().map(|l| l.entries.clone()).unwrap_or_default();
+            let old = match entries.iter_mut().find(|(k, _)| *k == id) {
                 Some(e) => Some(std::mem::replace(&mut e.1, v)),
                 None => {
-                    b.push((id, v));
+                    entries.push((id, v));
                     None
                 }
+            };
+            (b.publish(entries), old)
+        });
+        free_list_rcu(&self.rcu, old_list);
+        match old_value {
+            Some(p) => Some(self.release_value(p)),
+            None => {
+                let n = self.entries.fetch_add(1, Ordering::Relaxed) + 1;
+                self.maybe_grow(n);
+                None
             }
-        };
-        if old.is_none() {
-            let n = self.entries.fetch_add(1, Ordering::Relaxed) + 1;
-            self.maybe_grow(n);
         }
-        old
     }
 
-    /// Removes `id`; returns its value.
+    /// Takes back the table's reference of an unpublished value after a grace period (no
+    /// lock-free reader can still be using it).
+    fn release_value(&self, p: *const V) -> ValueArc<V> {
+        #[cfg(loom)]
+        let skip = self.skip_release_grace_period.load(Ordering::Relaxed);
+        #[cfg(not(loom))]
+        let skip = false;
+        if !skip {
+            self.rcu.synchronize();
+        }
+        // SAFETY: `p` came from Arc::into_raw and was the table's reference; it is no longer
+        // in any current list, and every reader that could see it has left its section.
+        unsafe { ValueArc::from_raw(p) }
+    }
+
+    /// Removes `id`; returns its value (after a grace period: lock-free readers may have
+    /// been using it). Must not be called inside a read section of the table's domain.
     pub fn remove(&self, id: u64) -> Option<ValueArc<V>> {
-        let h = self.hold();
-        let mut b = h.t.bucket(id).lock();
-        let i = b.iter().position(|(k, _)| *k == id)?;
-        let (_, v) = b.swap_remove(i);
+        let (old_list, old_value) = self.pinned(false, |t, _| {
+            let b = t.bucket(id);
+            let _l = b.lock.lock();
+            let l = b.load()?;
+            let v = l.find(id)?;
+            let entries = l
+                .entries
+                .iter()
+                .filter(|(k, _)| *k != id)
+                .copied()
+                .collect();
+            Some((b.publish(entries), v))
+        })?;
         self.entries.fetch_sub(1, Ordering::Relaxed);
-        Some(v)
+        free_list_rcu(&self.rcu, old_list);
+        Some(self.release_value(old_value))
     }
 
     /// Entries in the table.
@@ -529,10 +779,8 @@ impl<V: Send + Sync + 'static> FileTable<V> {
     /// Buckets of the current table (`PR_FUTEX_HASH_GET_SLOTS`).
     pub fn buckets(&self) -> usize {
         let _g = self.rcu.read_lock();
-        // ORDERING: Acquire pairs with the publish in `resize`.
-        // SAFETY: inside the read section the table is not freed.
-        let t = unsafe { &*self.current.load(Ordering::Acquire) };
-        t.buckets.len()
+        // SAFETY: inside a read section.
+        unsafe { self.table() }.buckets.len()
     }
 
     /// Resizes performed so far.
@@ -575,8 +823,8 @@ impl<V: Send + Sync + 'static> FileTable<V> {
     /// moving every entry (`futex_hash_allocate()` + `__futex_pivot_hash()`).
     ///
     /// Blocks until every lookup on the old table has finished; lookups arriving meanwhile
-    /// wait and then use the new table. Must not be called by a thread that holds the table
-    /// (inside [`FileTable::with`]'s closure).
+    /// wait and then use the new table. Must not be called by a thread inside a lookup (a
+    /// lookup's closure).
     pub fn resize(&self, buckets: usize) -> Result<ResizeStats, ResizeError> {
         if self.config.reference == TableRef::Immutable {
             return Err(ResizeError::Immutable);
@@ -587,32 +835,50 @@ impl<V: Send + Sync + 'static> FileTable<V> {
 
     fn resize_locked(&self, log: &mut ResizeLog, buckets: usize) -> ResizeStats {
         let start = Instant::now();
-        let new = Box::new(Table::new(buckets, self.config.reference, &self.rcu));
-        let old_p = self.current.load(Ordering::Relaxed);
-        // SAFETY: only resizes (serialised by `resize_lock`, which we hold) replace or free
-        // the current table.
-        let old = unsafe { &*old_p };
+        let new = Box::new(Table::new(
+            buckets,
+            self.config.reference,
+            self.counters.as_ref(),
+        ));
+        // SAFETY: we hold `resize_lock`: only resizes replace or free the current table.
+        let old = unsafe { self.table() };
+        let old_p = old as *const Table<V> as *mut Table<V>;
         old.kill_and_drain();
         let drain = start.elapsed();
-        // Nobody holds the old table: move its entries.
+        // Nobody holds the old table (writers included): copy its entries into the new
+        // lists. The old lists stay as they are for stale readers until the table is freed.
+        let mut lists: Vec<Vec<(u64, *const V)>> =
+            (0..new.buckets.len()).map(|_| Vec::new()).collect();
         let mut moved = 0;
         for b in old.buckets.iter() {
-            let mut b = b.lock();
-            for (id, v) in b.drain(..) {
-                new.bucket(id).lock().push((id, v));
-                moved += 1;
+            if let Some(l) = b.load() {
+                for &(id, v) in &l.entries {
+                    let h = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> new.shift;
+                    lists[h as usize].push((id, v));
+                    moved += 1;
+                }
             }
+        }
+        for (b, l) in new.buckets.iter().zip(lists) {
+            let prev = b.publish(l);
+            debug_assert!(prev.is_null());
         }
         let from = old.buckets.len();
         let to = new.buckets.len();
-        // ORDERING: Release pairs with the Acquire load in `hold`: a lookup that sees the new
-        // table sees its moved entries.
+        // ORDERING: Release pairs with the Acquire load in `table`: a lookup that sees the
+        // new table sees its lists.
         self.current.store(Box::into_raw(new), Ordering::Release);
         let total = start.elapsed();
+        if self.config.reference == TableRef::PercpuFast {
+            // Lookups under a marker section alone (`with`, `insert`, `remove` of the fast
+            // variant) may still hold the old pointer: wait for them too.
+            self.counters().synchronize_markers();
+        }
         let old_addr = old_p as usize;
         self.rcu.call_rcu(move || {
-            // SAFETY: unpublished above and a grace period has elapsed: no reader can still
-            // reach it; it came from Box::into_raw.
+            // SAFETY: unpublished above and a grace period has elapsed (and the marker one
+            // for the fast variant): no reader can still reach it; it came from
+            // Box::into_raw. Its lists own no values.
             drop(unsafe { Box::from_raw(old_addr as *mut Table<V>) });
         });
         let stats = ResizeStats {
@@ -627,22 +893,34 @@ impl<V: Send + Sync + 'static> FileTable<V> {
         stats
     }
 
+    /// Test hook for the weakened protocol: `remove` returns the value without waiting for
+    /// lock-free readers.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn weaken_skip_release_grace_period(&self) {
+        self.skip_release_grace_period
+            .store(true, Ordering::Relaxed);
+    }
+
     /// Recomputes every counter from scratch and checks the invariants: every entry in the
     /// bucket its id hashes to, no id twice, `len()` equal to the number of entries, the
     /// table reference alive. Returns the number of entries. For tests; takes every lock.
     pub fn validate(&self) -> usize {
         let _log = self.resize_lock.lock();
-        let h = self.hold();
         let mut seen = std::collections::HashSet::new();
-        for (i, b) in h.t.buckets.iter().enumerate() {
-            for (id, _) in b.lock().iter() {
-                assert!(
-                    std::ptr::eq(h.t.bucket(*id), &*h.t.buckets[i]),
-                    "filetable: id {id} in the wrong bucket"
-                );
-                assert!(seen.insert(*id), "filetable: id {id} present twice");
+        self.pinned(false, |t, _| {
+            for (i, b) in t.buckets.iter().enumerate() {
+                let _l = b.lock.lock();
+                for &(id, v) in b.load().map(|l| &l.entries[..]).unwrap_or(&[]) {
+                    assert!(
+                        std::ptr::eq(t.bucket(id), &*t.buckets[i]),
+                        "filetable: id {id} in the wrong bucket"
+                    );
+                    assert!(!v.is_null(), "filetable: id {id} has no value");
+                    assert!(seen.insert(id), "filetable: id {id} present twice");
+                }
             }
-        }
+        });
         assert_eq!(seen.len(), self.len(), "filetable: len() disagrees");
         seen.len()
     }
@@ -650,10 +928,16 @@ impl<V: Send + Sync + 'static> FileTable<V> {
 
 impl<V: Send + Sync + 'static> Drop for FileTable<V> {
     fn drop(&mut self) {
-        // Retired tables first (their call_rcu callbacks), then the current one.
+        // Retired tables and lists first (their call_rcu callbacks), then the current one.
         self.rcu.barrier();
         // SAFETY: we are the last user (&mut self); the pointer came from Box::into_raw.
-        drop(unsafe { Box::from_raw(self.current.load(Ordering::Relaxed)) });
+        let t = unsafe { Box::from_raw(self.current.load(Ordering::Relaxed)) };
+        for b in t.buckets.iter() {
+            for &(_, v) in b.load().map(|l| &l.entries[..]).unwrap_or(&[]) {
+                // SAFETY: the current lists hold the table's one reference of each value.
+                drop(unsafe { ValueArc::from_raw(v) });
+            }
+        }
     }
 }
 

@@ -59,17 +59,31 @@
 //! # Variants (the seed and its follow-up)
 //!
 //! - [`RefVariant::Percpu`], the seed as merged (v6.17, `guard(rcu)` +
-//!   `smp_load_acquire(state)` + `this_cpu_inc`): an [`Rcu`] read section of the shared
-//!   domain, an Acquire load of `mode`, the per-thread increment.
+//!   `smp_load_acquire(state)` + `this_cpu_inc`): inside an [`Rcu`] read section of the
+//!   shared domain, an Acquire load of `mode`, the per-thread increment. The switch waits
+//!   for an RCU grace period.
 //! - [`RefVariant::PercpuFast`], the follow-up commit "futex: Optimize per-cpu reference
 //!   counting" (`guard(preempt)` + `READ_ONCE` + `__this_cpu_inc`). Its argument is that a
 //!   preemption-disabled region already holds off the grace period, so no separate RCU
 //!   section is needed, and that the grace period after the flip implies the barrier the
 //!   acquire provided. Our analog: the per-thread slot carries its own section marker next to
-//!   the counter (one cache line touched instead of two, one thread-local lookup instead of
-//!   two), the mode is loaded Relaxed, and the switch runs a private grace period over the
-//!   ref's own slots (advance an epoch, `membarrier`, wait for markers older than it).
+//!   the counter ([`PercpuCounters::enter`]: one cache line, one thread-local lookup, no RCU
+//!   slot touched), the mode is loaded Relaxed, and the switch waits for a private grace
+//!   period over the markers (advance an epoch, `membarrier`, wait for older markers) as
+//!   well as an RCU one, so a caller already inside an RCU section (the file table's
+//!   lock-free path) may use the fast variant there without a marker.
 //!
+//! # Counter sets shared across generations
+//!
+//! The slots live in a [`PercpuCounters`] set that several references may share one at a
+//! time (the futex's `mm->futex_ref`, shared by every generation of the private hash):
+//! slots are never reset, and the set's `base` (Σ slots at the last fold) makes each fold
+//! count only the per-thread references of the generation being folded. A caller enters a
+//! section on the set ([`PercpuCounters::read_lock`] or [`PercpuCounters::enter`]), which
+//! resolves the thread's slot (and its RCU reader slot) with one thread-local lookup, and
+//! passes the slot to [`PercpuRef::tryget_live_in`] and [`PercpuRef::put_in`]: one section
+//! and one lookup for a get and its put.
+
 //! # Why it is fast
 //!
 //! `benches/percpu_ref.rs` (`cargo bench -p foliocache --bench percpu_ref`), ns per
@@ -91,9 +105,10 @@
 //! on x86-64 the Acquire-versus-Relaxed mode load compiles to the same `mov`, so only that
 //! part of the follow-up's gain (PowerPC's `lwsync`) does not exist here.
 
-use crate::rcu::Rcu;
+use crate::rcu::{Rcu, RcuReadGuard, Reader};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, CachePadded, Condvar, Mutex, Ordering};
 use std::fmt;
+use std::marker::PhantomData;
 
 #[cfg(not(loom))]
 use crate::sync::Arc;
@@ -110,7 +125,8 @@ pub const BIAS: u64 = 1 << 63;
 pub enum RefVariant {
     /// The seed: RCU read section, Acquire load of the mode, per-thread increment.
     Percpu,
-    /// The follow-up: the slot's own section marker, Relaxed mode load, per-thread increment.
+    /// The follow-up: the slot's own section marker (or an RCU section the caller is in
+    /// anyway), Relaxed mode load, per-thread increment.
     PercpuFast,
 }
 
@@ -144,12 +160,12 @@ impl fmt::Display for PercpuRefError {
 
 impl std::error::Error for PercpuRefError {}
 
-/// One thread's counter of one reference.
+/// One thread's counter of one counter set.
 #[derive(Debug, Default)]
 struct RefSlot {
     /// Gets minus puts on the per-thread path, wrapping; written only by the owner.
     count: AtomicU64,
-    /// Fast variant: the ref's epoch while inside a get/put, 0 outside.
+    /// Fast variant: the set's epoch while inside a marker section, 0 outside.
     section: AtomicU64,
     /// A live thread owns this slot.
     #[cfg_attr(loom, allow(dead_code))]
@@ -159,60 +175,51 @@ struct RefSlot {
 #[cfg(loom)]
 const LOOM_SLOTS: usize = 5;
 
-/// What the switch lock protects.
+/// The read-mostly line of a counter set: the epoch of its marker grace periods.
 #[derive(Debug)]
-struct SwitchState {
-    /// Σ slots at the last fold.
-    base: u64,
+struct EpochLine {
+    epoch: AtomicU64,
+    /// Copied from the RCU domain: the reader must fence (no `membarrier`).
+    fences: bool,
 }
 
-/// A per-thread reference count with a switch to atomic mode (`struct percpu_ref`).
-pub struct PercpuRef {
-    /// Read on every get/put.
-    mode: CachePadded<ModeLine>,
-    count: CachePadded<AtomicU64>,
+/// The per-thread counters shared by every reference built on them, used one at a time
+/// (the futex's `mm->futex_ref`, shared by every generation of the private hash).
+///
+/// A set is a list of per-thread slots (a counter and the fast variant's section marker on
+/// one cache line, written only by the owning thread), the RCU domain the references use,
+/// and the sum of the slots at the last fold (`base`). Several [`PercpuRef`]s may share one
+/// set (see [`PercpuRef::with_counters`]) as long as at most one of them is in per-CPU mode
+/// at a time and a reference starts receiving per-thread counts only after the previous
+/// one's fold: then `Σ slots − base` at a fold is exactly the per-thread count of the
+/// reference being folded. The file table satisfies this: a table is published only after
+/// its predecessor was killed and folded.
+pub struct PercpuCounters {
+    line: CachePadded<EpochLine>,
     rcu: crate::sync::Arc<Rcu>,
-    variant: RefVariant,
     #[cfg(not(loom))]
     id: u64,
     #[cfg(not(loom))]
     slots: Mutex<Vec<Arc<CachePadded<RefSlot>>>>,
     #[cfg(loom)]
     slots: Vec<CachePadded<RefSlot>>,
-    switch_lock: Mutex<SwitchState>,
-    /// Zero events so far; `zero_cv` signals each.
-    zero: Mutex<u64>,
-    zero_cv: Condvar,
-    /// Test hook: skip the grace period of the switch (the weakened protocol loom must catch).
-    #[cfg(loom)]
-    skip_grace_period: AtomicBool,
+    /// Σ slots at the last fold of any reference of the set; folds are serialised by it.
+    base: Mutex<u64>,
 }
 
-/// The read-mostly line: the mode and, for the fast variant, the epoch of its private grace
-/// periods.
-#[derive(Debug)]
-struct ModeLine {
-    mode: AtomicU8,
-    epoch: AtomicU64,
-    /// Copied from the RCU domain: the reader must fence (no `membarrier`).
-    fences: bool,
-}
-
-impl fmt::Debug for PercpuRef {
+impl fmt::Debug for PercpuCounters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PercpuRef")
-            .field("variant", &self.variant)
-            .field("mode", &self.mode.mode.load(Ordering::Relaxed))
-            .field("count", &self.count.load(Ordering::Relaxed))
+        f.debug_struct("PercpuCounters")
+            .field("epoch", &self.line.epoch.load(Ordering::Relaxed))
             .finish()
     }
 }
 
 #[cfg(not(loom))]
 mod slots {
-    //! The thread-local cache of this thread's slots.
+    //! The thread-local cache of this thread's slots (and of its RCU reader slot).
 
-    use super::{Arc, CachePadded, PercpuRef, RefSlot};
+    use super::{Arc, CachePadded, PercpuCounters, Reader, RefSlot};
     use crate::sync::Ordering;
     use std::cell::{Cell, RefCell};
 
@@ -220,7 +227,7 @@ mod slots {
 
     impl Drop for Mine {
         fn drop(&mut self) {
-            let _ = LAST.try_with(|c| c.set((0, std::ptr::null())));
+            let _ = LAST.try_with(|c| c.set(None));
             for (_, s) in self.0.drain(..) {
                 // ORDERING: Release pairs with the Acquire in `get_slow` of the next thread
                 // that claims the slot: it continues from this thread's last count.
@@ -229,30 +236,37 @@ mod slots {
         }
     }
 
+    /// The last set this thread used: its id, its slot, and its RCU reader slot.
+    type Last = Option<(u64, *const RefSlot, Reader)>;
+
     std::thread_local! {
-        static LAST: Cell<(u64, *const RefSlot)> = const { Cell::new((0, std::ptr::null())) };
+        static LAST: Cell<Last> = const { Cell::new(None) };
         static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
     }
 
-    #[inline]
-    pub(super) fn get(r: &PercpuRef) -> *const RefSlot {
-        let (id, p) = LAST.with(|c| c.get());
-        if id == r.id {
-            return p;
+    /// This thread's slot of `c` and its reader slot of `c`'s RCU domain: one thread-local
+    /// lookup for both.
+    #[inline(always)]
+    pub(super) fn get(c: &PercpuCounters) -> (*const RefSlot, Reader) {
+        if let Some((id, p, r)) = LAST.with(|l| l.get()) {
+            if id == c.id {
+                return (p, r);
+            }
         }
-        get_slow(r)
+        get_slow(c)
     }
 
     #[cold]
-    fn get_slow(r: &PercpuRef) -> *const RefSlot {
+    #[inline(never)]
+    fn get_slow(c: &PercpuCounters) -> (*const RefSlot, Reader) {
         let p = MINE
             .try_with(|m| {
                 let mut m = m.borrow_mut();
                 m.0.retain(|(_, s)| Arc::strong_count(s) > 1);
-                if let Some((_, s)) = m.0.iter().find(|(id, _)| *id == r.id) {
+                if let Some((_, s)) = m.0.iter().find(|(id, _)| *id == c.id) {
                     return &***s as *const RefSlot;
                 }
-                let mut reg = r.slots.lock();
+                let mut reg = c.slots.lock();
                 // Reuse the slot of an exited thread (its count stays in the sum), else add one.
                 // ORDERING: Acquire pairs with the Release of `owned` at thread exit.
                 let s = match reg.iter().find(|s| !s.owned.load(Ordering::Acquire)) {
@@ -266,30 +280,27 @@ mod slots {
                 s.owned.store(true, Ordering::Relaxed);
                 drop(reg);
                 let p = &**s as *const RefSlot;
-                m.0.push((r.id, s));
+                m.0.push((c.id, s));
                 p
             })
             .expect("percpu_ref: used while the thread is exiting");
-        LAST.with(|c| c.set((r.id, p)));
-        p
+        let r = c.rcu.reader();
+        LAST.with(|l| l.set(Some((c.id, p, r))));
+        (p, r)
     }
 }
 
-impl PercpuRef {
-    /// Creates a live reference in per-CPU mode holding the initial reference
-    /// (`percpu_ref_init(.., 0, ..)`); `rcu` provides the grace periods.
-    pub fn new(rcu: crate::sync::Arc<Rcu>, variant: RefVariant) -> Self {
+impl PercpuCounters {
+    /// An empty set whose RCU-protected paths and grace periods use `rcu`.
+    pub fn new(rcu: crate::sync::Arc<Rcu>) -> Self {
         #[cfg(not(loom))]
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Self {
-            mode: CachePadded::new(ModeLine {
-                mode: AtomicU8::new(0),
+            line: CachePadded::new(EpochLine {
                 epoch: AtomicU64::new(1),
                 fences: rcu.flavor() == crate::rcu::Flavor::Fence,
             }),
-            count: CachePadded::new(AtomicU64::new(BIAS + 1)),
             rcu,
-            variant,
             #[cfg(not(loom))]
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             #[cfg(not(loom))]
@@ -298,252 +309,92 @@ impl PercpuRef {
             slots: (0..LOOM_SLOTS)
                 .map(|_| CachePadded::new(RefSlot::default()))
                 .collect(),
-            switch_lock: Mutex::new(SwitchState { base: 0 }),
-            zero: Mutex::new(0),
-            zero_cv: Condvar::new(),
-            #[cfg(loom)]
-            skip_grace_period: AtomicBool::new(false),
+            base: Mutex::new(0),
         }
     }
 
-    /// The fast-path variant.
-    pub fn variant(&self) -> RefVariant {
-        self.variant
+    /// The RCU domain of the set.
+    pub fn rcu(&self) -> &crate::sync::Arc<Rcu> {
+        &self.rcu
     }
 
-    #[inline]
-    fn my_slot(&self) -> &RefSlot {
+    /// This thread's slot and RCU reader slot.
+    #[inline(always)]
+    fn mine(&self) -> (&RefSlot, Reader) {
         #[cfg(not(loom))]
         {
-            // SAFETY: the thread-local registration holds an Arc to the slot until the thread
-            // exits, and the registry holds one as long as `self` lives.
-            unsafe { &*slots::get(self) }
+            let (p, r) = slots::get(self);
+            // SAFETY: the thread-local registration holds an Arc to the slot until the
+            // thread exits, and the registry holds one as long as `self` lives.
+            (unsafe { &*p }, r)
         }
         #[cfg(loom)]
         {
             let n = crate::sync::thread_number();
             assert!(n < LOOM_SLOTS, "percpu_ref: too many loom threads");
-            &self.slots[n]
+            (&self.slots[n], self.rcu.reader())
         }
     }
 
-    /// Adds `delta` (wrapping) to this thread's slot: a plain load and store, only the owner
-    /// writes it.
+    /// Enters an RCU read section of the set's domain and resolves this thread's slot, with
+    /// one thread-local lookup for both (`guard(rcu)` + `this_cpu_ptr`). Good for either
+    /// variant: the switch of both waits for RCU readers.
     #[inline(always)]
-    fn slot_add(slot: &RefSlot, delta: u64) {
-        let c = slot.count.load(Ordering::Relaxed);
-        slot.count.store(c.wrapping_add(delta), Ordering::Relaxed);
+    pub fn read_lock(&self) -> RcuPin<'_> {
+        let (slot, r) = self.mine();
+        // SAFETY: `r` is this thread's reader slot of `self.rcu`, just looked up.
+        let guard = unsafe { self.rcu.read_lock_reader(r) };
+        RcuPin {
+            guard,
+            slot: ThreadSlot {
+                slot,
+                marker: false,
+                set: self,
+                _not_send: PhantomData,
+            },
+        }
     }
 
-    /// Runs `percpu` (the per-thread path) if the mode is per-CPU, else `atomic`, both inside
-    /// the variant's read section.
+    /// Enters a marker section (`guard(preempt)` of the fast variant): this thread's slot
+    /// carries the set's epoch until the pin is dropped. No RCU section: only
+    /// [`RefVariant::PercpuFast`] references may be used under it, and whatever the caller
+    /// reads under it must be freed only after [`PercpuCounters::synchronize_markers`].
     #[inline(always)]
-    fn with_mode<R>(&self, percpu: impl FnOnce(&RefSlot) -> R, atomic: impl FnOnce(u8) -> R) -> R {
-        match self.variant {
-            RefVariant::Percpu => {
-                let _g = self.rcu.read_lock();
-                // ORDERING: Acquire pairs with the Release store of mode 0 in `rearm`: a thread
-                // that sees per-CPU mode sees the re-armed `count` (the v6.17 seed's
-                // smp_load_acquire).
-                let m = self.mode.mode.load(Ordering::Acquire);
-                if m == 0 {
-                    percpu(self.my_slot())
-                } else {
-                    atomic(m)
-                }
-            }
-            RefVariant::PercpuFast => {
-                let slot = self.my_slot();
-                slot.section
-                    .store(self.mode.epoch.load(Ordering::Relaxed), Ordering::Relaxed);
-                if self.mode.fences {
-                    // ORDERING: pairs with `private_grace_period`'s writer barrier (store
-                    // buffering): either the switch sees our marker, or we see its mode flip.
-                    crate::sync::fence(Ordering::SeqCst);
-                } else {
-                    // The switch's membarrier makes this a full barrier when it matters.
-                    crate::sync::compiler_fence(Ordering::SeqCst);
-                }
-                let m = self.mode.mode.load(Ordering::Relaxed);
-                let r = if m == 0 { percpu(slot) } else { atomic(m) };
-                // ORDERING: Release pairs with the Acquire scan of `section` in
-                // `private_grace_period`: our slot update is visible to the fold.
-                slot.section.store(0, Ordering::Release);
-                r
-            }
-        }
-    }
-
-    /// Takes a reference the caller knows is allowed (`percpu_ref_get()`): the caller already
-    /// holds one, so the count cannot be zero.
-    #[inline]
-    pub fn get(&self) {
-        self.with_mode(
-            |s| Self::slot_add(s, 1),
-            |_| {
-                // Relaxed like any refcount increment by a holder.
-                let old = self.count.fetch_add(1, Ordering::Relaxed);
-                debug_assert!(old != 0, "percpu_ref: get() on a zero reference");
-            },
-        )
-    }
-
-    /// Takes a reference unless the count is zero (`percpu_ref_tryget()`).
-    #[inline]
-    pub fn tryget(&self) -> bool {
-        self.with_mode(
-            |s| {
-                Self::slot_add(s, 1);
-                true
-            },
-            |_| self.inc_not_zero(),
-        )
-    }
-
-    /// Takes a reference unless the ref has been killed (`percpu_ref_tryget_live()`).
-    ///
-    /// After [`PercpuRef::kill`] has returned this always fails.
-    #[inline]
-    pub fn tryget_live(&self) -> bool {
-        self.with_mode(
-            |s| {
-                Self::slot_add(s, 1);
-                true
-            },
-            |m| m & DEAD == 0 && self.inc_not_zero(),
-        )
-    }
-
-    /// [`PercpuRef::tryget_live`] for a caller already inside a read section of the ref's RCU
-    /// domain (the file table's lookup, which needs the section to load the table pointer):
-    /// the [`RefVariant::Percpu`] path then skips entering a nested section.
-    #[inline]
-    pub fn tryget_live_rcu(&self, section: &crate::rcu::RcuReadGuard<'_>) -> bool {
-        let _ = section;
-        debug_assert!(
-            self.rcu.read_lock_held(),
-            "tryget_live_rcu outside a read section"
-        );
-        if self.variant == RefVariant::PercpuFast {
-            return self.tryget_live();
-        }
-        // ORDERING: as in `with_mode` (the caller's section plays the read section).
-        let m = self.mode.mode.load(Ordering::Acquire);
-        if m == 0 {
-            Self::slot_add(self.my_slot(), 1);
-            true
+    pub fn enter(&self) -> MarkerPin<'_> {
+        let (slot, _) = self.mine();
+        // ORDERING: Acquire pairs with the Release store of the epoch in
+        // `synchronize_markers`: a reader that carries the new epoch (and is therefore not
+        // waited for) sees everything the writer published before advancing it.
+        slot.section
+            .store(self.line.epoch.load(Ordering::Acquire), Ordering::Relaxed);
+        if self.line.fences {
+            // ORDERING: pairs with `synchronize_markers`'s writer barrier (store buffering):
+            // either the scan sees our marker, or we see what was published before it.
+            crate::sync::fence(Ordering::SeqCst);
         } else {
-            m & DEAD == 0 && self.inc_not_zero()
+            // The writer's membarrier makes this a full barrier when it matters.
+            crate::sync::compiler_fence(Ordering::SeqCst);
         }
+        MarkerPin(ThreadSlot {
+            slot,
+            marker: true,
+            set: self,
+            _not_send: PhantomData,
+        })
     }
 
-    #[cold]
-    fn inc_not_zero(&self) -> bool {
-        let mut c = self.count.load(Ordering::Relaxed);
-        loop {
-            if c == 0 {
-                return false;
-            }
-            // ORDERING: Acquire on success pairs with `reinit`'s Release CAS of the count (zero
-            // is final until then).
-            match self
-                .count
-                .compare_exchange_weak(c, c + 1, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => return true,
-                Err(v) => c = v,
-            }
-        }
-    }
-
-    /// Drops a reference (`percpu_ref_put()`); true if it was the last one (the count is now
-    /// zero and waiters were woken).
-    #[inline]
-    pub fn put(&self) -> bool {
-        self.with_mode(
-            |s| {
-                Self::slot_add(s, 1u64.wrapping_neg());
-                false
-            },
-            |_| self.put_atomic(),
-        )
-    }
-
-    #[cold]
-    fn put_atomic(&self) -> bool {
-        // ORDERING: AcqRel: Release publishes this holder's accesses to whoever sees zero;
-        // Acquire makes the one that hits zero see every other holder's accesses.
-        let old = self.count.fetch_sub(1, Ordering::AcqRel);
-        assert!(
-            old != 0,
-            "percpu_ref: put() without a reference (count underflow)"
-        );
-        if old == 1 {
-            self.zero_reached();
-            true
-        } else {
-            false
-        }
-    }
-
-    #[cold]
-    fn zero_reached(&self) {
-        let mut z = self.zero.lock();
-        *z += 1;
-        drop(z);
-        self.zero_cv.notify_all();
-    }
-
-    /// The per-CPU mode is on: gets and puts touch only per-thread slots.
-    pub fn is_percpu(&self) -> bool {
-        self.mode.mode.load(Ordering::Relaxed) == 0
-    }
-
-    /// The ref has been killed (`percpu_ref_is_dying()`).
-    pub fn is_dead(&self) -> bool {
-        self.mode.mode.load(Ordering::Relaxed) & DEAD != 0
-    }
-
-    /// The ref is in atomic mode and its count is zero (`percpu_ref_is_zero()`, the futex's
-    /// `futex_ref_is_dead()`).
-    pub fn is_zero(&self) -> bool {
-        // ORDERING: Acquire pairs with the AcqRel decrement (or fold) that reached zero.
-        self.mode.mode.load(Ordering::Acquire) & ATOMIC != 0
-            && self.count.load(Ordering::Acquire) == 0
-    }
-
-    /// The exact count in atomic mode; `None` in per-CPU mode (where only a fold knows it).
-    pub fn count(&self) -> Option<u64> {
-        let _g = self.switch_lock.lock();
-        (self.mode.mode.load(Ordering::Relaxed) & ATOMIC != 0)
-            .then(|| self.count.load(Ordering::Acquire))
-    }
-
-    /// How many times the count reached zero in this ref's life (each `kill` cycle once).
-    pub fn zero_events(&self) -> u64 {
-        *self.zero.lock()
-    }
-
-    /// Waits for every thread that may still be on the per-thread path with the old mode.
-    fn grace_period(&self) {
-        #[cfg(loom)]
-        if self.skip_grace_period.load(Ordering::Relaxed) {
-            return;
-        }
-        match self.variant {
-            RefVariant::Percpu => self.rcu.synchronize(),
-            RefVariant::PercpuFast => self.private_grace_period(),
-        }
-    }
-
-    /// The fast variant's grace period over the ref's own section markers.
-    fn private_grace_period(&self) {
-        let target = self.mode.epoch.load(Ordering::Relaxed) + 1;
-        self.mode.epoch.store(target, Ordering::Relaxed);
+    /// Waits until every marker section that began before the call has ended (the fast
+    /// variant's private grace period: advance the epoch, barrier, wait for older markers,
+    /// barrier). Must not be called inside a marker section of the set.
+    pub fn synchronize_markers(&self) {
+        let target = self.line.epoch.load(Ordering::Relaxed) + 1;
+        // ORDERING: Release pairs with the Acquire epoch load in `enter` (see there).
+        self.line.epoch.store(target, Ordering::Release);
         self.rcu.writer_barrier();
         let wait = |s: &RefSlot| {
             let mut spins = 0u32;
-            // ORDERING: Acquire pairs with the Release store of `section = 0` in `with_mode`.
+            // ORDERING: Acquire pairs with the Release store of `section = 0` in
+            // `MarkerPin::drop`: the section's accesses are done.
             loop {
                 let v = s.section.load(Ordering::Acquire);
                 if v == 0 || v >= target {
@@ -580,12 +431,354 @@ impl PercpuRef {
             // before this read (their sections ended before it returned).
             .fold(0u64, |a, s| a.wrapping_add(s.count.load(Ordering::Acquire)))
     }
+}
+
+/// This thread's slot of a [`PercpuCounters`], valid inside the section that produced it
+/// ([`RcuPin::slot`] or [`MarkerPin::slot`]).
+#[derive(Clone, Copy)]
+pub struct ThreadSlot<'a> {
+    slot: &'a RefSlot,
+    /// A marker section (else an RCU section).
+    marker: bool,
+    set: &'a PercpuCounters,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for ThreadSlot<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadSlot")
+            .field("marker", &self.marker)
+            .finish()
+    }
+}
+
+/// An RCU read section plus this thread's slot ([`PercpuCounters::read_lock`]).
+#[must_use = "the section ends when the pin is dropped"]
+pub struct RcuPin<'a> {
+    guard: RcuReadGuard<'a>,
+    slot: ThreadSlot<'a>,
+}
+
+impl fmt::Debug for RcuPin<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RcuPin").finish()
+    }
+}
+
+impl<'a> RcuPin<'a> {
+    /// The RCU section (for lookups of RCU-protected data in the same domain).
+    #[inline(always)]
+    pub fn guard(&self) -> &RcuReadGuard<'a> {
+        &self.guard
+    }
+
+    /// This thread's slot, for the `*_in` operations of the set's references.
+    #[inline(always)]
+    pub fn slot(&self) -> ThreadSlot<'a> {
+        self.slot
+    }
+}
+
+/// A marker section of the fast variant ([`PercpuCounters::enter`]); dropping it ends it.
+#[must_use = "the section ends when the pin is dropped"]
+pub struct MarkerPin<'a>(ThreadSlot<'a>);
+
+impl fmt::Debug for MarkerPin<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MarkerPin").finish()
+    }
+}
+
+impl<'a> MarkerPin<'a> {
+    /// This thread's slot, for the `*_in` operations of the set's fast references.
+    #[inline(always)]
+    pub fn slot(&self) -> ThreadSlot<'a> {
+        self.0
+    }
+}
+
+impl Drop for MarkerPin<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // ORDERING: Release pairs with the Acquire scan of `section` in
+        // `synchronize_markers`: our slot update (and every load of the section) is done
+        // before a writer that sees the marker cleared goes on.
+        self.0.slot.section.store(0, Ordering::Release);
+    }
+}
+
+/// What the switch lock protects (nothing but the transitions themselves).
+#[derive(Debug)]
+struct SwitchState;
+
+/// A per-thread reference count with a switch to atomic mode (`struct percpu_ref`).
+pub struct PercpuRef {
+    /// Read on every get/put.
+    mode: CachePadded<AtomicU8>,
+    count: CachePadded<AtomicU64>,
+    counters: crate::sync::Arc<PercpuCounters>,
+    variant: RefVariant,
+    switch_lock: Mutex<SwitchState>,
+    /// Zero events so far; `zero_cv` signals each.
+    zero: Mutex<u64>,
+    zero_cv: Condvar,
+    /// Test hook: skip the grace period of the switch (the weakened protocol loom must catch).
+    #[cfg(loom)]
+    skip_grace_period: AtomicBool,
+}
+
+impl fmt::Debug for PercpuRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PercpuRef")
+            .field("variant", &self.variant)
+            .field("mode", &self.mode.load(Ordering::Relaxed))
+            .field("count", &self.count.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl PercpuRef {
+    /// Creates a live reference in per-CPU mode holding the initial reference
+    /// (`percpu_ref_init(.., 0, ..)`), with its own counters; `rcu` provides the grace
+    /// periods.
+    pub fn new(rcu: crate::sync::Arc<Rcu>, variant: RefVariant) -> Self {
+        Self::with_counters(crate::sync::Arc::new(PercpuCounters::new(rcu)), variant)
+    }
+
+    /// Creates a live reference on a shared counter set (the futex hash's generations all
+    /// count in `mm->futex_ref`). The caller guarantees the set's rule: at most one of its
+    /// references in per-CPU mode at a time, and no per-thread count for this one before
+    /// the previous one's fold.
+    pub fn with_counters(counters: crate::sync::Arc<PercpuCounters>, variant: RefVariant) -> Self {
+        Self {
+            mode: CachePadded::new(AtomicU8::new(0)),
+            count: CachePadded::new(AtomicU64::new(BIAS + 1)),
+            counters,
+            variant,
+            switch_lock: Mutex::new(SwitchState),
+            zero: Mutex::new(0),
+            zero_cv: Condvar::new(),
+            #[cfg(loom)]
+            skip_grace_period: AtomicBool::new(false),
+        }
+    }
+
+    /// The fast-path variant.
+    pub fn variant(&self) -> RefVariant {
+        self.variant
+    }
+
+    /// The counter set.
+    pub fn counters(&self) -> &crate::sync::Arc<PercpuCounters> {
+        &self.counters
+    }
+
+    /// Adds `delta` (wrapping) to this thread's slot: a plain load and store, only the owner
+    /// writes it.
+    #[inline(always)]
+    fn slot_add(slot: &RefSlot, delta: u64) {
+        let c = slot.count.load(Ordering::Relaxed);
+        slot.count.store(c.wrapping_add(delta), Ordering::Relaxed);
+    }
+
+    /// The mode, loaded as the variant wants it.
+    #[inline(always)]
+    fn load_mode(&self, s: &ThreadSlot<'_>) -> u8 {
+        debug_assert!(
+            std::ptr::eq(s.set, &*self.counters),
+            "percpu_ref: a slot of another counter set"
+        );
+        debug_assert!(
+            !s.marker || self.variant == RefVariant::PercpuFast,
+            "percpu_ref: a marker section only protects the fast variant"
+        );
+        match self.variant {
+            // ORDERING: Acquire pairs with the Release stores of mode 0 in
+            // `switch_to_percpu` / `reinit`: a thread that sees per-CPU mode sees the
+            // re-armed `count` (the v6.17 seed's smp_load_acquire).
+            RefVariant::Percpu => self.mode.load(Ordering::Acquire),
+            // The follow-up's READ_ONCE: the grace period after every flip to atomic
+            // orders it, and a re-arm happens only with the count at zero and nobody
+            // holding the ref (the table re-arms nothing: a retired table is freed).
+            RefVariant::PercpuFast => self.mode.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs the operation inside the variant's own section (for callers that are in none).
+    #[inline(always)]
+    fn in_section<R>(&self, op: impl FnOnce(ThreadSlot<'_>) -> R) -> R {
+        match self.variant {
+            RefVariant::Percpu => {
+                let p = self.counters.read_lock();
+                op(p.slot())
+            }
+            RefVariant::PercpuFast => {
+                let p = self.counters.enter();
+                op(p.slot())
+            }
+        }
+    }
+
+    /// Takes a reference the caller knows is allowed (`percpu_ref_get()`): the caller already
+    /// holds one, so the count cannot be zero.
+    #[inline]
+    pub fn get(&self) {
+        self.in_section(|s| {
+            if self.load_mode(&s) == 0 {
+                Self::slot_add(s.slot, 1);
+            } else {
+                // Relaxed like any refcount increment by a holder.
+                let old = self.count.fetch_add(1, Ordering::Relaxed);
+                debug_assert!(old != 0, "percpu_ref: get() on a zero reference");
+            }
+        })
+    }
+
+    /// Takes a reference unless the count is zero (`percpu_ref_tryget()`).
+    #[inline]
+    pub fn tryget(&self) -> bool {
+        self.in_section(|s| {
+            if self.load_mode(&s) == 0 {
+                Self::slot_add(s.slot, 1);
+                true
+            } else {
+                self.inc_not_zero()
+            }
+        })
+    }
+
+    /// Takes a reference unless the ref has been killed (`percpu_ref_tryget_live()`).
+    ///
+    /// After [`PercpuRef::kill`] has returned this always fails.
+    #[inline]
+    pub fn tryget_live(&self) -> bool {
+        self.in_section(|s| self.tryget_live_in(s))
+    }
+
+    /// [`PercpuRef::tryget_live`] inside a section the caller entered on the ref's counter
+    /// set ([`PercpuCounters::read_lock`], or [`PercpuCounters::enter`] for the fast
+    /// variant): no section of its own, no thread-local lookup.
+    #[inline(always)]
+    pub fn tryget_live_in(&self, s: ThreadSlot<'_>) -> bool {
+        let m = self.load_mode(&s);
+        if m == 0 {
+            Self::slot_add(s.slot, 1);
+            true
+        } else {
+            m & DEAD == 0 && self.inc_not_zero()
+        }
+    }
+
+    /// [`PercpuRef::put`] inside a section (as [`PercpuRef::tryget_live_in`]).
+    #[inline(always)]
+    pub fn put_in(&self, s: ThreadSlot<'_>) -> bool {
+        if self.load_mode(&s) == 0 {
+            Self::slot_add(s.slot, 1u64.wrapping_neg());
+            false
+        } else {
+            self.put_atomic()
+        }
+    }
+
+    #[cold]
+    fn inc_not_zero(&self) -> bool {
+        let mut c = self.count.load(Ordering::Relaxed);
+        loop {
+            if c == 0 {
+                return false;
+            }
+            // ORDERING: Acquire on success pairs with `reinit`'s Release CAS of the count (zero
+            // is final until then).
+            match self
+                .count
+                .compare_exchange_weak(c, c + 1, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(v) => c = v,
+            }
+        }
+    }
+
+    /// Drops a reference (`percpu_ref_put()`); true if it was the last one (the count is now
+    /// zero and waiters were woken).
+    #[inline]
+    pub fn put(&self) -> bool {
+        self.in_section(|s| self.put_in(s))
+    }
+
+    #[cold]
+    fn put_atomic(&self) -> bool {
+        // ORDERING: AcqRel: Release publishes this holder's accesses to whoever sees zero;
+        // Acquire makes the one that hits zero see every other holder's accesses.
+        let old = self.count.fetch_sub(1, Ordering::AcqRel);
+        assert!(
+            old != 0,
+            "percpu_ref: put() without a reference (count underflow)"
+        );
+        if old == 1 {
+            self.zero_reached();
+            true
+        } else {
+            false
+        }
+    }
+
+    #[cold]
+    fn zero_reached(&self) {
+        let mut z = self.zero.lock();
+        *z += 1;
+        drop(z);
+        self.zero_cv.notify_all();
+    }
+
+    /// The per-CPU mode is on: gets and puts touch only per-thread slots.
+    pub fn is_percpu(&self) -> bool {
+        self.mode.load(Ordering::Relaxed) == 0
+    }
+
+    /// The ref has been killed (`percpu_ref_is_dying()`).
+    pub fn is_dead(&self) -> bool {
+        self.mode.load(Ordering::Relaxed) & DEAD != 0
+    }
+
+    /// The ref is in atomic mode and its count is zero (`percpu_ref_is_zero()`, the futex's
+    /// `futex_ref_is_dead()`).
+    pub fn is_zero(&self) -> bool {
+        // ORDERING: Acquire pairs with the AcqRel decrement (or fold) that reached zero.
+        self.mode.load(Ordering::Acquire) & ATOMIC != 0 && self.count.load(Ordering::Acquire) == 0
+    }
+
+    /// The exact count in atomic mode; `None` in per-CPU mode (where only a fold knows it).
+    pub fn count(&self) -> Option<u64> {
+        let _g = self.switch_lock.lock();
+        (self.mode.load(Ordering::Relaxed) & ATOMIC != 0)
+            .then(|| self.count.load(Ordering::Acquire))
+    }
+
+    /// How many times the count reached zero in this ref's life (each `kill` cycle once).
+    pub fn zero_events(&self) -> u64 {
+        *self.zero.lock()
+    }
+
+    /// Waits for every thread that may still be on the per-thread path with the old mode.
+    fn grace_period(&self) {
+        #[cfg(loom)]
+        if self.skip_grace_period.load(Ordering::Relaxed) {
+            return;
+        }
+        // Both variants' per-thread paths run inside RCU sections ([`PercpuCounters::
+        // read_lock`]); the fast one also inside marker sections.
+        self.counters.rcu.synchronize();
+        if self.variant == RefVariant::PercpuFast {
+            self.counters.synchronize_markers();
+        }
+    }
 
     /// Flips to atomic mode (adding `extra` mode bits), waits a grace period and folds.
-    fn switch_to_atomic_locked(&self, st: &mut SwitchState, extra: u8) {
-        let m = self.mode.mode.load(Ordering::Relaxed);
+    fn switch_to_atomic_locked(&self, extra: u8) {
+        let m = self.mode.load(Ordering::Relaxed);
         if m & ATOMIC != 0 {
-            self.mode.mode.store(m | extra, Ordering::Relaxed);
+            self.mode.store(m | extra, Ordering::Relaxed);
             // Already folded; a DEAD bit needs the grace period too, so that `tryget_live`
             // fails for everyone after `kill` returns.
             if extra & DEAD != 0 {
@@ -593,12 +786,14 @@ impl PercpuRef {
             }
             return;
         }
-        // ORDERING: Release pairs with the Acquire mode load of `with_mode` (seed variant).
-        self.mode.mode.store(ATOMIC | extra, Ordering::Release);
+        // ORDERING: Release pairs with the Acquire mode load of the seed variant.
+        self.mode.store(ATOMIC | extra, Ordering::Release);
         self.grace_period();
-        let sum = self.sum_slots();
-        let delta = fold_delta(sum, st.base);
-        st.base = sum;
+        let mut base = self.counters.base.lock();
+        let sum = self.counters.sum_slots();
+        let delta = fold_delta(sum, *base);
+        *base = sum;
+        drop(base);
         // ORDERING: AcqRel: the fold may be the operation that reaches zero (like a put).
         let old = self.count.fetch_add(delta, Ordering::AcqRel);
         if old.wrapping_add(delta) == 0 {
@@ -609,19 +804,19 @@ impl PercpuRef {
     /// Switches to atomic mode and returns once the count is exact
     /// (`percpu_ref_switch_to_atomic_sync()`).
     pub fn switch_to_atomic_sync(&self) {
-        let mut st = self.switch_lock.lock();
-        self.switch_to_atomic_locked(&mut st, 0);
+        let _st = self.switch_lock.lock();
+        self.switch_to_atomic_locked(0);
     }
 
     /// Kills the ref: `tryget_live` fails from now on, the count becomes exact and the
     /// initial reference is dropped (`percpu_ref_kill()`; the futex's `futex_ref_drop()` and
     /// both `futex_ref_rcu()` steps, run synchronously). Returns true if that put was the last.
     pub fn kill(&self) -> Result<bool, PercpuRefError> {
-        let mut st = self.switch_lock.lock();
-        if self.mode.mode.load(Ordering::Relaxed) & DEAD != 0 {
+        let st = self.switch_lock.lock();
+        if self.mode.load(Ordering::Relaxed) & DEAD != 0 {
             return Err(PercpuRefError::AlreadyDead);
         }
-        self.switch_to_atomic_locked(&mut st, DEAD);
+        self.switch_to_atomic_locked(DEAD);
         drop(st);
         Ok(self.put_atomic())
     }
@@ -637,7 +832,7 @@ impl PercpuRef {
     /// Back to per-CPU mode from atomic mode (`percpu_ref_switch_to_percpu()`).
     pub fn switch_to_percpu(&self) -> Result<(), PercpuRefError> {
         let _st = self.switch_lock.lock();
-        let m = self.mode.mode.load(Ordering::Relaxed);
+        let m = self.mode.load(Ordering::Relaxed);
         if m & DEAD != 0 {
             return Err(PercpuRefError::WrongState);
         }
@@ -645,8 +840,8 @@ impl PercpuRef {
             return Ok(());
         }
         self.count.fetch_add(BIAS, Ordering::Relaxed);
-        // ORDERING: Release pairs with the Acquire mode load in `with_mode`.
-        self.mode.mode.store(0, Ordering::Release);
+        // ORDERING: Release pairs with the Acquire mode load of the seed variant.
+        self.mode.store(0, Ordering::Release);
         Ok(())
     }
 
@@ -654,7 +849,7 @@ impl PercpuRef {
     /// reference (`percpu_ref_reinit()`).
     pub fn reinit(&self) -> Result<(), PercpuRefError> {
         let _st = self.switch_lock.lock();
-        if self.mode.mode.load(Ordering::Relaxed) & DEAD == 0 {
+        if self.mode.load(Ordering::Relaxed) & DEAD == 0 {
             return Err(PercpuRefError::WrongState);
         }
         // ORDERING: Release pairs with the Acquire of `inc_not_zero`: a stale atomic-path
@@ -666,8 +861,8 @@ impl PercpuRef {
         {
             return Err(PercpuRefError::NotZero);
         }
-        // ORDERING: Release pairs with the Acquire mode load in `with_mode`.
-        self.mode.mode.store(0, Ordering::Release);
+        // ORDERING: Release pairs with the Acquire mode load of the seed variant.
+        self.mode.store(0, Ordering::Release);
         Ok(())
     }
 

@@ -147,6 +147,11 @@ pub enum Flavor {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GpState(u64);
 
+/// A thread's reader slot of one domain, from [`Rcu::reader`] (a pointer valid while the
+/// thread lives).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reader(*const Slot);
+
 /// One reader's word: 0 when quiescent, else `seq << 16 | nesting`.
 #[derive(Debug)]
 struct Slot {
@@ -608,8 +613,35 @@ impl Rcu {
     /// this thread's own slot (plus `fence(SeqCst)` in the fence flavour).
     #[inline]
     pub fn read_lock(&self) -> RcuReadGuard<'_> {
+        let slot = self.inner.my_slot();
+        self.read_lock_on(slot)
+    }
+
+    /// This thread's reader slot of the domain, for a caller that caches it next to its own
+    /// per-thread state (`percpu_ref`'s counters) and enters sections with
+    /// [`Rcu::read_lock_reader`] without a second thread-local lookup.
+    #[inline]
+    pub(crate) fn reader(&self) -> Reader {
+        Reader(self.inner.my_slot() as *const Slot)
+    }
+
+    /// [`Rcu::read_lock`] on a slot from [`Rcu::reader`].
+    ///
+    /// # Safety
+    ///
+    /// `r` came from `self.reader()` on the calling thread, and the thread has not exited
+    /// since (its registration keeps the slot alive).
+    #[inline]
+    pub(crate) unsafe fn read_lock_reader(&self, r: Reader) -> RcuReadGuard<'_> {
+        // SAFETY: by the caller's contract the slot is this thread's slot of this domain,
+        // alive while the thread lives (hence for the guard's life: guards are !Send).
+        let slot = unsafe { &*r.0 };
+        self.read_lock_on(slot)
+    }
+
+    #[inline(always)]
+    fn read_lock_on<'a>(&'a self, slot: &'a Slot) -> RcuReadGuard<'a> {
         let inner: &Inner = &self.inner;
-        let slot = inner.my_slot();
         let v = slot.ctr.load(Ordering::Relaxed);
         if v & NEST_MASK == 0 {
             slot.ctr

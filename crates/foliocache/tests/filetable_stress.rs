@@ -1,5 +1,7 @@
-//! Real-thread stress of the file table: lookups on every key while another thread resizes
-//! in a loop and a third inserts and removes its own keys. Every lookup must find the right
+//! Real-thread stress of the file table: lookups on every key (the locked `with`, the
+//! lock-free `read` and `get`) while another thread resizes in a loop and a third inserts
+//! and removes its own keys (so lock-free readers race copy-on-write list replacement and
+//! value release). Every lookup must find the right
 //! value (nothing lost or duplicated by a move), every resize must complete (a leaked table
 //! reference would hang `wait_for_zero`, a doubled put would underflow and panic), and
 //! `validate()` must agree with the model at the end.
@@ -30,6 +32,14 @@ fn stress(reference: TableRef, resizes: u64) {
                     k = (k * 31 + 17) % N;
                     assert_eq!(t.get(k).as_deref(), Some(&(k * 7)), "lookup of {k} lost");
                     assert_eq!(t.with(k, |v| *v), Some(k * 7));
+                    // The lock-free path: no bucket lock, the published list under RCU.
+                    assert_eq!(t.read(k, |v, _| *v), Some(k * 7), "lock-free lookup of {k}");
+                    // The mutator's keys: either absent or one of the values it stored
+                    // (never a freed or half-published value).
+                    let m = N + (k % 300);
+                    if let Some(v) = t.read(m, |v, _| *v) {
+                        assert!(v < u64::MAX / 2, "lock-free lookup of {m} saw garbage {v}");
+                    }
                     lookups.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -48,6 +58,7 @@ fn stress(reference: TableRef, resizes: u64) {
             }
             for (k, v) in model.iter().take(4) {
                 assert_eq!(t2.get(*k).as_deref(), Some(v));
+                assert_eq!(t2.read(*k, |x, _| *x).as_ref(), Some(v));
             }
             i += 1;
         }

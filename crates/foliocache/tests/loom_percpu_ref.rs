@@ -148,3 +148,33 @@ fn fold_without_grace_period_is_caught_percpu() {
 fn fold_without_grace_period_is_caught_percpu_fast() {
     weakened(RefVariant::PercpuFast);
 }
+
+/// Two generations on one counter set (the file table's layout, the futex's shared
+/// `mm->futex_ref`): the second is used only after the first was killed and folded; each
+/// fold counts exactly its own generation's per-thread references.
+#[test]
+fn generations_share_one_counter_set() {
+    use foliocache::percpu_ref::PercpuCounters;
+    loom::model(|| {
+        let c = Arc::new(PercpuCounters::new(Arc::new(Rcu::new())));
+        let a = Arc::new(PercpuRef::with_counters(c.clone(), RefVariant::PercpuFast));
+        assert!(a.tryget_live()); // held across the kill, put on the atomic path
+        let a2 = a.clone();
+        let t = thread::spawn(move || user(&a2));
+        assert_eq!(a.kill(), Ok(false));
+        t.join().unwrap();
+        assert_eq!(a.count(), Some(1), "only our held reference is left");
+        assert!(a.put());
+        // The next generation starts counting on the same slots.
+        let b = Arc::new(PercpuRef::with_counters(c, RefVariant::PercpuFast));
+        let b2 = b.clone();
+        let t = thread::spawn(move || {
+            assert!(user(&b2));
+        });
+        assert!(b.tryget_live());
+        b.put();
+        t.join().unwrap();
+        assert_eq!(b.kill(), Ok(true), "the fold of b counts no leftover of a");
+        assert_eq!(b.zero_events(), 1);
+    });
+}

@@ -12,6 +12,7 @@ use crate::backing::Backing;
 use crate::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::index::Index;
+use crate::rcu::RcuReadGuard;
 use crate::readahead::{self, RaOutcome, RaRequest, RaState, RaTarget};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
@@ -129,8 +130,8 @@ enum Fast {
     Partial(usize),
 }
 
-/// Reads larger than this skip the fast path (it runs under the handle's file-table bucket
-/// lock, which should be held briefly).
+/// Reads larger than this skip the fast path (it runs inside the file-table lookup's RCU read
+/// section, which should be short).
 const FAST_READ_MAX: usize = 64 << 10;
 
 impl CachedFile {
@@ -158,13 +159,14 @@ impl CachedFile {
             .expect("an open handle is in the file table")
     }
 
-    /// Runs `f` on this handle's mapping inside the file-table lookup (reference held, bucket
-    /// locked): no `Arc` clone, so nothing shared is written. Only for short, non-blocking work.
+    /// Runs `f` on this handle's mapping inside the file-table lookup (reference held, RCU
+    /// section, no lock): no `Arc` clone, so nothing shared is written. Only for short,
+    /// non-blocking work.
     #[inline]
     fn with_mapping<R>(&self, f: impl FnOnce(&Mapping) -> R) -> R {
         self.cache
             .table
-            .with(self.id, f)
+            .read(self.id, |m, _| f(m))
             .expect("an open handle is in the file table")
     }
 
@@ -200,13 +202,20 @@ impl CachedFile {
     /// or past EOF. If an error stops the read after some bytes were copied, those bytes are
     /// reported (like `pread`); the error comes with the next call.
     ///
-    /// A hit makes no system call and takes no shared lock: file-table lookup (per-CPU
-    /// reference, the handle's bucket), RCU lookup of the folio, speculative reference,
-    /// re-check, uptodate check, copy, put.
+    /// A hit makes no system call and takes no lock: lock-free file-table lookup (per-CPU
+    /// table reference, the bucket's published list) and, in the same RCU section, the index
+    /// lookup of the folio, speculative reference, re-check, uptodate check, copy, put.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
         self.cache.counters.inc(Event::ReadCalls);
         let done = if buf.len() <= FAST_READ_MAX {
-            match self.with_mapping(|m| self.read_cached(m, buf, offset)) {
+            let fast = self
+                .cache
+                .table
+                .read(self.id, |m, section| {
+                    self.read_cached(m, section, buf, offset)
+                })
+                .expect("an open handle is in the file table");
+            match fast {
                 Fast::Done(n) => return Ok(n),
                 Fast::Partial(n) => n,
             }
@@ -225,7 +234,13 @@ impl CachedFile {
     /// `filemap_read_fast`-like: copies from folios that are cached, uptodate and unmarked,
     /// stopping at the first one that is not (readahead, I/O and waiting need the slow path).
     #[inline]
-    fn read_cached(&self, m: &Mapping, buf: &mut [u8], offset: u64) -> Fast {
+    fn read_cached(
+        &self,
+        m: &Mapping,
+        section: &RcuReadGuard<'_>,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Fast {
         if buf.is_empty() || offset >= m.size {
             return Fast::Done(0);
         }
@@ -233,7 +248,7 @@ impl CachedFile {
         let last = self.last_page();
         let mut pos = offset;
         while pos < end {
-            let Some(folio) = m.pages.lookup(pos >> PAGE_SHIFT) else {
+            let Some(folio) = m.pages.lookup_in(pos >> PAGE_SHIFT, section) else {
                 break;
             };
             if folio.flags() & PG_READAHEAD != 0 {

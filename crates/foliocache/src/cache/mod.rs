@@ -26,7 +26,7 @@
 //!
 //! ```text
 //! read_at(buf, off)
-//!   resolve the handle in the file table (per-CPU reference on the table, the handle's bucket)
+//!   resolve the handle in the file table (one RCU section, per-CPU table reference, lock-free list)
 //!   for each folio of the range:
 //!     lookup: RCU load of the index slot, try_get, re-check the slot   (no lock, no syscall)
 //!       miss  -> sync readahead of a window (one index lock hold per run when batched,
@@ -54,11 +54,10 @@
 //!
 //! # Why a hit is fast
 //!
-//! No shared lock, no system call, no shared write besides the folio's refcount: the handle
-//! resolves to its mapping in the file table under a per-CPU table reference and the lock of
-//! the handle's own bucket (handles of one file are separate entries, so threads with their
-//! own handles do not share a bucket, and a hit clones no shared `Arc`: it copies inside the
-//! lookup), the index lookup runs under RCU, the statistics
+//! No lock, no system call, no shared write besides the folio's refcount: the handle
+//! resolves to its mapping in the file table's lock-free path (one RCU read section for the
+//! whole hit, a per-CPU table reference, the bucket's published list; a hit clones no shared
+//! `Arc`: it copies inside the lookup), the index lookup runs in that same section, the statistics
 //! are per-thread-sharded counters, and `prev_pos` is written only when it changes. The
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
 //! choice ([`Config::strategy`]).

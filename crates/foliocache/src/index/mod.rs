@@ -104,7 +104,7 @@ use std::fmt;
 use node::{span, Entry, Node, CHUNK_SHIFT, FANOUT};
 
 use crate::folio::{Arena, Folio, FolioLocked, FolioRef, FrozenFolio};
-use crate::rcu::Rcu;
+use crate::rcu::{Rcu, RcuReadGuard};
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Backoff, Mutex, MutexGuard, Ordering};
 
 /// Folios truncation frees per batch (`PAGEVEC_SIZE`).
@@ -408,9 +408,27 @@ impl Index {
         self.lookup_inner(index, Recheck::CanonicalOnly)
     }
 
+    /// [`Index::lookup`] for a caller already inside a read section of the index's RCU
+    /// domain (the file table's lock-free lookup hands its section on): no nested section.
+    #[inline]
+    pub fn lookup_in(&self, index: u64, section: &RcuReadGuard<'_>) -> Option<FolioRef<'_>> {
+        let _ = section;
+        debug_assert!(
+            self.rcu().read_lock_held(),
+            "lookup_in outside a read section of the index's domain"
+        );
+        self.lookup_walk(index, Recheck::Full)
+    }
+
     #[inline]
     fn lookup_inner(&self, index: u64, recheck: Recheck) -> Option<FolioRef<'_>> {
         let _rcu = self.rcu().read_lock();
+        self.lookup_walk(index, recheck)
+    }
+
+    /// The lookup proper; the caller is inside a read section.
+    #[inline(always)]
+    fn lookup_walk(&self, index: u64, recheck: Recheck) -> Option<FolioRef<'_>> {
         let backoff = Backoff::new();
         loop {
             let (node, own, canonical, w) = self.walk(index)?;

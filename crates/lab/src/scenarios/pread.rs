@@ -23,10 +23,9 @@
 //!
 //! The variants are interleaved (A B C D A B C D ...) in one process. A foliocache hit makes
 //! no system call (handle lookup in the cache's file table, RCU lookup, speculative
-//! reference, re-check, copy, put; the file table's bucket lock is taken and released on a
-//! line private to the thread's handle, as the kernel's `fdget` takes and drops a private
-//! `struct file` count in a multi-threaded process; `--file-table` picks how the table
-//! itself is pinned), so the
+//! reference, re-check, copy, put; the handle is resolved in the file table without a lock,
+//! under the table reference `--file-table` picks, in the same RCU section as the index
+//! lookup, as the kernel's `fdget` reads the fd table under RCU), so the
 //! foliocache variants should lead the kernel's `pread` by an order of magnitude at one
 //! thread; between themselves they differ only in the refcount's atomic sequence, which is
 //! invisible without contention (1 thread) and shows as soon as two cores fight over the
