@@ -474,14 +474,26 @@ pub trait RefOps: Copy + Default + Send + Sync + 'static {
         Self::try_add(rc, 1)
     }
 
-    /// `folio_ref_add`: the caller already holds a reference.
-    fn add(rc: &RefCount, n: u32);
+    /// `folio_ref_add`: the caller already holds a reference. The default is today's kernel
+    /// (a plain relaxed add); `locked-bit` overrides it.
+    #[inline]
+    fn add(rc: &RefCount, n: u32) {
+        plain_add(rc, n, Self::STRATEGY)
+    }
 
-    /// The decrement half of `sub_and_test`.
-    fn sub_begin(rc: &RefCount, n: u32) -> PendingPut;
+    /// The decrement half of `sub_and_test` (default: today's kernel, where reaching 0 is
+    /// final).
+    #[inline]
+    fn sub_begin(rc: &RefCount, n: u32) -> PendingPut {
+        plain_sub_begin(rc, n, Self::STRATEGY)
+    }
 
-    /// The seal half of `sub_and_test`; `true` = the caller won.
-    fn sub_end(rc: &RefCount, pending: PendingPut) -> bool;
+    /// The seal half of `sub_and_test`; `true` = the caller won (default: the decrement to 0
+    /// already decided it).
+    #[inline]
+    fn sub_end(_rc: &RefCount, pending: PendingPut) -> bool {
+        plain_sub_end(pending)
+    }
 
     /// `folio_ref_sub_and_test`.
     #[inline]
@@ -495,8 +507,11 @@ pub trait RefOps: Copy + Default + Send + Sync + 'static {
         Self::sub_and_test(rc, 1)
     }
 
-    /// `folio_ref_freeze`.
-    fn freeze(rc: &RefCount, expected: u32) -> bool;
+    /// `folio_ref_freeze` (default: today's kernel, CAS `expected -> 0`).
+    #[inline]
+    fn freeze(rc: &RefCount, expected: u32) -> bool {
+        freeze_to(rc, expected, 0)
+    }
 
     /// `folio_ref_unfreeze`.
     #[inline]
@@ -526,26 +541,6 @@ impl RefOps for CasLoop {
         let old = rc.word.load(Ordering::Relaxed);
         cas_add_unless_frozen(rc, old, n, RefStrategy::CasLoop)
     }
-
-    #[inline]
-    fn add(rc: &RefCount, n: u32) {
-        plain_add(rc, n, RefStrategy::CasLoop)
-    }
-
-    #[inline]
-    fn sub_begin(rc: &RefCount, n: u32) -> PendingPut {
-        plain_sub_begin(rc, n, RefStrategy::CasLoop)
-    }
-
-    #[inline]
-    fn sub_end(_rc: &RefCount, pending: PendingPut) -> bool {
-        plain_sub_end(pending)
-    }
-
-    #[inline]
-    fn freeze(rc: &RefCount, expected: u32) -> bool {
-        freeze_to(rc, expected, 0)
-    }
 }
 
 impl RefOps for Optimistic {
@@ -557,26 +552,6 @@ impl RefOps for Optimistic {
         // The guess: an unshared page-cache folio holds exactly the cache's reference. No read,
         // so the first access asks for the line exclusive.
         cas_add_unless_frozen(rc, 1, n, RefStrategy::Optimistic)
-    }
-
-    #[inline]
-    fn add(rc: &RefCount, n: u32) {
-        plain_add(rc, n, RefStrategy::Optimistic)
-    }
-
-    #[inline]
-    fn sub_begin(rc: &RefCount, n: u32) -> PendingPut {
-        plain_sub_begin(rc, n, RefStrategy::Optimistic)
-    }
-
-    #[inline]
-    fn sub_end(_rc: &RefCount, pending: PendingPut) -> bool {
-        plain_sub_end(pending)
-    }
-
-    #[inline]
-    fn freeze(rc: &RefCount, expected: u32) -> bool {
-        freeze_to(rc, expected, 0)
     }
 }
 

@@ -177,14 +177,9 @@ fn scenario_section(out: &mut String, name: &str, r: &Report, info: &RunInfo) {
             if c.ok { "ok" } else { "**FAILED**" }
         );
     }
-    if let Some(serde_json::Value::Object(stats)) = &r.stats {
-        let _ = writeln!(
-            out,
-            "\nCounters of the system under test (last run):\n\n```"
-        );
-        for (k, v) in stats {
-            let _ = writeln!(out, "{k} {v}");
-        }
+    if let Some(stats) = &r.stats {
+        let _ = writeln!(out, "\nCounters of the system under test (`stats`):\n\n```");
+        vmstat_lines(out, "", stats);
         let _ = writeln!(out, "```");
     }
     let svg = format!("{name}.svg");
@@ -192,6 +187,26 @@ fn scenario_section(out: &mut String, name: &str, r: &Report, info: &RunInfo) {
         let _ = writeln!(out, "\n![{name}]({svg})\n");
     } else {
         out.push('\n');
+    }
+}
+
+/// `/proc/vmstat`-style lines of a stats object; nested objects prefix their keys
+/// (`batched/hits 3`).
+fn vmstat_lines(out: &mut String, prefix: &str, v: &serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}/{k}")
+                };
+                vmstat_lines(out, &key, v);
+            }
+        }
+        other => {
+            let _ = writeln!(out, "{prefix} {other}");
+        }
     }
 }
 
@@ -210,7 +225,7 @@ mod tests {
         t.row(["1", "2"]);
         r.tables.push(("A title".into(), t));
         r.check("final_count_balanced", 0, true);
-        r.stats = Some(serde_json::json!({"hits": 3}));
+        r.stats = Some(serde_json::json!({"hits": 3, "batched": {"misses": 4}}));
         let info = RunInfo {
             command: "foliocache-lab all".into(),
             errors: vec![("peers".into(), "boom".into())],
@@ -224,6 +239,7 @@ mod tests {
             "Pedro Falcato",
             "`final_count_balanced` = 0 (ok)",
             "hits 3",
+            "batched/misses 4",
             "ERROR: boom",
         ] {
             assert!(md.contains(want), "missing {want:?} in\n{md}");

@@ -5,7 +5,7 @@
 //! Every folio in a batch owes the batch one reference (taken when it was queued, dropped
 //! when the batch is drained), except entries the drain cleared after freeing them.
 
-/// Entries in a [`FolioBatch`] (`PAGEVEC_SIZE`).
+/// Entries in a folio batch (`PAGEVEC_SIZE`): 31, so the kernel's `struct folio_batch` is 256 bytes.
 pub const FOLIO_BATCH_SIZE: usize = 31;
 
 /// A batch of folio numbers (`struct folio_batch`).

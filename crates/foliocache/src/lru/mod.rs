@@ -11,10 +11,11 @@
 //! | the drain of an add batch | `folio_batch_move_lru(fbatch, lru_add)` then `folios_put` |
 //! | [`Lru::mark_accessed`] | `folio_mark_accessed`, `folio_activate`, `__lru_cache_activate_folio` |
 //! | [`Lru::drain`] / [`Lru::drain_all`] | `lru_add_drain` / `lru_add_drain_all` |
-//! | [`Lru::release`] | `__page_cache_release` + `__folio_clear_lru_flags` on the final put |
-//! | [`Lru::shrink`] | `shrink_lruvec`: `shrink_active_list` when `inactive_is_low`, `shrink_inactive_list` |
-//! | isolation, second chance, eviction | `isolate_lru_folios`, `folio_check_references`, `__remove_mapping`, `move_folios_to_lru` |
-//! | [`Watermarks`], direct reclaim, the reclaimer thread | `zone->_watermark[]`, `__alloc_pages_direct_reclaim`, `kswapd` |
+//! | the arena's release hook, installed by [`Lru::new`] | `__page_cache_release` + `__folio_clear_lru_flags` on the final put |
+//! | [`Lru::reclaim`] | `try_to_free_pages` → `shrink_lruvec`: `shrink_active_list` when `inactive_is_low`, `shrink_inactive_list` |
+//! | isolation, second chance, eviction | `isolate_lru_folios`, `folio_check_references`, `__remove_mapping` ([`Evict`]), `move_folios_to_lru` |
+//! | [`Lru::alloc`] / [`Lru::alloc_noretry`] | `__alloc_pages_slowpath` with direct reclaim / readahead's `__GFP_NORETRY` |
+//! | [`Watermarks`], [`Lru::balance`] | `zone->_watermark[]`, kswapd's `balance_pgdat` (the cache runs it on a thread when asked) |
 //!
 //! One lruvec per cache (the kernel has one per memcg and node); only file folios (the
 //! inactive, active and unevictable lists of the file half).
@@ -82,10 +83,13 @@
 //! `try_get` came first (the freeze sees 2, fails, the folio is added to the LRU, and the
 //! lookup's re-check drops its reference, which may be the final put and unlinks it again), or
 //! the freeze came first (the `try_get` fails and the lookup retries). Modelled by
-//! `tests/loom_lru.rs`, with a weakened filter (load, compare, store) the model must catch.
+//! `tests/loom_lru.rs`, with a weakened filter the model must catch (a load of the count,
+//! then a put as if it were the last: check-then-act instead of one CAS).
 //!
-//! **Draining every CPU.** [`Lru::drain_all`] runs before a reclaim scan and at shutdown; it
-//! may run while other threads drain their own batches or call `drain_all` themselves. Lock
+//! **Draining every CPU.** [`Lru::drain_all`] runs before an explicit [`Lru::reclaim`], when
+//! direct reclaim found nothing after draining its own CPU, when a range is invalidated and
+//! some folios looked busy, and at shutdown; it may run while other threads drain their own
+//! batches or call `drain_all` themselves. Lock
 //! order is *batch lock → lruvec lock*, and no path holds two batch locks or takes a batch
 //! lock while holding the lruvec lock, so no cycle exists. A batch's lock is held for its
 //! whole drain (the `local_lock` the kernel holds across `folio_batch_move_lru`), so when
@@ -102,7 +106,7 @@
 //! Userspace cannot disable preemption, which is what makes the kernel's per-CPU batches safe
 //! with only a `local_lock`. We keep per-CPU batches and give each one a real lock, exactly
 //! what `local_lock_t` becomes on PREEMPT_RT (a per-CPU spinlock). A thread indexes the
-//! batches with [`current_cpu`](crate::sync::current_cpu); if it migrates in between, it
+//! batches with [`current_cpu`](crate::sync::current_cpu()); if it migrates in between, it
 //! merely uses another CPU's batch under that batch's lock, which stays correct and almost
 //! always uncontended. Per-thread batches would need a registry for `drain_all` to reach,
 //! draining on thread exit, and one set per cache per thread; they would also let an idle
@@ -113,8 +117,11 @@
 //!
 //! The lruvec lock is taken once per 31 additions, and not at all for a batch whose folios are
 //! all dead (filtered). Accesses to a folio already on a list only set a flag, or queue it in
-//! the CPU's activate batch. The lock-acquisition counter is a plain integer inside the
-//! lock's own data, so counting costs nothing.
+//! the CPU's activate batch. Reclaim takes the lock once per 32 folios scanned (twice if some
+//! must go back), and gives referenced folios their second chance under that same hold. Final
+//! puts of listed folios are batched where the kernel batches them (the drain's `folios_put`,
+//! truncation). The lock-acquisition counter is a plain integer inside the lock's own data,
+//! so counting costs nothing.
 //!
 //! # Lock order
 //!
@@ -833,7 +840,7 @@ impl Lru {
     }
 
     /// Recomputes the LRU from scratch and checks it against its state: list links and
-    /// counters ([`Lists`]), every folio's `PG_lru`/`PG_active`/`PG_unevictable` against the
+    /// counters, every folio's `PG_lru`/`PG_active`/`PG_unevictable` against the
     /// list it is on, that linked and batched folios are alive, and the drain accounting
     /// (`queued = drained + batched`, `drained = inserted + dead_filtered`). Call it when
     /// nothing uses the LRU concurrently; returns the stats on success.

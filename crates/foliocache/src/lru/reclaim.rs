@@ -30,7 +30,7 @@ use crate::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
 use crate::folio::{AllocError, Arena, FolioLocked, FolioRef, FrozenFolio};
 use crate::sync::{thread, MutexGuard, Ordering};
 
-/// Folios isolated per reclaim step (`SWAP_CLUSTER_MAX`).
+/// Folios scanned per reclaim step, and the least a reclaim pass asks for (`SWAP_CLUSTER_MAX`).
 pub const SWAP_CLUSTER_MAX: usize = 32;
 
 /// Reclaim passes without progress after which an allocation gives up

@@ -222,6 +222,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let mut auto_bad = Vec::new();
     let mut tables = Vec::new();
 
+    // The tables' counters over every run (the report's `stats`).
+    let (mut lookups, mut resizes, mut retries) = (0u64, 0u64, 0u64);
     // Part 1: throughput per bucket mode.
     for &mode in &modes {
         let mut il = Interleaver::new();
@@ -244,6 +246,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
                     });
                     let n: u64 = run.results.iter().map(|r| r.0).sum();
                     lost_total += run.results.iter().map(|r| r.1).sum::<u64>();
+                    (lookups, resizes, retries) =
+                        (lookups + n, resizes + t.resizes(), retries + t.retries());
                     il.add(
                         v.name(),
                         threads,
@@ -323,6 +327,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
                     let mut times = resizer.join().expect("resizer thread");
                     let n: u64 = run.results.iter().map(|r| r.0).sum();
                     lost_total += run.results.iter().map(|r| r.1).sum::<u64>();
+                    (lookups, resizes, retries) =
+                        (lookups + n, resizes + t.resizes(), retries + t.retries());
                     let entries =
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.validate()));
                     if times.is_empty() || entries.ok() != Some(threads * files as usize) {
@@ -383,6 +389,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
     if !auto_bad.is_empty() {
         eprintln!("hash: auto-size not reached: {}", auto_bad.join(", "));
     }
+    report.stats = Some(json!({
+        "lookups": lookups,
+        "lookups_lost": lost_total,
+        "resizes": resizes,
+        "lookup_retries_on_retired_table": retries,
+    }));
     let first = {
         let mut m = Map::new();
         m.insert(

@@ -206,9 +206,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
     for (v, c, _) in &caches {
         stats.insert((*v).to_string(), stats_json(&c.stats()));
     }
-    // Close the last handles: each cache must then hold no folio any more.
+    // Close the last handles, and drain the LRU's per-CPU batches (folios truncated while
+    // queued there are freed at the drain): each cache must then hold no folio any more.
     for c in &mut caches {
         c.2 = None;
+        c.1.lru_add_drain_all();
     }
     let bad_pages: u64 = caches.iter().map(|(_, c, _)| c.stats().bad_pages).sum();
     let leftover: u64 = caches

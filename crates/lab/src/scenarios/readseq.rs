@@ -314,6 +314,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
             }
         }
         for (v, c) in &caches {
+            // Folios truncated while queued in a per-CPU LRU batch are freed at its drain.
+            c.lru_add_drain_all();
             let s = c.stats();
             bad_pages += s.bad_pages;
             leftover += s.allocated_pages;

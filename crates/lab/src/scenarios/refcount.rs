@@ -185,6 +185,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let mut il = Interleaver::new();
     let mut unbalanced = Vec::new();
     let mut failed_gets = 0u64;
+    let mut total_pairs = 0u64;
     for &threads in &settings.threads {
         progress.message(format!("{threads} thread(s)"));
         il.rounds::<_, crate::harness::LabError>(
@@ -198,6 +199,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 });
                 let pairs: u64 = run.results.iter().map(|r| r.0).sum();
                 failed_gets += run.results.iter().map(|r| r.1).sum::<u64>();
+                total_pairs += pairs;
                 let secs = run.elapsed.as_secs_f64().max(1e-9);
                 let ops = pairs as f64 / secs;
                 il.add(p.name(), threads, "ops_per_sec", ops);
@@ -236,6 +238,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         );
     }
     report.check("no_failed_gets", json!(failed_gets), failed_gets == 0);
+    report.stats = Some(json!({ "pairs": total_pairs, "failed_gets": failed_gets }));
 
     let tables = vec![
         (

@@ -190,11 +190,7 @@ struct Sample {
 pub fn run(args: &Args) -> LabResult<Report> {
     let settings = args.common.settings();
     let kinds = if args.contenders.is_empty() {
-        // The foliocache contenders join the default set with the FolioCache API.
-        Kind::ALL
-            .into_iter()
-            .filter(|k| !matches!(k, Kind::Foliocache | Kind::FoliocachePinned))
-            .collect()
+        Kind::ALL.to_vec()
     } else {
         args.contenders
             .iter()
@@ -881,11 +877,17 @@ mod tests {
 
     #[test]
     fn peers_run_verify_and_compare() {
-        let r = run(&tiny(&["quick_cache", "moka", "kernel-pread", "mmap"])).unwrap();
+        let r = run(&tiny(&[])).unwrap();
         assert!(r.all_checks_ok(), "{:?}", r.checks);
         assert!(r.problems().is_empty(), "{:?}", r.problems());
-        assert_eq!(r.rows.len(), 4 * 2 * 6);
-        for v in ["quick_cache", "moka"] {
+        assert_eq!(r.rows.len(), 6 * 2 * 6);
+        // foliocache and foliocache-pinned against the four others, at 1 and 2 threads.
+        assert_eq!(r.comparisons.len(), 2 * 4 * 2);
+        assert!(r
+            .stats
+            .as_ref()
+            .is_some_and(|s| s["hits"].as_u64() > Some(0)));
+        for v in ["foliocache", "foliocache-pinned", "quick_cache", "moka"] {
             let h = r
                 .row(v, 1, "hit_ratio", &mix_extra(Mix::Zipf))
                 .unwrap()
