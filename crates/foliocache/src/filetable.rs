@@ -87,19 +87,29 @@
 //! growth happens on `insert` and [`FileTable::set_threads`]; never shrinks.
 //! [`Sizing::Fixed`] (`perf bench futex hash -b N`) never resizes by itself.
 //!
-//! # Cost (lab `hash` scenario, 2-core machine shared with other work, so noisy)
+//! # Cost (2-core machine shared with other work, load average 6-10: noisy)
 //!
-//! One lookup with `immutable` costs ~14 ns here (bucket mutex, hash, a short chain walk).
-//! `percpu` adds ~2.5 ns: an RCU section around the table-pointer load and the get, and
-//! another around the put (each section a thread-local lookup and two stores to this
-//! thread's slot), plus the per-thread increment and decrement, which measured 11-20% below
-//! `immutable` at one thread. `atomic` adds one contended RMW pair and measured 40-50% below
-//! `immutable`, 1.5-1.7x slower than `percpu` at two threads. The kernel's operation is a
-//! `futex()` system call, an order of magnitude longer, which is why the same reference cost
-//! was a 5-10% gap in the seed. Resizes under full load complete in ~0.1 ms median and
-//! 3-6 ms p99 (the p99 is the resizing thread waiting for a CPU on a 2-core machine running
-//! two pinned lookup threads).
+//! `benches/filetable.rs`, one thread, ns per lookup (criterion, middle of the interval):
 //!
+//! | variant | `with` (bucket lock) | `read` (lock-free) |
+//! |---|---|---|
+//! | `immutable` | 34 | 15 |
+//! | `atomic` | 66 | 46 |
+//! | `percpu` | 40 | 20 |
+//! | `percpu-fast` | 39 | 19 |
+//!
+//! The lock-free path halves a lookup: no bucket mutex (its lock and unlock were a quarter
+//! of a cache hit), one RCU section shared with the index lookup, one thread-local lookup
+//! for both the RCU slot and the counter slot. The lab's `pread` at one thread went from
+//! 5.4-5.6x the kernel's `pread` to 7.6-9.8x (cas-loop; medians of 5, two runs each,
+//! before and after alternated). The `hash` scenario (`with`) did not measurably move:
+//! `percpu` measured 2-12% below `immutable` at one thread before and -15% to +3% after,
+//! and from -26% to +21% at two threads across runs of either build: on this machine the
+//! remaining gap is not separable from the noise. `atomic` stays 37-59% below `immutable`
+//! (`percpu` 1.4-2.2x `atomic`). Resizes under full load
+//! complete in ~0.06-0.27 ms median, 0.2-16 ms p99 (the p99 is the resizing thread waiting
+//! for a CPU on a 2-core machine running two pinned lookup threads).
+
 //! # Invariants
 //!
 //! 1. Every entry is in exactly one bucket of exactly one table: the current one.

@@ -11,7 +11,7 @@
 //!
 //! | kernel | here |
 //! |---|---|
-//! | the page allocator, memmap, memory | the cache's [`Arena`](crate::folio::Arena): a fixed memory budget |
+//! | the page allocator, memmap, memory | the cache's [`Arena`]: a fixed memory budget |
 //! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per open path, shared by its handles |
 //! | `struct file` (`f_ra`, `f_pos`) | [`CachedFile`]: one readahead stream per handle |
 //! | the fd table, `fdget` | the cache's [`FileTable`]: handle number -> mapping, behind a per-CPU table reference (seed 003) |

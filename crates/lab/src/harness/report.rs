@@ -175,7 +175,7 @@ impl Report {
     }
 
     /// Adds the comparison candidate vs baseline for one thread count and metric (rows must
-    /// exist; the orientation follows [`lower_is_better`]). Returns the ratio.
+    /// exist; the orientation follows `lower_is_better`). Returns the ratio.
     pub fn compare(
         &mut self,
         baseline: &str,

@@ -3,7 +3,7 @@
 //! Each scenario module has the same shape:
 //!
 //! - `SEED`: the seed file it reproduces;
-//! - `Args`: its clap options, with [`CommonArgs`](crate::harness::CommonArgs) flattened in;
+//! - `Args`: its clap options, with [`CommonArgs`] flattened in;
 //! - `run(&Args) -> LabResult<Report>`: measures (variants interleaved), prints the
 //!   seed-shaped table, writes JSON and plot when asked ([`crate::harness::emit`]), and returns
 //!   the report.
