@@ -42,6 +42,7 @@
 //! | variants | `foliocache`, `foliocache-pinned`, `quick_cache`, `moka`, `kernel-pread`, `mmap` |
 //! | metrics | `ops_per_sec` (block reads per second, all threads), `ops_per_cpu_sec` (block reads per CPU-second the workers used: the throughput a machine with no other load would give spinning workers; it flatters a contender whose workers sleep on locks), `hit_ratio` (0 to 1), `p50_latency_ns`, `p99_latency_ns`, `rss_growth_bytes` (peak RSS added by the contender) |
 //! | row fields | `mix`: `zipf`, `uniform` or `scan` |
+//! | stats | `foliocache` and `foliocache-pinned`: the cache's `/proc/vmstat` lines (`FolioCache::vmstat`: read path and LRU) after their last measurement |
 //! | comparisons | candidates `foliocache` and `foliocache-pinned` against each of `quick_cache`, `moka`, `kernel-pread`, `mmap` as baseline, metric `ops_per_sec`, per thread count and mix |
 //! | checks | `correct_bytes` (reads whose bytes were wrong, must be 0), `sampled_reads_verified` (full-block checks made, must be above 0), `read_errors` (reads that failed, must be 0) |
 //!
@@ -258,7 +259,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
         settings.progress,
     );
     let (mut bad, mut verified, mut errors) = (0u64, 0u64, Vec::<String>::new());
-    let mut stats = None;
+    // The last measurement's counters of each contender that has them, by name.
+    let mut stats = Map::new();
     let mut tables = Vec::new();
     let max_threads = settings.threads.iter().copied().max().unwrap_or(1);
     for &mix in &args.mix {
@@ -287,8 +289,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
                     bad += s.bad;
                     verified += s.verified;
                     errors.extend(s.errors.into_iter().map(|e| format!("{name}: {e}")));
-                    if s.stats.is_some() {
-                        stats = s.stats;
+                    if let Some(v) = s.stats {
+                        stats.insert(name.to_string(), v);
                     }
                     Ok(())
                 },
@@ -348,7 +350,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     for e in errors.iter().take(5) {
         eprintln!("peers: {e}");
     }
-    report.stats = stats;
+    report.stats = (!stats.is_empty()).then_some(Value::Object(stats));
     let plot_extra = mix_extra(args.mix[0]);
     emit(
         report,
