@@ -54,6 +54,13 @@
 //! | [`space`] | address spaces, rmap IDs, exact mapped-shared detection, COW | `rmap.c`, `memory.c`, RFC `rmap_id.c` (seed 002) |
 //! | [`seqcount`] | atomic seqcount: concurrent adding writers, exclusive fast path | RFC `atomic_seqcount.h` (seed 002) |
 //!
+//! Next steps: the `examples/` directory (`read_file`: many threads, one file;
+//! `pinned_folio`: zero-copy reads; `small_budget`: data eight times the budget, reclaim;
+//! `cow_snapshot`: `fork` and copy-on-write), [`FolioCache::vmstat`] for every counter as
+//! `/proc/vmstat` lines, and the `foliocache-lab` binary, which measures each mechanism
+//! against the kernel's vanilla behaviour and the cache against quick_cache, moka and the
+//! kernel's page cache (`foliocache-lab all`).
+//!
 //! The crate is being built issue by issue; the table grows with it (see the README).
 
 #![warn(missing_docs)]
