@@ -115,6 +115,8 @@ fn folio_boundaries_and_eof() {
         file.read_exact_at(&mut [0u8; 200], data.len() as u64 - 100),
         Err(CacheError::InvalidArgument { .. })
     ));
+    // Every byte handed out was counted (read_exact_at's 100 bytes were copied too).
+    assert_eq!(c.stats().bytes_copied, 3 * 10 + 3 + data.len() as u64 + 100);
     // An empty file.
     let empty = temp_file(&[]);
     let e = c.open(empty.path()).unwrap();

@@ -216,19 +216,26 @@ impl CachedFile {
                 })
                 .expect("an open handle is in the file table");
             match fast {
-                Fast::Done(n) => return Ok(n),
+                Fast::Done(n) => {
+                    self.cache.counters.add(Event::BytesCopied, n as u64);
+                    return Ok(n);
+                }
                 Fast::Partial(n) => n,
             }
         } else {
             0
         };
         let m = self.mapping();
-        match self.read_slow(&m, &mut buf[done..], offset + done as u64) {
+        let r = match self.read_slow(&m, &mut buf[done..], offset + done as u64) {
             Ok(n) => Ok(done + n),
             // Bytes were copied: report them now, the error with the next call (pread).
             Err(_) if done > 0 => Ok(done),
             Err(e) => Err(e),
+        };
+        if let Ok(n) = r {
+            self.cache.counters.add(Event::BytesCopied, n as u64);
         }
+        r
     }
 
     /// `filemap_read_fast`-like: copies from folios that are cached, uptodate and unmarked,

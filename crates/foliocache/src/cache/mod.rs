@@ -385,6 +385,23 @@ impl FolioCache {
         self.inner.lru.stats()
     }
 
+    /// `/proc/vmstat`: every counter of the cache as `(name, value)` lines, the read path's
+    /// ([`CacheStats::vmstat`]: hits, misses, readahead, I/O, bad pages) then the LRU's
+    /// ([`LruStats::vmstat`]: lock acquisitions, dead folios filtered, reclaim scans).
+    ///
+    /// ```
+    /// # let cache = foliocache::FolioCache::new(foliocache::Config::new(1 << 20)).unwrap();
+    /// for (name, value) in cache.vmstat() {
+    ///     println!("{name} {value}");
+    /// }
+    /// assert!(cache.vmstat().iter().any(|&(n, _)| n == "lru_scanned"));
+    /// ```
+    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
+        let mut lines = self.stats().vmstat();
+        lines.extend(self.lru_stats().vmstat());
+        lines
+    }
+
     /// `lru_add_drain_all`: moves every folio waiting in a per-CPU batch onto the LRU (or
     /// frees it, if it died there). Afterwards the arena's accounting counts no folio held
     /// only by a batch.

@@ -93,6 +93,11 @@ pub fn stats_json(s: &CacheStats) -> Value {
     vmstat_json(&s.vmstat())
 }
 
+/// Every counter of a cache, read path and LRU ([`foliocache::FolioCache::vmstat`]), as a JSON object.
+pub fn cache_stats_json(c: &foliocache::FolioCache) -> Value {
+    vmstat_json(&c.vmstat())
+}
+
 /// `/proc/vmstat`-style `(name, value)` lines as a JSON object.
 pub fn vmstat_json(lines: &[(&str, u64)]) -> Value {
     Value::Object(

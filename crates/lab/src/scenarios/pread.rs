@@ -53,7 +53,7 @@ use foliocache::filetable::TableRef;
 use foliocache::{CachedFile, Config, FolioCache, RefStrategy};
 use serde_json::{json, Map, Value};
 
-use super::files::{default_dir, stats_json, LabFile};
+use super::files::{cache_stats_json, default_dir, LabFile};
 use crate::harness::{
     emit, run_threads, seed_table, CommonArgs, Interleaver, LabResult, Progress, Report, Table,
     CHECK_EVERY,
@@ -204,7 +204,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         caches.iter().map(|(_, c, _)| c.stats().misses).sum::<u64>() - misses_after_warmup;
     let mut stats = Map::new();
     for (v, c, _) in &caches {
-        stats.insert((*v).to_string(), stats_json(&c.stats()));
+        stats.insert((*v).to_string(), cache_stats_json(c));
     }
     // Close the last handles, and drain the LRU's per-CPU batches (folios truncated while
     // queued there are freed at the drain): each cache must then hold no folio any more.

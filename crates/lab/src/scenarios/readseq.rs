@@ -67,7 +67,7 @@ use foliocache::{CachedFile, Config, FolioCache, InsertMode, RefStrategy};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
-use super::files::{default_dir, stats_json, LabFile};
+use super::files::{cache_stats_json, default_dir, LabFile};
 use crate::harness::{
     emit, fmt_num, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress, Report,
     Table,
@@ -319,7 +319,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             let s = c.stats();
             bad_pages += s.bad_pages;
             leftover += s.allocated_pages;
-            stats.insert(format!("{lname}/{v}"), stats_json(&s));
+            stats.insert(format!("{lname}/{v}"), cache_stats_json(c));
         }
         let ia = insert_arena.stats();
         bad_pages += ia.bad_pages;

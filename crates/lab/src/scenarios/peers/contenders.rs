@@ -414,6 +414,6 @@ impl Reader for Foliocache {
     }
 
     fn stats(&self) -> Option<serde_json::Value> {
-        Some(super::super::files::stats_json(&self.cache.stats()))
+        Some(super::super::files::cache_stats_json(&self.cache))
     }
 }
