@@ -547,6 +547,21 @@ impl fmt::Debug for Lru {
 }
 
 impl Lru {
+    /// Pages the arena has handed out that sit neither on an LRU list nor in an add batch:
+    /// folios a reader allocated and has not inserted yet, or that a reclaimer isolated. An
+    /// allocation that finds nothing to reclaim waits for these rather than failing.
+    pub(crate) fn pages_outside_lru(&self, arena: &Arena) -> u64 {
+        let listed: u64 = {
+            let v = self.vec.lock_uncounted();
+            LruList::ALL.iter().map(|&l| v.lists.pages(l) as u64).sum()
+        };
+        let s = self.stats();
+        arena
+            .stats()
+            .allocated_pages
+            .saturating_sub(listed + s.batched)
+    }
+
     /// An empty LRU for the folios of `arena`; installs its final-put hook there
     /// (`__page_cache_release`).
     ///

@@ -40,6 +40,17 @@ pub const MAX_RECLAIM_RETRIES: u32 = 16;
 /// Passes an allocation waits for folios under I/O before it counts them as unreclaimable.
 pub const MAX_BUSY_WAITS: u32 = 1000;
 
+/// Fruitless passes an allocation keeps waiting while some allocated pages are outside the
+/// LRU (in flight: allocated by a reader that has not inserted them yet, or isolated by a
+/// concurrent reclaimer). Each such pass sleeps 1 ms, so the wait is bounded by about 2 s;
+/// only pages that sit on the LRU and cannot be reclaimed (pinned, mapped) make an
+/// allocation fail at once.
+#[cfg(not(loom))]
+pub const MAX_IN_FLIGHT_WAITS: u32 = 2000;
+/// Under loom: a couple of passes, enough to model the wait without exploding the search.
+#[cfg(loom)]
+pub const MAX_IN_FLIGHT_WAITS: u32 = 2;
+
 /// `reclaim_throttle`: yield at first, then sleep briefly (at most ~50 ms in all).
 #[cold]
 fn throttle(waits: u32) {
@@ -188,7 +199,7 @@ impl Lru {
             done => return done,
         }
         self.reclaim.stalls.fetch_add(1, Ordering::Relaxed);
-        let (mut fruitless, mut waits) = (0, 0);
+        let (mut fruitless, mut waits, mut in_flight_waits) = (0, 0, 0);
         loop {
             if fruitless == 0 {
                 self.drain(arena);
@@ -210,6 +221,21 @@ impl Lru {
                         }
                         fruitless += 1;
                         if fruitless >= MAX_RECLAIM_RETRIES {
+                            // Pages allocated but not (yet, or no longer) on the LRU come
+                            // back when their reader inserts them or a concurrent reclaimer
+                            // finishes: waiting for them is not waiting forever. A loaded
+                            // machine can deschedule such a reader for many milliseconds.
+                            if in_flight_waits < MAX_IN_FLIGHT_WAITS
+                                && self.pages_outside_lru(arena) > 0
+                            {
+                                in_flight_waits += 1;
+                                fruitless -= 1;
+                                #[cfg(not(loom))]
+                                std::thread::sleep(std::time::Duration::from_millis(1));
+                                #[cfg(loom)]
+                                thread::yield_now();
+                                continue;
+                            }
                             self.reclaim.oom.fetch_add(1, Ordering::Relaxed);
                             return Err(e);
                         }
