@@ -144,7 +144,8 @@ impl Backing for FileBacking {
 }
 
 /// Fills `bufs` (a contiguous run of the file starting at `offset`) with as few reads as the
-/// backing allows: one vectored read, repeated only after a short read that did not reach
+/// backing allows: one vectored read (a plain positional read when a single buffer is left,
+/// as for a one-page miss), repeated only after a short read that did not reach
 /// `expected` bytes (the caller knows where EOF is, so a run that ends at EOF costs no extra
 /// probing read).
 ///
@@ -162,7 +163,11 @@ pub fn read_run(
     // (buffer index, offset inside it) of the first byte not yet read.
     let (mut bi, mut boff) = (0usize, 0usize);
     while done < total {
-        let n = {
+        let n = if bi + 1 == bufs.len() {
+            // One buffer left (always so for a single-page read): a plain `pread`, with no
+            // iovec array to allocate and no iovec for the kernel to copy in.
+            backing.read_at(&mut bufs[bi][boff..], offset + done as u64)?
+        } else {
             let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(bufs.len() - bi);
             let (first, rest) = bufs[bi..].split_first_mut().expect("bytes remain");
             iov.push(IoSliceMut::new(&mut first[boff..]));
