@@ -275,24 +275,9 @@ fn measure_foliocache(
         .map(|_| cache.open(file.path()))
         .collect::<Result<_, _>>()
         .map_err(|e| crate::lab_err!("{e}"))?;
-    let handles = Arc::new(handles);
-    let expected = expected.clone();
-    let run = run_threads(threads, pin, duration, move |tid, stop| {
-        let f = &handles[tid];
-        let mut buf = vec![0u8; expected.len()];
-        let (mut ops, mut bad) = (0u64, 0u64);
-        while !stop.load(Ordering::Relaxed) {
-            for _ in 0..CHECK_EVERY {
-                match f.read_at(&mut buf, 0) {
-                    Ok(k) if k == buf.len() && buf[..] == expected[..] => {}
-                    _ => bad += 1,
-                }
-            }
-            ops += CHECK_EVERY;
-        }
-        (ops, bad)
-    });
-    Ok(finish(run))
+    Ok(read_loop(handles, pin, duration, expected, |f, buf| {
+        f.read_at(buf, 0).ok()
+    }))
 }
 
 /// The same loop with `pread(2)` on a descriptor per thread.
@@ -308,16 +293,36 @@ fn measure_kernel(
         .map(|_| std::fs::File::open(file.path()))
         .collect::<Result<_, _>>()
         .map_err(|e| crate::lab_err!("opening {}: {e}", file.path().display()))?;
-    let fds = Arc::new(fds);
+    Ok(read_loop(fds, pin, duration, expected, |f, buf| {
+        f.read_at(buf, 0).ok()
+    }))
+}
+
+/// The will-it-scale loop both contenders run: worker `i` reads into its buffer through
+/// `handles[i]` with `read` (which returns the length read, `None` on error) until stopped,
+/// checking every read against `expected`. Returns (ops/s, wrong reads).
+fn read_loop<H, R>(
+    handles: Vec<H>,
+    pin: bool,
+    duration: Duration,
+    expected: &Arc<Vec<u8>>,
+    read: R,
+) -> (f64, u64)
+where
+    H: Send + Sync + 'static,
+    R: Fn(&H, &mut [u8]) -> Option<usize> + Send + Sync + 'static,
+{
+    let threads = handles.len();
+    let handles = Arc::new(handles);
     let expected = expected.clone();
     let run = run_threads(threads, pin, duration, move |tid, stop| {
-        let f = &fds[tid];
+        let h = &handles[tid];
         let mut buf = vec![0u8; expected.len()];
         let (mut ops, mut bad) = (0u64, 0u64);
         while !stop.load(Ordering::Relaxed) {
             for _ in 0..CHECK_EVERY {
-                match f.read_at(&mut buf, 0) {
-                    Ok(k) if k == buf.len() && buf[..] == expected[..] => {}
+                match read(h, &mut buf) {
+                    Some(k) if k == buf.len() && buf[..] == expected[..] => {}
                     _ => bad += 1,
                 }
             }
@@ -325,7 +330,7 @@ fn measure_kernel(
         }
         (ops, bad)
     });
-    Ok(finish(run))
+    finish(run)
 }
 
 fn finish(run: crate::harness::ThreadRun<(u64, u64)>) -> (f64, u64) {
