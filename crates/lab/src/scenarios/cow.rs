@@ -578,7 +578,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
             ));
         }
     }
-    emit(report, &settings, &tables, None)
+    // The plot: anon-cow-seq throughput against threads (the part-1 actions have no thread
+    // axis; their table is the seed's).
+    let plot_rows = extra(ANON_COW[0]);
+    let plot = (!args.no_anon_cow).then_some(("pages_per_sec", &plot_rows));
+    emit(report, &settings, &tables, plot)
 }
 
 /// How many times one sample repeats the timed action (each on freshly set-up memory), the
