@@ -28,7 +28,7 @@ pub use args::{parse_duration, parse_threads, CommonArgs, Settings};
 pub use plot_svg::plot;
 pub use progress::Progress;
 pub use report::{Check, Comparison, Machine, Report, Row, SCHEMA};
-pub use run::{run_threads, Interleaver, ThreadRun, CHECK_EVERY};
+pub use run::{per_sec, run_threads, Interleaver, ThreadRun, CHECK_EVERY};
 pub use stats::Summary;
 pub use table::{fmt_num, seed_table, Table};
 

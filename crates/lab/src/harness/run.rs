@@ -22,12 +22,23 @@ pub struct ThreadRun<T> {
     pub pinned: bool,
 }
 
+impl<T> ThreadRun<T> {
+    /// `count` events per second of this run's wall time.
+    pub fn rate(&self, count: u64) -> f64 {
+        per_sec(count as f64, self.elapsed)
+    }
+}
+
 impl ThreadRun<u64> {
     /// Sum of the workers' operation counts per second of wall time.
     pub fn ops_per_sec(&self) -> f64 {
-        let ops: u64 = self.results.iter().sum();
-        ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        self.rate(self.results.iter().sum())
     }
+}
+
+/// `count` per second of `elapsed` (a zero duration counts as one nanosecond).
+pub fn per_sec(count: f64, elapsed: Duration) -> f64 {
+    count / elapsed.as_secs_f64().max(1e-9)
 }
 
 /// Runs `threads` workers for `duration`.

@@ -331,7 +331,7 @@ fn anon_cow(
     drop(children);
     drop(parent);
     tally.leaked_pages += arena.stats().allocated_pages.saturating_sub(base);
-    Ok((threads * pages) as f64 / elapsed.as_secs_f64().max(1e-9))
+    Ok(crate::harness::per_sec((threads * pages) as f64, elapsed))
 }
 
 /// Every benchmark once at a small size with every copy-on-write decision checked against a

@@ -248,12 +248,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                     lost_total += run.results.iter().map(|r| r.1).sum::<u64>();
                     (lookups, resizes, retries) =
                         (lookups + n, resizes + t.resizes(), retries + t.retries());
-                    il.add(
-                        v.name(),
-                        threads,
-                        "ops_per_sec",
-                        n as f64 / run.elapsed.as_secs_f64().max(1e-9),
-                    );
+                    il.add(v.name(), threads, "ops_per_sec", run.rate(n));
                     Ok(())
                 },
                 || progress.tick(),
@@ -347,12 +342,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                         "resize_p99_ms",
                         quantile(&mut times, 0.99),
                     );
-                    il.add(
-                        v.name(),
-                        threads,
-                        "ops_per_sec",
-                        n as f64 / run.elapsed.as_secs_f64().max(1e-9),
-                    );
+                    il.add(v.name(), threads, "ops_per_sec", run.rate(n));
                     Ok(())
                 },
                 || progress.tick(),

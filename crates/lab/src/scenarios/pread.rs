@@ -336,5 +336,5 @@ where
 fn finish(run: crate::harness::ThreadRun<(u64, u64)>) -> (f64, u64) {
     let ops: u64 = run.results.iter().map(|r| r.0).sum();
     let bad: u64 = run.results.iter().map(|r| r.1).sum();
-    (ops as f64 / run.elapsed.as_secs_f64().max(1e-9), bad)
+    (run.rate(ops), bad)
 }

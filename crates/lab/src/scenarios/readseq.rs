@@ -509,7 +509,7 @@ fn end_to_end(
     let inserted = after.index_pages_inserted - before.index_pages_inserted;
     let locks = after.index_lock_acquisitions - before.index_lock_acquisitions;
     Ok(Pass {
-        ops_per_sec: ops as f64 / elapsed.as_secs_f64().max(1e-9),
+        ops_per_sec: crate::harness::per_sec(ops as f64, elapsed),
         p50: hist.value_at_quantile(0.50) as f64,
         p75: hist.value_at_quantile(0.75) as f64,
         p99: hist.value_at_quantile(0.99) as f64,
@@ -631,7 +631,7 @@ fn insertion_phase(
     });
     let total = (threads * pages_per_thread) as f64;
     (
-        total / best.as_secs_f64().max(1e-9),
+        crate::harness::per_sec(total, best),
         if pages == 0 {
             0.0
         } else {

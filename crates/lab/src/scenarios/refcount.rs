@@ -200,8 +200,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 let pairs: u64 = run.results.iter().map(|r| r.0).sum();
                 failed_gets += run.results.iter().map(|r| r.1).sum::<u64>();
                 total_pairs += pairs;
-                let secs = run.elapsed.as_secs_f64().max(1e-9);
-                let ops = pairs as f64 / secs;
+                let ops = run.rate(pairs);
                 il.add(p.name(), threads, "ops_per_sec", ops);
                 il.add(
                     p.name(),

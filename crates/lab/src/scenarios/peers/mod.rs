@@ -546,7 +546,7 @@ fn measure_reader<R: Reader>(
     let peak = sampler.finish().max(rss_bytes());
     let q = |q: f64| m.hist.value_at_quantile(q) as f64;
     Ok(Sample {
-        ops_per_sec: m.ops as f64 / m.elapsed.as_secs_f64().max(1e-9),
+        ops_per_sec: crate::harness::per_sec(m.ops as f64, m.elapsed),
         ops_per_cpu_sec: m.ops as f64 * 1e9 / (m.cpu_ns.max(1) as f64),
         hit_ratio: if m.ops == 0 {
             0.0
