@@ -135,16 +135,12 @@ impl<'a> FolioRef<'a> {
     /// index lock). Freezing a count that includes other holders frees the folio under them.
     #[inline]
     pub unsafe fn freeze(self, expected: u32) -> Result<FrozenFolio<'a>, Self> {
-        if self.folio.refcount.freeze(self.arena.strategy(), expected) {
-            let (arena, folio) = (self.arena, self.folio);
-            std::mem::forget(self);
-            Ok(FrozenFolio {
-                arena,
-                folio,
-                locked: false,
-            })
-        } else {
-            Err(self)
+        match FrozenFolio::try_freeze(self.arena, self.folio, expected, false) {
+            Some(frozen) => {
+                std::mem::forget(self);
+                Ok(frozen)
+            }
+            None => Err(self),
         }
     }
 }
@@ -346,16 +342,12 @@ impl<'a> FolioLocked<'a> {
     /// As for [`FolioRef::freeze`]: the caller must own all `expected` references.
     #[inline]
     pub unsafe fn freeze(self, expected: u32) -> Result<FrozenFolio<'a>, Self> {
-        let (arena, folio) = (self.inner.arena, self.inner.folio);
-        if folio.refcount.freeze(arena.strategy(), expected) {
-            std::mem::forget(self);
-            Ok(FrozenFolio {
-                arena,
-                folio,
-                locked: true,
-            })
-        } else {
-            Err(self)
+        match FrozenFolio::try_freeze(self.inner.arena, self.inner.folio, expected, true) {
+            Some(frozen) => {
+                std::mem::forget(self);
+                Ok(frozen)
+            }
+            None => Err(self),
         }
     }
 }
@@ -397,6 +389,26 @@ pub struct FrozenFolio<'a> {
 }
 
 impl<'a> FrozenFolio<'a> {
+    /// `folio_ref_freeze` for both handle kinds: CAS the count from `expected` to frozen and,
+    /// on success, the frozen handle (`locked` says whether the lock bit comes with it). The
+    /// caller forgets its own handle on success, since its references are now frozen.
+    #[inline]
+    fn try_freeze(
+        arena: &'a Arena,
+        folio: &'a Folio,
+        expected: u32,
+        locked: bool,
+    ) -> Option<FrozenFolio<'a>> {
+        folio
+            .refcount
+            .freeze(arena.strategy(), expected)
+            .then_some(FrozenFolio {
+                arena,
+                folio,
+                locked,
+            })
+    }
+
     /// The header, with the handle's lifetime.
     #[inline]
     pub fn folio(&self) -> &'a Folio {
