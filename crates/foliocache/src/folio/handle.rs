@@ -402,7 +402,8 @@ impl<'a> FrozenFolio<'a> {
         folio
             .refcount
             .freeze(arena.strategy(), expected)
-            .then_some(FrozenFolio {
+            // Lazily: a `FrozenFolio` built for a failed freeze would free the folio on drop.
+            .then(|| FrozenFolio {
                 arena,
                 folio,
                 locked,
