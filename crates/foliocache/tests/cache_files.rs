@@ -477,3 +477,26 @@ fn invalid_arguments_and_configs_are_rejected_clearly() {
     assert!(file.invalidate(reversed).is_err());
     assert_eq!(file.readahead(200..300).unwrap(), 0, "past EOF: nothing");
 }
+
+/// Regression: a read that misses at an unaligned offset used to leave its folio unmarked.
+/// The lock-free attempt found nothing, still stored `prev_pos = offset`, and the slow path
+/// then took `offset`'s own page for "the page the previous read ended in" and skipped
+/// `folio_mark_accessed`: a page read twice, unaligned, was never promoted.
+#[test]
+fn an_unaligned_miss_marks_its_folio_accessed() {
+    for at in [0u64, 100] {
+        let c = FolioCache::new(Config::new(1 << 20).readahead_pages(0)).unwrap();
+        let file = c
+            .open_backing("mem", MemBacking(vec![3; 8 * PAGE as usize]))
+            .unwrap();
+        let mut buf = [0u8; 8];
+        for _ in 0..2 {
+            for p in 0..4 {
+                file.read_at(&mut buf, p * PAGE + at).unwrap();
+            }
+        }
+        c.lru_add_drain_all();
+        let active = c.lru_stats().pages[foliocache::lru::LruList::Active as usize];
+        assert_eq!(active, 4, "read twice at +{at}: promoted");
+    }
+}

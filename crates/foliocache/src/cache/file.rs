@@ -270,7 +270,11 @@ impl CachedFile {
             }
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
         }
-        self.set_prev_pos(pos);
+        // Nothing copied (a miss at `offset`): leave `prev_pos` to the slow path, which
+        // decides from it whether the folio it reads in counts as a new access.
+        if pos != offset {
+            self.set_prev_pos(pos);
+        }
         if pos == end {
             Fast::Done((pos - offset) as usize)
         } else {
