@@ -17,7 +17,7 @@
 //! | `pfn << 2 \| 1` | a folio (its head frame in the arena) |
 //! | `node \| 2` | a child node |
 //! | `offset << 2 \| 3` | sibling: part of the multi-index entry whose canonical slot is `offset` in this node |
-//! | `v << 2`, `v != 0` | value entry (shadow), reserved: never stored yet, read as "not cached" |
+//! | `v << 2`, `v != 0` | value entry: a shadow left by reclaim ([`Shadow`]), read as "not cached" |
 //!
 //! A folio of order `o` (aligned to `2^o` pages, as the kernel requires) is stored at the
 //! level whose shift is `6 * floor(o / 6)`, in `2^(o - shift)` consecutive slots: the first
@@ -98,10 +98,13 @@
 #![allow(clippy::vec_box)]
 
 mod node;
+mod shadow;
 
 use std::fmt;
 
 use node::{span, Entry, Node, CHUNK_SHIFT, FANOUT};
+use shadow::{slots_of, ShadowList};
+pub use shadow::{Shadow, ShadowNodes};
 
 use crate::folio::{Arena, Folio, FolioLocked, FolioRef, FrozenFolio};
 use crate::rcu::{Rcu, RcuReadGuard};
@@ -204,6 +207,16 @@ pub struct IndexStats {
     pub pages_removed: u64,
     /// Times an insertion had to drop the lock to allocate nodes (`xas_nomem` retries).
     pub nomem_retries: u64,
+    /// Slots holding a shadow entry now (a large folio's shadow holds one per slot).
+    pub nr_shadows: u64,
+    /// Nodes holding only shadow entries now (`WORKINGSET_NODES` for this index).
+    pub shadow_nodes: u64,
+    /// Insertions that replaced a shadow entry (handed to the inserter) since creation.
+    pub shadows_replaced: u64,
+    /// Shadow entries removed by truncation or invalidation since creation.
+    pub shadows_cleared: u64,
+    /// Shadow nodes freed by the shrinker since creation (`WORKINGSET_NODERECLAIM`).
+    pub shadow_nodes_reclaimed: u64,
 }
 
 /// How much of the re-check a lookup does (only `Full` outside the loom models).
@@ -223,6 +236,8 @@ enum Recheck {
 struct Locked {
     spare: Vec<Box<Node>>,
     stats: IndexStats,
+    /// Nodes holding only shadow entries, oldest first.
+    shadows: ShadowList,
 }
 
 /// The RCU domain of an index: the process-wide one, or a private one (tests, loom).
@@ -255,6 +270,8 @@ pub struct Index {
     locked: Mutex<Locked>,
     /// Relaxed mirror of `locked.spare.len()`, read before locking to top the stash up.
     spare_hint: AtomicUsize,
+    /// The shadow-node count shared with the other indexes of the cache.
+    shadow_nodes: Arc<ShadowNodes>,
 }
 
 impl fmt::Debug for Index {
@@ -270,15 +287,25 @@ impl Index {
     /// mapping id, using the process-wide RCU domain.
     #[cfg(not(loom))]
     pub fn new(arena: Arc<Arena>) -> Self {
-        Self::build(arena, Domain::Global)
+        Self::build(arena, Domain::Global, Arc::new(ShadowNodes::new()))
     }
 
     /// As [`Index::new`], with a private RCU domain.
     pub fn with_rcu(arena: Arc<Arena>, rcu: Arc<Rcu>) -> Self {
-        Self::build(arena, Domain::Owned(rcu))
+        Self::build(arena, Domain::Owned(rcu), Arc::new(ShadowNodes::new()))
     }
 
-    fn build(arena: Arc<Arena>, domain: Domain) -> Self {
+    /// As [`Index::with_rcu`], adding its shadow nodes to `shadow_nodes`, the count shared by
+    /// every index of a cache (the shadow-node shrinker's `list_lru`).
+    pub fn with_shadow_nodes(
+        arena: Arc<Arena>,
+        rcu: Arc<Rcu>,
+        shadow_nodes: Arc<ShadowNodes>,
+    ) -> Self {
+        Self::build(arena, Domain::Owned(rcu), shadow_nodes)
+    }
+
+    fn build(arena: Arc<Arena>, domain: Domain, shadow_nodes: Arc<ShadowNodes>) -> Self {
         let id = arena.new_mapping_id();
         Self {
             arena,
@@ -288,9 +315,16 @@ impl Index {
             locked: Mutex::new(Locked {
                 spare: Vec::new(),
                 stats: IndexStats::default(),
+                shadows: ShadowList::new(),
             }),
             spare_hint: AtomicUsize::new(0),
+            shadow_nodes,
         }
+    }
+
+    /// The shadow-node count this index adds to.
+    pub fn shadow_nodes(&self) -> &Arc<ShadowNodes> {
+        &self.shadow_nodes
     }
 
     /// `folio->mapping` of this index's folios: the mapping id they carry while cached.
@@ -489,7 +523,8 @@ impl Index {
     }
 
     /// `xas_create`, read-only: how many new nodes storing an entry of `order` at `index`
-    /// needs, or `Err` if part of the range is occupied. Under the lock.
+    /// needs, or `Err` if part of the range is occupied (by a folio: shadow entries are
+    /// replaced, and a value one level up is split into a new node). Under the lock.
     fn nodes_needed(&self, index: u64, order: u32) -> Result<usize, ()> {
         let tshift = Self::target_shift(order);
         let nslots = 1usize << (order - tshift);
@@ -515,8 +550,13 @@ impl Index {
         while s > n.shift() {
             let off = (index >> s) & node::MASK;
             if s == tshift {
-                // The entry goes in a new top node; slot 0 (the old root) must not overlap.
-                return if off == 0 { Err(()) } else { Ok(needed) };
+                // The entry goes in a new top node; slot 0 (the old root) must not overlap,
+                // unless the old tree holds only shadows (then it is freed).
+                return if off != 0 || Self::only_values(n) {
+                    Ok(needed)
+                } else {
+                    Err(())
+                };
             }
             if off != 0 {
                 return Ok(needed + levels_below(s - CHUNK_SHIFT) + 1);
@@ -526,14 +566,16 @@ impl Index {
         loop {
             let off = n.offset_of(index);
             if n.shift() == tshift {
-                return if (off..off + nslots).all(|i| n.load(i) == 0) {
+                return if (off..off + nslots).all(|i| Self::replaceable(n.load(i))) {
                     Ok(needed)
                 } else {
                     Err(())
                 };
             }
             match Entry::decode(n.load(off)) {
-                Entry::Empty => return Ok(needed + levels_below(n.shift() - CHUNK_SHIFT) + 1),
+                Entry::Empty | Entry::Value(_) => {
+                    return Ok(needed + levels_below(n.shift() - CHUNK_SHIFT) + 1)
+                }
                 // SAFETY: under the index lock.
                 Entry::Node(c) => n = unsafe { &*c },
                 _ => return Err(()), // a larger folio (or value) covers the index
@@ -553,8 +595,12 @@ impl Index {
         unsafe {
             b.meta(|m| {
                 m.count = 0;
+                m.nr_values = 0;
                 m.parent = parent;
                 m.offset = offset as u8;
+                m.on_shadow_list = false;
+                m.shadow_prev = std::ptr::null_mut();
+                m.shadow_next = std::ptr::null_mut();
             })
         };
         g.stats.nr_nodes += 1;
@@ -562,8 +608,9 @@ impl Index {
     }
 
     /// `xas_store` of a new folio entry, after `nodes_needed` said Ok and the stash holds the
-    /// nodes. Under the lock.
-    fn store_entry(&self, g: &mut Locked, index: u64, order: u32, w: usize) {
+    /// nodes. Returns the payload of a shadow entry it replaced, if any (the last one met, as
+    /// `__filemap_add_folio`'s conflict walk keeps). Under the lock.
+    fn store_entry(&self, g: &mut Locked, index: u64, order: u32, w: usize) -> Option<usize> {
         let tshift = Self::target_shift(order);
         let nslots = 1usize << (order - tshift);
         let mut root = self.root.load(Ordering::Relaxed);
@@ -603,6 +650,25 @@ impl Index {
             let n = unsafe { &*node };
             let off = n.offset_of(index);
             if n.shift() == tshift {
+                // What the new entry overwrites: empty slots, shadows, shadow-only subtrees.
+                let (mut added, mut values, mut shadow) = (0u32, 0u32, None);
+                for i in off..off + nslots {
+                    match Entry::decode(n.load(i)) {
+                        Entry::Empty => added += 1,
+                        Entry::Value(v) => {
+                            values += 1;
+                            shadow = Some(v);
+                        }
+                        Entry::Node(c) => {
+                            // Readers still inside see its values ("not cached") until the
+                            // grace period ends.
+                            if let Some(v) = self.free_value_subtree(g, c) {
+                                shadow = Some(v);
+                            }
+                        }
+                        e => unreachable!("nodes_needed checked the slots, found {e:?}"),
+                    }
+                }
                 for i in 1..nslots {
                     n.store(off + i, Entry::sibling(off));
                 }
@@ -610,8 +676,15 @@ impl Index {
                 // before it (Release).
                 n.store(off, w);
                 // SAFETY: under the index lock.
-                unsafe { n.meta(|m| m.count += nslots as u32) };
-                return;
+                unsafe {
+                    n.meta(|m| {
+                        m.count += added;
+                        m.nr_values -= values;
+                    })
+                };
+                g.stats.nr_shadows -= values as u64;
+                self.update_node(g, node);
+                return shadow;
             }
             match Entry::decode(n.load(off)) {
                 Entry::Node(c) => node = c,
@@ -622,19 +695,43 @@ impl Index {
                     unsafe { n.meta(|m| m.count += 1) };
                     node = child;
                 }
+                Entry::Value(_) => {
+                    // A large folio's shadow covers the index one level up: split it into a
+                    // node holding a copy per slot (`xas_try_split`), then go on down. The
+                    // child is complete before the Release store publishes it.
+                    let old = n.load(off);
+                    let child = self.take_node(g, n.shift() - CHUNK_SHIFT, node, off);
+                    // SAFETY: `child` is unpublished and ours.
+                    unsafe {
+                        for i in 0..FANOUT {
+                            (*child).store(i, old);
+                        }
+                        (*child).meta(|m| {
+                            m.count = FANOUT as u32;
+                            m.nr_values = FANOUT as u32;
+                        });
+                    }
+                    n.store(off, Entry::node(child));
+                    // SAFETY: under the index lock.
+                    unsafe { n.meta(|m| m.nr_values -= 1) };
+                    g.stats.nr_shadows += FANOUT as u64 - 1;
+                    self.update_node(g, node);
+                    node = child;
+                }
                 e => unreachable!("nodes_needed checked the path, found {e:?}"),
             }
         }
     }
 
-    /// One folio into the tree under the held lock, or the reason it cannot go in now:
-    /// `Err(Ok(n))` = needs `n` more spare nodes, `Err(Err(e))` = refused.
+    /// One folio into the tree under the held lock (with the shadow it replaced, if any), or
+    /// the reason it cannot go in now: `Err(Ok(n))` = needs `n` more spare nodes,
+    /// `Err(Err(e))` = refused.
     fn add_locked(
         &self,
         g: &mut Locked,
         folio: &Folio,
         index: u64,
-    ) -> Result<(), Result<usize, AddError>> {
+    ) -> Result<Option<Shadow>, Result<usize, AddError>> {
         let order = folio.order();
         let nr = folio.nr_pages() as u64;
         if index % nr != 0 {
@@ -654,11 +751,14 @@ impl Index {
         // publishing store. The caller holds a reference, so `add` is a plain increment.
         folio.refcount().add(self.arena.strategy(), nr as u32);
         folio.set_mapping(self.id, index);
-        self.store_entry(g, index, order, Entry::folio(folio.pfn()));
+        let shadow = self
+            .store_entry(g, index, order, Entry::folio(folio.pfn()))
+            .map(Shadow::from_payload);
         g.stats.nr_pages += nr;
         g.stats.nr_folios += 1;
         g.stats.pages_inserted += nr;
-        Ok(())
+        g.stats.shadows_replaced += shadow.is_some() as u64;
+        Ok(shadow)
     }
 
     /// `xas_nomem`: unlock, allocate `n` nodes (plus slack), re-lock.
@@ -685,13 +785,24 @@ impl Index {
 
     /// `filemap_add_folio`: inserts one locked folio at `index` (a multiple of its size) under
     /// one lock hold. The cache takes `nr_pages` references and the folio gets this mapping
-    /// and index; the caller keeps its own reference and the lock.
+    /// and index; the caller keeps its own reference and the lock. A shadow entry the folio
+    /// replaces is dropped (see [`Index::add_folio_shadow`]).
     pub fn add_folio(&self, folio: &FolioLocked<'_>, index: u64) -> Result<(), AddError> {
+        self.add_folio_shadow(folio, index).map(drop)
+    }
+
+    /// `__filemap_add_folio` with `shadowp`: [`Index::add_folio`], returning the shadow entry
+    /// the folio replaced, if reclaim had left one at `index` (for `workingset_refault`).
+    pub fn add_folio_shadow(
+        &self,
+        folio: &FolioLocked<'_>,
+        index: u64,
+    ) -> Result<Option<Shadow>, AddError> {
         self.check_arena(folio)?;
         let mut g = self.lock(self.top_up(1));
         loop {
             match self.add_locked(&mut g, folio, index) {
-                Ok(()) => return Ok(()),
+                Ok(shadow) => return Ok(shadow),
                 Err(Err(e)) => return Err(e),
                 Err(Ok(n)) => g = self.relock_with_nodes(g, n),
             }
@@ -713,6 +824,20 @@ impl Index {
         end: u64,
         folios: &[FolioLocked<'_>],
     ) -> Result<u64, AddError> {
+        self.add_folio_range_shadows(start, end, folios, &mut [])
+    }
+
+    /// [`Index::add_folio_range`] handing back shadows: `shadows[i]` receives the shadow entry
+    /// `folios[i]` replaced (`None` if it replaced none, or was not inserted). Folios past
+    /// `shadows.len()` drop theirs.
+    pub fn add_folio_range_shadows(
+        &self,
+        start: u64,
+        end: u64,
+        folios: &[FolioLocked<'_>],
+        shadows: &mut [Option<Shadow>],
+    ) -> Result<u64, AddError> {
+        shadows.iter_mut().for_each(|s| *s = None);
         if start >= end {
             return Ok(0);
         }
@@ -723,7 +848,7 @@ impl Index {
         let mut g = self.lock(self.top_up(want));
         let mut index = start;
         let mut err = None;
-        for folio in folios {
+        for (i, folio) in folios.iter().enumerate() {
             if index >= end {
                 break;
             }
@@ -733,7 +858,12 @@ impl Index {
             }
             loop {
                 match self.add_locked(&mut g, folio, index) {
-                    Ok(()) => break,
+                    Ok(shadow) => {
+                        if let Some(slot) = shadows.get_mut(i) {
+                            *slot = shadow;
+                        }
+                        break;
+                    }
                     Err(Err(e)) => {
                         err = Some(e);
                         break;
@@ -767,34 +897,64 @@ impl Index {
         (w == Entry::folio(pfn)).then_some((node, off))
     }
 
-    /// Retires an unlinked node: freed after a grace period.
+    /// Retires an unlinked node: off the shadow-node list now, freed after a grace period.
     fn retire(&self, g: &mut Locked, node: *mut Node) {
+        // SAFETY: under the index lock; the node was in the tree until now.
+        if unsafe { (*node).meta(|m| m.on_shadow_list) } {
+            self.shadow_list_del(g, node);
+        }
         g.stats.nr_nodes -= 1;
         let r = RetiredNode(node);
         self.rcu().call_rcu(move || r.free());
     }
 
-    /// `xas_store(NULL)` over a folio's slots, then frees empty nodes up the path
-    /// (`xas_delete_node`) and shrinks the root (`xas_shrink`). Under the lock.
-    fn clear_entry(&self, g: &mut Locked, node: *const Node, off: usize, order: u32) {
+    /// `xas_store(shadow or NULL)` over a folio's slots (`page_cache_delete`): with a shadow,
+    /// every slot the folio used gets a copy of it and the node stays; without, the slots
+    /// empty and emptied nodes are freed up the path (`xas_delete_node`), then the root
+    /// shrinks (`xas_shrink`). Under the lock.
+    fn clear_entry(
+        &self,
+        g: &mut Locked,
+        node: *const Node,
+        off: usize,
+        order: u32,
+        shadow: Option<Shadow>,
+    ) {
         // SAFETY: under the index lock.
         let n = unsafe { &*node };
-        let nslots = 1usize << (order - Self::target_shift(order));
-        n.store(off, 0);
+        let nslots = slots_of(order);
+        let node = node as *mut Node;
+        let w = shadow.map_or(0, Shadow::word);
+        // The canonical slot first: a reader at a sibling then finds the value there, or
+        // the value in its own slot.
+        n.store(off, w);
         for i in 1..nslots {
-            n.store(off + i, 0);
+            n.store(off + i, w);
         }
-        let mut node = node as *mut Node;
-        // SAFETY: under the index lock.
-        let mut count = unsafe {
-            n.meta(|m| {
-                m.count -= nslots as u32;
-                m.count
-            })
-        };
-        while count == 0 {
+        if shadow.is_some() {
             // SAFETY: under the index lock.
-            let (parent, offset) = unsafe { (*node).meta(|m| (m.parent, m.offset as usize)) };
+            unsafe { n.meta(|m| m.nr_values += nslots as u32) };
+            g.stats.nr_shadows += nslots as u64;
+            self.update_node(g, node);
+            return;
+        }
+        // SAFETY: under the index lock.
+        unsafe { n.meta(|m| m.count -= nslots as u32) };
+        self.delete_empty(g, node);
+    }
+
+    /// `xas_delete_node` up the path: while `node` is empty, unlink it from its parent (or
+    /// the root) and retire it; re-file the first non-empty node on the shadow-node list;
+    /// then `xas_shrink`. Under the lock.
+    fn delete_empty(&self, g: &mut Locked, mut node: *mut Node) {
+        loop {
+            // SAFETY: under the index lock; `node` is in the tree.
+            let (count, parent, offset) =
+                unsafe { (*node).meta(|m| (m.count, m.parent, m.offset as usize)) };
+            if count != 0 {
+                self.update_node(g, node);
+                break;
+            }
             if parent.is_null() {
                 // ORDERING: Release (pairs with `walk`'s Acquire; publishes "empty").
                 self.root.store(std::ptr::null_mut(), Ordering::Release);
@@ -806,12 +966,7 @@ impl Index {
             p.store(offset, 0);
             self.retire(g, node);
             // SAFETY: under the index lock.
-            count = unsafe {
-                p.meta(|m| {
-                    m.count -= 1;
-                    m.count
-                })
-            };
+            unsafe { p.meta(|m| m.count -= 1) };
             node = parent;
         }
         self.shrink(g);
@@ -843,9 +998,9 @@ impl Index {
         }
     }
 
-    /// Removes `folio` (held in the tree at its index) under the held lock and updates the
-    /// counters; `false` if the tree does not hold it.
-    fn remove_locked(&self, g: &mut Locked, folio: &Folio) -> bool {
+    /// Removes `folio` (held in the tree at its index) under the held lock, leaving `shadow`
+    /// in its slots if given, and updates the counters; `false` if the tree does not hold it.
+    fn remove_locked(&self, g: &mut Locked, folio: &Folio, shadow: Option<Shadow>) -> bool {
         if folio.mapping() != self.id {
             return false;
         }
@@ -853,7 +1008,7 @@ impl Index {
         let Some((node, off)) = self.slot_of(index, folio.pfn()) else {
             return false;
         };
-        self.clear_entry(g, node, off, folio.order());
+        self.clear_entry(g, node, off, folio.order(), shadow);
         // `page_cache_delete`: the folio leaves the mapping (the index is kept, as the kernel
         // keeps it for truncation).
         folio.set_mapping(0, index);
@@ -873,7 +1028,7 @@ impl Index {
             return false;
         }
         let mut g = self.lock(Vec::new());
-        let removed = self.remove_locked(&mut g, folio);
+        let removed = self.remove_locked(&mut g, folio, None);
         drop(g);
         if removed {
             // The caller's reference keeps the folio alive: this put is never the last one.
@@ -893,14 +1048,70 @@ impl Index {
     /// remove it and free it. Otherwise (pinned by a reader, mapped, in an LRU batch...) give
     /// the locked folio back untouched.
     ///
-    /// The caller must have taken the folio off any LRU list (flags checked at free).
+    /// The caller must have taken the folio off any LRU list (flags checked at free). The
+    /// slot is left empty (`reclaimed == false`: invalidation); reclaim uses
+    /// [`Index::evict_with_shadow`].
     pub fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioLocked<'a>> {
-        self.evict_frozen(folio).map(FrozenFolio::free)
+        self.evict_frozen(folio, |_| None).map(FrozenFolio::free)
+    }
+
+    /// `__remove_mapping(reclaimed = true)`: [`Index::evict`], except that the slot keeps a
+    /// shadow entry. Once the freeze has succeeded, still under the index lock,
+    /// `workingset_eviction` is called with the frozen folio and returns the shadow to store
+    /// (`None`: leave the slot empty). It is not called when the folio cannot be evicted.
+    pub fn evict_with_shadow<'a>(
+        &self,
+        folio: FolioLocked<'a>,
+        workingset_eviction: impl FnOnce(&Folio) -> Option<Shadow>,
+    ) -> Result<(), FolioLocked<'a>> {
+        self.evict_frozen(folio, workingset_eviction)
+            .map(FrozenFolio::free)
+    }
+
+    /// The shadow-storing eviction with a deliberately wrong order, for the loom model that
+    /// must catch it: the shadow is published *before* the freeze is tried, and put back if
+    /// the freeze fails. A lookup in between misses a folio that stays cached. Never use it
+    /// elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn evict_shadow_before_freeze<'a>(
+        &self,
+        folio: FolioLocked<'a>,
+        shadow: Shadow,
+    ) -> Result<(), FolioLocked<'a>> {
+        let nr = folio.nr_pages() as u32;
+        let mut g = self.lock(Vec::new());
+        let Some((node, off)) = self.slot_of(folio.index(), folio.pfn()) else {
+            return Err(folio);
+        };
+        // SAFETY: under the index lock.
+        let n = unsafe { &*node };
+        let w = n.load(off);
+        n.store(off, shadow.word());
+        // SAFETY: as in `evict_frozen`.
+        match unsafe { folio.freeze(nr + 1) } {
+            Ok(frozen) => {
+                n.store(off, w);
+                let removed = self.remove_locked(&mut g, &frozen, Some(shadow));
+                debug_assert!(removed);
+                drop(g);
+                frozen.free();
+                Ok(())
+            }
+            Err(folio) => {
+                n.store(off, w);
+                Err(folio)
+            }
+        }
     }
 
     /// [`Index::evict`] without the free: the folio, removed and frozen, for a caller that
     /// frees a batch at once (truncation).
-    fn evict_frozen<'a>(&self, folio: FolioLocked<'a>) -> Result<FrozenFolio<'a>, FolioLocked<'a>> {
+    fn evict_frozen<'a>(
+        &self,
+        folio: FolioLocked<'a>,
+        workingset_eviction: impl FnOnce(&Folio) -> Option<Shadow>,
+    ) -> Result<FrozenFolio<'a>, FolioLocked<'a>> {
         if folio.mapping() != self.id || !std::ptr::eq(folio.arena(), &*self.arena) {
             return Err(folio);
         }
@@ -912,7 +1123,8 @@ impl Index {
         // SAFETY: the expected count is the cache's `nr` references, owned by this index and
         // removed under its lock right below, plus the caller's one.
         let frozen = unsafe { folio.freeze(nr + 1) }?;
-        let removed = self.remove_locked(&mut g, &frozen);
+        let shadow = workingset_eviction(&frozen);
+        let removed = self.remove_locked(&mut g, &frozen, shadow);
         debug_assert!(removed);
         drop(g);
         Ok(frozen)
@@ -1000,7 +1212,7 @@ impl Index {
                 continue;
             }
             let nr = locked.nr_pages() as u64;
-            match self.evict_frozen(locked) {
+            match self.evict_frozen(locked, |_| None) {
                 Ok(frozen) => {
                     freed.push(frozen);
                     out.folios_freed += 1;
@@ -1015,19 +1227,24 @@ impl Index {
             }
         }
         self.arena.free_frozen_batch(freed);
+        // The shadows of the range go too (`truncate_folio_batch_exceptionals`,
+        // `clear_shadow_entries`).
+        self.clear_shadows(start, end);
         out
     }
 
     /// `truncate_inode_pages_range`: removes every folio overlapping `start..end` (page
     /// indices; large folios that overlap are removed whole). Waits for locked folios. Folios
     /// only the cache holds are freed; pinned ones are detached from the index and freed by
-    /// their last holder (counted as `busy`), never under a reader.
+    /// their last holder (counted as `busy`), never under a reader. Shadow entries in the
+    /// range are removed, and removed folios leave none.
     pub fn truncate(&self, start: u64, end: u64) -> RemoveStats {
         self.remove_range(start, end, true)
     }
 
     /// `invalidate_mapping_pages`: frees the folios overlapping `start..end` that nobody but
     /// the cache holds; locked or pinned folios are left in place and counted as `busy`.
+    /// Shadow entries in the range are removed, and freed folios leave none.
     pub fn invalidate(&self, start: u64, end: u64) -> RemoveStats {
         self.remove_range(start, end, false)
     }
@@ -1045,12 +1262,15 @@ impl Index {
         s
     }
 
-    /// `xa_dump`-style self-check: walks the whole tree under the lock and checks its structure and every counter:
-    /// shifts, parent links and offsets, per-node counts, sibling entries, folio alignment,
-    /// mapping and index, cache references, pages, folios and nodes.
+    /// `xa_dump`-style self-check: walks the whole tree under the lock and checks its
+    /// structure and every counter: shifts, parent links and offsets, per-node counts and
+    /// value counts, sibling entries, folio alignment, mapping and index, cache references,
+    /// pages, folios, nodes, shadow entries, and the shadow-node list (exactly the nodes that
+    /// hold only shadows, consistently linked).
     pub fn validate(&self) -> Result<IndexStats, String> {
         let g = self.locked.lock();
         let mut c = IndexStats::default();
+        let mut listed = Vec::new();
         let root = self.root.load(Ordering::Relaxed);
         if !root.is_null() {
             // SAFETY: under the index lock.
@@ -1059,13 +1279,14 @@ impl Index {
             if !unsafe { r.meta(|m| m.parent) }.is_null() {
                 return Err("root has a parent".into());
             }
-            self.validate_node(r, 0, &mut c)?;
+            self.validate_node(r, 0, &mut c, &mut listed)?;
         }
         let s = g.stats;
         for (name, got, want) in [
             ("nr_pages", c.nr_pages, s.nr_pages),
             ("nr_folios", c.nr_folios, s.nr_folios),
             ("nr_nodes", c.nr_nodes, s.nr_nodes),
+            ("nr_shadows", c.nr_shadows, s.nr_shadows),
         ] {
             if got != want {
                 return Err(format!("{name}: counted {got}, stats say {want}"));
@@ -1077,22 +1298,35 @@ impl Index {
                 s.pages_inserted, s.pages_removed, s.nr_pages
             ));
         }
+        self.validate_shadow_list(&g, &listed)?;
         let mut out = s;
         out.spare_nodes = g.spare.len() as u64;
         Ok(out)
     }
 
-    fn validate_node(&self, n: &Node, base: u128, c: &mut IndexStats) -> Result<(), String> {
+    fn validate_node(
+        &self,
+        n: &Node,
+        base: u128,
+        c: &mut IndexStats,
+        listed: &mut Vec<*const Node>,
+    ) -> Result<(), String> {
         let s = n.shift();
         c.nr_nodes += 1;
         let mut used = 0u32;
+        let mut values = 0u32;
         let mut off = 0;
         while off < FANOUT {
             let ibase = base + ((off as u128) << s);
             let w = n.load(off);
             match Entry::decode(w) {
                 Entry::Empty => off += 1,
-                Entry::Value(_) => return Err(format!("value entry at {ibase}")),
+                Entry::Value(_) => {
+                    values += 1;
+                    used += 1;
+                    c.nr_shadows += 1;
+                    off += 1;
+                }
                 Entry::Sibling(canon) => {
                     return Err(format!("orphan sibling at {ibase} -> slot {canon}"));
                 }
@@ -1111,7 +1345,7 @@ impl Index {
                     if count == 0 {
                         return Err(format!("empty node left in the tree at {ibase}"));
                     }
-                    self.validate_node(ch, ibase, c)?;
+                    self.validate_node(ch, ibase, c, listed)?;
                     used += 1;
                     off += 1;
                 }
@@ -1160,7 +1394,7 @@ impl Index {
         if count != used {
             return Err(format!("node at {base}: count {count}, {used} slots used"));
         }
-        Ok(())
+        Self::validate_shadow_node(n, base, values, listed)
     }
 }
 
@@ -1190,6 +1424,9 @@ impl Drop for Index {
         if !root.is_null() {
             free_node(&self.arena, self.arena.strategy(), root);
         }
+        // The freed tree's shadow nodes leave the cache's count.
+        let shadow_nodes = self.locked.lock().stats.shadow_nodes;
+        self.shadow_nodes.sub(shadow_nodes);
     }
 }
 

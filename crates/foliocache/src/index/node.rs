@@ -32,8 +32,9 @@ pub(crate) enum Entry {
     /// Part of a multi-index entry whose canonical slot is at this offset of the same node
     /// (`xa_mk_sibling`): `offset << 2 | 3`.
     Sibling(usize),
-    /// A value entry (shadow, swap): `v << 2`, `v != 0`. Reserved: never stored yet, and
-    /// lookups treat it as "not cached".
+    /// A value entry (`xa_mk_value`): `v << 2`, `v != 0`. The page cache stores *shadow*
+    /// entries here when reclaim evicts a folio (see `index/shadow.rs`); lookups treat every
+    /// value entry as "not cached".
     Value(usize),
 }
 
@@ -64,17 +65,44 @@ impl Entry {
     pub(crate) fn sibling(offset: usize) -> usize {
         (offset << 2) | TAG_SIBLING
     }
+
+    /// The word of value entry `v` (`xa_mk_value`); `0 < v < 2^VALUE_BITS`.
+    #[inline]
+    pub(crate) fn value(v: u64) -> usize {
+        debug_assert!(v != 0 && v >> VALUE_BITS == 0);
+        (v as usize) << 2
+    }
 }
+
+/// Payload bits of a value entry (`BITS_PER_XA_VALUE`): the word minus the two tag bits.
+pub(crate) const VALUE_BITS: u32 = usize::BITS - 2;
 
 /// Writer-only node fields, changed under the index lock.
 #[derive(Debug)]
 pub(crate) struct Meta {
-    /// Non-empty slots (`xa_node.count`).
+    /// Non-empty slots (`xa_node.count`), value entries included.
     pub(crate) count: u32,
+    /// Slots holding value entries (`xa_node.nr_values`). `count == nr_values > 0` makes the
+    /// node a *shadow node*, tracked on the index's shadow-node list.
+    pub(crate) nr_values: u32,
     /// The parent node, null for the root.
     pub(crate) parent: *mut Node,
     /// Our slot in the parent (`xa_node.offset`).
     pub(crate) offset: u8,
+    /// On the index's shadow-node list (`!list_empty(&node->private_list)`).
+    pub(crate) on_shadow_list: bool,
+    /// The shadow-node list's links (`xa_node.private_list`), towards the older and the newer
+    /// end; null at the ends and while off the list.
+    pub(crate) shadow_prev: *mut Node,
+    pub(crate) shadow_next: *mut Node,
+}
+
+impl Meta {
+    /// Whether the node holds only value entries (and at least one): a shadow node.
+    #[inline]
+    pub(crate) fn shadow_only(&self) -> bool {
+        self.count != 0 && self.count == self.nr_values
+    }
 }
 
 /// `struct xa_node`: `FANOUT` slots covering `FANOUT << shift` indices.
@@ -102,8 +130,12 @@ impl Node {
             shift: AtomicU8::new(0),
             meta: UnsafeCell::new(Meta {
                 count: 0,
+                nr_values: 0,
                 parent: std::ptr::null_mut(),
                 offset: 0,
+                on_shadow_list: false,
+                shadow_prev: std::ptr::null_mut(),
+                shadow_next: std::ptr::null_mut(),
             }),
         })
     }

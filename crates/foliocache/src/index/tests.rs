@@ -290,3 +290,258 @@ fn drop_releases_the_cache_references() {
     drop(kept);
     assert_eq!(arena.validate().unwrap().allocated_pages, 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// Shadow entries (workingset)
+// ---------------------------------------------------------------------------------------
+
+fn shadow(v: u64) -> Shadow {
+    Shadow::new(v).unwrap()
+}
+
+/// Caches a new folio of `order` at `index` and evicts it leaving `v` as its shadow.
+fn cache_and_reclaim(arena: &Arena, idx: &Index, index: u64, order: u32, v: u64) {
+    let f = locked(arena, order);
+    idx.add_folio(&f, index).unwrap();
+    idx.evict_with_shadow(f, |_| Some(shadow(v))).unwrap();
+}
+
+#[test]
+fn shadow_values_are_checked() {
+    assert!(Shadow::new(0).is_none(), "zero is the empty slot");
+    assert!(Shadow::new(1 << Shadow::BITS).is_none());
+    assert_eq!(
+        Shadow::new((1 << Shadow::BITS) - 1).unwrap().value() >> 61,
+        1
+    );
+}
+
+#[test]
+fn reclaim_leaves_a_shadow_that_no_lookup_returns() {
+    for s in RefStrategy::ALL {
+        let (arena, idx) = setup(64, s);
+        let f = locked(&arena, 0);
+        idx.add_folio(&f, 5).unwrap();
+        let mut called = false;
+        idx.evict_with_shadow(f, |frozen| {
+            called = true;
+            assert!(frozen.is_frozen(s), "the shadow is made after the freeze");
+            Some(shadow(77))
+        })
+        .unwrap();
+        assert!(called);
+        assert!(idx.lookup(5).is_none() && !idx.contains(5));
+        let st = idx.validate().unwrap();
+        assert_eq!(
+            (st.nr_pages, st.nr_folios, st.nr_shadows, st.nr_nodes),
+            (0, 0, 1, 1)
+        );
+        assert_eq!(st.shadow_nodes, 1, "a leaf holding only the shadow");
+        assert_eq!(idx.shadow_nodes().nodes(), 1);
+        assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+        // The next insertion at 5 takes the shadow out and hands it back.
+        let g = locked(&arena, 0);
+        assert_eq!(idx.add_folio_shadow(&g, 5), Ok(Some(shadow(77))));
+        assert_eq!(idx.lookup(5).unwrap().pfn(), g.pfn());
+        let st = idx.validate().unwrap();
+        assert_eq!(
+            (st.nr_shadows, st.shadow_nodes, st.shadows_replaced),
+            (0, 0, 1)
+        );
+        assert_eq!(idx.shadow_nodes().nodes(), 0);
+        // An insertion over nothing finds no shadow.
+        let h = locked(&arena, 0);
+        assert_eq!(idx.add_folio_shadow(&h, 6), Ok(None));
+    }
+}
+
+#[test]
+fn a_pinned_folio_is_not_replaced_by_its_shadow() {
+    let (arena, idx) = setup(64, RefStrategy::LockedBit);
+    let f = locked(&arena, 0);
+    idx.add_folio(&f, 3).unwrap();
+    let pin = idx.lookup(3).unwrap();
+    let f = idx
+        .evict_with_shadow(f, |_| unreachable!("no shadow for a folio that stays"))
+        .unwrap_err();
+    assert_eq!(idx.lookup(3).unwrap().pfn(), pin.pfn());
+    assert_eq!(idx.validate().unwrap().nr_shadows, 0);
+    drop((f, pin));
+}
+
+#[test]
+fn evict_without_shadow_and_delete_leave_nothing() {
+    let (arena, idx) = setup(64, RefStrategy::CasLoop);
+    let f = locked(&arena, 0);
+    idx.add_folio(&f, 9).unwrap();
+    idx.evict_with_shadow(f, |_| None).unwrap();
+    let g = locked(&arena, 0);
+    idx.add_folio(&g, 10).unwrap();
+    idx.evict(g).unwrap();
+    let st = idx.validate().unwrap();
+    assert_eq!((st.nr_shadows, st.nr_nodes), (0, 0));
+}
+
+#[test]
+fn truncate_and_invalidate_remove_shadows() {
+    let (arena, idx) = setup(256, RefStrategy::LockedBit);
+    for i in 0..200 {
+        cache_and_reclaim(&arena, &idx, i, 0, i + 1);
+    }
+    // A folio read again at 100 replaces its shadow and stays cached.
+    let kept = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&kept, 100), Ok(Some(shadow(101))));
+    drop(kept);
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_shadows, 199, "index 100's shadow was replaced");
+    // 0..64 and 128..192 hold only shadows; 64..128 holds the folio at 100.
+    assert_eq!(st.shadow_nodes, 3);
+    // Invalidating 10..20 drops those shadows only.
+    idx.invalidate(10, 20);
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_shadows, 189);
+    assert_eq!(st.shadows_cleared, 10);
+    let g = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&g, 15), Ok(None));
+    let h = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&h, 21), Ok(Some(shadow(22))));
+    drop((g, h));
+    // Truncation drops every shadow and every node (the folios go too).
+    idx.truncate(0, u64::MAX);
+    let st = idx.validate().unwrap();
+    assert_eq!((st.nr_shadows, st.shadow_nodes, st.nr_nodes), (0, 0, 0));
+    assert_eq!(idx.shadow_nodes().nodes(), 0);
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn shadow_nodes_are_listed_and_shrunk_oldest_first() {
+    let (arena, idx) = setup(64, RefStrategy::LockedBit);
+    // Three leaves of shadows, made shadow-only in the order 128.., 0.., 64...
+    for base in [128u64, 0, 64] {
+        for i in base..base + 64 {
+            cache_and_reclaim(&arena, &idx, i, 0, i + 1);
+        }
+    }
+    let st = idx.validate().unwrap();
+    assert_eq!((st.shadow_nodes, st.nr_shadows, st.nr_nodes), (3, 192, 4));
+    assert_eq!(idx.shadow_nodes().nodes(), 3);
+    // A folio in the 0.. leaf takes it off the list; evicting it (no shadow) puts it back
+    // as the newest.
+    let f = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&f, 3), Ok(Some(shadow(4))));
+    assert_eq!(idx.validate().unwrap().shadow_nodes, 2);
+    idx.evict(f).unwrap();
+    assert_eq!(idx.validate().unwrap().shadow_nodes, 3);
+    // The shrinker frees the oldest first: the 128.. leaf, then the 64.. one.
+    assert_eq!(idx.shrink_shadow_nodes(1), 1);
+    let g = locked(&arena, 0);
+    assert_eq!(
+        idx.add_folio_shadow(&g, 130),
+        Ok(None),
+        "its shadows are gone"
+    );
+    assert!(idx.delete(&g));
+    drop(g);
+    assert_eq!(idx.shrink_shadow_nodes(1), 1);
+    let h = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&h, 70), Ok(None));
+    let k = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&k, 10), Ok(Some(shadow(11))));
+    drop((h, k));
+    let st = idx.validate().unwrap();
+    assert_eq!(st.shadow_nodes_reclaimed, 2);
+    assert_eq!(idx.shadow_nodes().reclaimed(), 2);
+    // Asking for more than there is frees what there is; then the tree holds only folios.
+    assert_eq!(
+        idx.shrink_shadow_nodes(100),
+        0,
+        "the 0.. leaf holds a folio now"
+    );
+    idx.truncate(0, u64::MAX);
+    let st = idx.validate().unwrap();
+    assert_eq!((st.nr_nodes, st.shadow_nodes), (0, 0));
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn large_folio_shadows_split_and_merge() {
+    let (arena, idx) = setup(2048, RefStrategy::LockedBit);
+    // An order-2 shadow: one copy per slot; a small folio inside takes exactly its slot.
+    cache_and_reclaim(&arena, &idx, 8, 2, 42);
+    assert_eq!(idx.validate().unwrap().nr_shadows, 4);
+    let a = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&a, 10), Ok(Some(shadow(42))));
+    assert!(idx.lookup(9).is_none() && idx.lookup(11).is_none());
+    assert_eq!(idx.validate().unwrap().nr_shadows, 3);
+    // An order-3 folio over 8..16 conflicts with the folio at 10, not with shadows.
+    let b = locked(&arena, 3);
+    assert_eq!(
+        idx.add_folio_shadow(&b, 8),
+        Err(AddError::Exists { index: 8 })
+    );
+    assert!(idx.delete(&a));
+    assert_eq!(idx.add_folio_shadow(&b, 8), Ok(Some(shadow(42))));
+    assert_eq!(idx.validate().unwrap().nr_shadows, 0);
+    drop((a, b));
+    // An order-7 shadow one level up: a small folio below it splits it into a node of copies.
+    cache_and_reclaim(&arena, &idx, 1024, 7, 99);
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_shadows, 2, "two slots of 64 pages each");
+    let c = locked(&arena, 0);
+    assert_eq!(idx.add_folio_shadow(&c, 1100), Ok(Some(shadow(99))));
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_shadows, 1 + 63);
+    let d = locked(&arena, 0);
+    assert_eq!(
+        idx.add_folio_shadow(&d, 1030),
+        Ok(Some(shadow(99))),
+        "the split copy"
+    );
+    // An order-6 folio over the leaf of shadows left by the split frees it.
+    assert!(idx.delete(&c));
+    let e = locked(&arena, 6);
+    assert_eq!(idx.add_folio_shadow(&e, 1088), Ok(Some(shadow(99))));
+    let st = idx.validate().unwrap();
+    assert_eq!(st.nr_shadows, 63, "only the leaf under 1024 remains");
+    assert_eq!(idx.lookup(1100).unwrap().pfn(), e.pfn());
+    drop((c, d, e));
+    idx.truncate(0, u64::MAX);
+    let st = idx.validate().unwrap();
+    assert_eq!((st.nr_nodes, st.nr_shadows), (0, 0));
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn batched_insertion_hands_back_each_shadow() {
+    let (arena, idx) = setup(64, RefStrategy::CasLoop);
+    for i in [1u64, 3] {
+        cache_and_reclaim(&arena, &idx, i, 0, 10 + i);
+    }
+    let batch: Vec<_> = (0..4).map(|_| locked(&arena, 0)).collect();
+    let mut shadows = [Some(shadow(5)); 4];
+    assert_eq!(
+        idx.add_folio_range_shadows(0, 4, &batch, &mut shadows),
+        Ok(4)
+    );
+    assert_eq!(shadows, [None, Some(shadow(11)), None, Some(shadow(13))]);
+    let st = idx.validate().unwrap();
+    assert_eq!((st.nr_shadows, st.shadow_nodes, st.nr_pages), (0, 0, 4));
+}
+
+#[test]
+fn dropping_an_index_gives_back_its_shadow_nodes() {
+    let (arena, idx) = setup(256, RefStrategy::LockedBit);
+    let shared = idx.shadow_nodes().clone();
+    let other = Index::with_shadow_nodes(arena.clone(), Arc::new(Rcu::new()), shared.clone());
+    for i in 0..130 {
+        cache_and_reclaim(&arena, &idx, i, 0, 1);
+        cache_and_reclaim(&arena, &other, i * 64, 0, 1);
+    }
+    assert_eq!(shared.nodes(), 3 + 130);
+    drop(idx);
+    assert_eq!(shared.nodes(), 130);
+    drop(other);
+    assert_eq!(shared.nodes(), 0);
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
