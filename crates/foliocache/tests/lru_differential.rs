@@ -393,6 +393,7 @@ fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> Lru
             filter,
             add_as_active,
             batch_slots: 1,
+            workingset: true,
         },
     );
     let index = Index::new(arena.clone());

@@ -17,6 +17,8 @@
 
 use std::fmt;
 
+use crate::sync::{Arc, AtomicU64, Ordering};
+
 /// "No folio": the end of a list, or an unlinked slot's neighbours.
 pub(crate) const NIL: u32 = u32::MAX;
 /// A slot's `list` when the folio is on no list.
@@ -110,6 +112,11 @@ const EMPTY: Head = Head {
 pub(crate) struct Lists {
     links: Vec<Link>,
     heads: [Head; NR_LRU_LISTS],
+    /// The active list's page count, mirrored for readers without the lock
+    /// (`lruvec_page_state(NR_ACTIVE_FILE)`, read by `workingset_test_recent`). Written only
+    /// by the lock holder, with plain relaxed stores: readers want a recent value, not a
+    /// synchronised one.
+    active_pages: Arc<AtomicU64>,
 }
 
 impl Lists {
@@ -122,6 +129,21 @@ impl Lists {
         Self {
             links: vec![UNLINKED; slots],
             heads: [EMPTY; NR_LRU_LISTS],
+            active_pages: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The lock-free mirror of the active list's page count.
+    pub(crate) fn active_pages_mirror(&self) -> Arc<AtomicU64> {
+        self.active_pages.clone()
+    }
+
+    /// Refreshes the mirror after `list` changed.
+    #[inline]
+    fn mirror(&self, list: LruList) {
+        if list == LruList::Active {
+            let pages = self.heads[LruList::Active as usize].pages as u64;
+            self.active_pages.store(pages, Ordering::Relaxed);
         }
     }
 
@@ -175,6 +197,7 @@ impl Lists {
         }
         h.folios += 1;
         h.pages += 1 << order;
+        self.mirror(list);
     }
 
     /// Unlinks `pfn` from its list (`list_del`) and returns that list and the folio's order.
@@ -196,6 +219,7 @@ impl Lists {
         h.folios -= 1;
         h.pages -= 1 << l.order;
         self.links[pfn as usize] = UNLINKED;
+        self.mirror(list);
         (list, l.order)
     }
 
@@ -260,6 +284,13 @@ impl Lists {
                 return Err(format!(
                     "{list} list: counted {folios} folios / {pages} pages, counters say {} / {}",
                     h.folios, h.pages
+                ));
+            }
+            if list == LruList::Active && self.active_pages.load(Ordering::Relaxed) != pages as u64
+            {
+                return Err(format!(
+                    "active list: {pages} pages, the lock-free mirror says {}",
+                    self.active_pages.load(Ordering::Relaxed)
                 ));
             }
         }

@@ -16,6 +16,7 @@
 //! | isolation, second chance, eviction | `isolate_lru_folios`, `folio_check_references`, `__remove_mapping` ([`Evict`]), `move_folios_to_lru` |
 //! | [`Lru::alloc`] / [`Lru::alloc_noretry`] | `__alloc_pages_slowpath` with direct reclaim / readahead's `__GFP_NORETRY` |
 //! | [`Watermarks`], [`Lru::balance`] | `zone->_watermark[]`, kswapd's `balance_pgdat` (the cache runs it on a thread when asked) |
+//! | [`Lru::workingset_eviction`], [`Lru::workingset_refault`] ([`workingset`]) | `mm/workingset.c`: the eviction clock, shadow entries, refault activation |
 //!
 //! One lruvec per cache (the kernel has one per memcg and node); only file folios (the
 //! inactive, active and unevictable lists of the file half).
@@ -132,12 +133,14 @@
 mod batch;
 mod list;
 mod reclaim;
+pub mod workingset;
 
 pub use batch::FOLIO_BATCH_SIZE;
 pub use list::{LruList, NR_LRU_LISTS};
 pub use reclaim::{
     Evict, ReclaimResult, Watermarks, MAX_BUSY_WAITS, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX,
 };
+pub use workingset::WorkingsetStats;
 
 use std::fmt;
 use std::str::FromStr;
@@ -151,6 +154,7 @@ use crate::sync::{
 };
 use batch::FolioBatch;
 use list::Lists;
+use workingset::Workingset;
 
 /// The LRU-owned flags that must be clear when a folio is freed (the LRU's share of
 /// `PAGE_FLAGS_CHECK_AT_FREE`): what `__folio_clear_lru_flags` clears, plus the generation
@@ -244,6 +248,10 @@ pub struct LruConfig {
     /// Number of per-CPU batch sets; 0 (the default) means one per CPU. 1 makes the LRU's
     /// order deterministic for a single thread (the differential test uses it).
     pub batch_slots: usize,
+    /// Workingset detection ([`workingset`]): reclaim leaves shadow entries and the eviction
+    /// clock runs, so that a folio read again soon after its eviction is activated at once.
+    /// Default true, as in the kernel; false gives the plain two-list LRU.
+    pub workingset: bool,
 }
 
 impl Default for LruConfig {
@@ -252,6 +260,7 @@ impl Default for LruConfig {
             filter: DrainFilter::Filtered,
             add_as_active: false,
             batch_slots: 0,
+            workingset: true,
         }
     }
 }
@@ -535,6 +544,7 @@ pub struct Lru {
     vec: Arc<LruVecLock>,
     cpus: Box<[CachePadded<Mutex<CpuBatches>>]>,
     reclaim: ReclaimCounters,
+    workingset: Workingset,
 }
 
 impl fmt::Debug for Lru {
@@ -568,8 +578,14 @@ impl Lru {
     /// # Panics
     /// If the arena already has a release hook (one LRU per arena).
     pub fn new(arena: &Arena, config: LruConfig) -> Lru {
+        let lists = Lists::new(arena.nr_pages() as usize);
+        let workingset = Workingset::new(
+            config.workingset,
+            arena.nr_pages() as u64,
+            lists.active_pages_mirror(),
+        );
         let vec = Arc::new(LruVecLock(Mutex::new(LruVec {
-            lists: Lists::new(arena.nr_pages() as usize),
+            lists,
             lock_acquisitions: 0,
             inserted: 0,
             dead_inserted: 0,
@@ -606,6 +622,7 @@ impl Lru {
                 .map(|_| CachePadded::new(Mutex::new(CpuBatches::new())))
                 .collect(),
             reclaim: ReclaimCounters::default(),
+            workingset,
         }
     }
 
@@ -656,7 +673,8 @@ impl Lru {
 
     /// `folio_mark_accessed`: the first access sets `PG_referenced`; a second one promotes an
     /// inactive folio to the active list (through this CPU's activate batch if it is on a
-    /// list, by setting `PG_active` if it still waits in this CPU's add batch).
+    /// list, by setting `PG_active` if it still waits in this CPU's add batch) and advances
+    /// the eviction clock (`workingset_activation`).
     pub fn mark_accessed(&self, arena: &Arena, folio: &FolioRef<'_>) {
         let flags = folio.flags();
         if flags & PG_REFERENCED == 0 {
@@ -668,6 +686,7 @@ impl Lru {
                 self.lru_cache_activate(folio);
             }
             folio.clear_flag(PG_REFERENCED);
+            self.workingset_activation(folio);
         }
     }
 

@@ -251,6 +251,7 @@ fn naive_filter_frees_active_folios_as_bad_pages_and_ours_does_not() {
                 filter,
                 add_as_active: true,
                 batch_slots: 1,
+                workingset: true,
             },
         );
         let c = Cache::new(&a);
@@ -382,4 +383,125 @@ fn alloc_reclaims_when_the_budget_is_used_up_and_fails_only_when_all_is_pinned()
     }
     l.validate(&a).unwrap();
     assert_eq!(a.validate().unwrap().allocated_pages, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Workingset detection
+// ---------------------------------------------------------------------------------------
+
+impl<'a> Cache<'a> {
+    /// `filemap_add_folio` of a folio replacing `shadow`: `workingset_refault` before
+    /// `folio_add_lru`. Returns the caller's reference and whether it was activated.
+    fn add_refaulted(&self, lru: &Lru, index: u64, shadow: Shadow) -> (FolioRef<'a>, bool) {
+        let f = self.arena.alloc(0).unwrap();
+        f.set_mapping(self.id, index);
+        self.pages.lock().insert(index, f.clone().into_raw().pfn());
+        let activated = lru.workingset_refault(&f, shadow);
+        lru.add(self.arena, &f);
+        (f, activated)
+    }
+
+    /// `n` folios on the active list (indices `first..first + n`).
+    fn add_active(&self, lru: &Lru, first: u64, n: u64) {
+        for i in first..first + n {
+            let f = self.arena.alloc(0).unwrap();
+            f.set_mapping(self.id, i);
+            f.set_flag(PG_ACTIVE);
+            self.pages.lock().insert(i, f.clone().into_raw().pfn());
+            lru.add(self.arena, &f);
+        }
+        lru.drain(self.arena);
+    }
+}
+
+use crate::index::Shadow;
+
+#[test]
+fn a_refault_within_the_active_list_activates_and_one_beyond_does_not() {
+    let a = arena(64, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    c.add_active(&l, 100, 8);
+    assert_eq!(l.stats().pages[LruList::Active as usize], 8);
+    // Evicted at clock 0 (the eviction moves it to 1), having been active once.
+    let x = a.alloc(0).unwrap();
+    x.set_flag(PG_WORKINGSET);
+    let shadow = l.workingset_eviction(&x).unwrap();
+    drop(x);
+    assert_eq!(l.nonresident_age(), 1);
+    // Seven more evictions or activations: refault distance 8 = the active list.
+    l.workingset_age_nonresident(7);
+    assert_eq!(l.workingset_test_recent(shadow), (true, true));
+    let (y, activated) = c.add_refaulted(&l, 0, shadow);
+    assert!(activated && y.test_flag(PG_ACTIVE) && y.test_flag(PG_WORKINGSET));
+    l.drain(&a);
+    assert_eq!(l.list_of(&y), Some(LruList::Active));
+    // The activation advanced the clock: the same shadow is now one tick too old.
+    assert_eq!(l.nonresident_age(), 9);
+    assert_eq!(l.stats().pages[LruList::Active as usize], 9);
+    l.workingset_age_nonresident(1); // distance 10 > 9 active pages
+    let (z, activated) = c.add_refaulted(&l, 1, shadow);
+    assert!(!activated && !z.test_flag(PG_ACTIVE) && !z.test_flag(PG_WORKINGSET));
+    l.drain(&a);
+    assert_eq!(l.list_of(&z), Some(LruList::Inactive));
+    let ws = l.workingset_stats();
+    assert_eq!((ws.refault, ws.activate, ws.restore), (2, 1, 1));
+    drop((y, z));
+    for i in [0, 1].into_iter().chain(100..108) {
+        c.truncate(i);
+    }
+    l.validate(&a).unwrap();
+    assert_eq!(a.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn refault_distance_survives_the_clock_wrapping() {
+    let a = arena(64, RefStrategy::CasLoop);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    c.add_active(&l, 100, 8);
+    l.set_nonresident_age(u64::MAX - 3);
+    let x = a.alloc(0).unwrap();
+    let shadow = l.workingset_eviction(&x).unwrap();
+    drop(x);
+    l.workingset_age_nonresident(4); // the clock passes u64::MAX: distance 5
+    assert_eq!(l.nonresident_age(), 1);
+    assert_eq!(l.workingset_test_recent(shadow), (true, false));
+    l.workingset_age_nonresident(3); // distance 8: still within the 8 active pages
+    assert!(l.workingset_test_recent(shadow).0);
+    l.workingset_age_nonresident(1);
+    assert!(!l.workingset_test_recent(shadow).0);
+    for i in 100..108 {
+        c.truncate(i);
+    }
+    assert_eq!(a.validate().unwrap().allocated_pages, 0);
+}
+
+#[test]
+fn activations_advance_the_clock_and_off_means_no_shadows() {
+    for on in [true, false] {
+        let a = arena(64, RefStrategy::LockedBit);
+        let l = Lru::new(
+            &a,
+            LruConfig {
+                batch_slots: 1,
+                workingset: on,
+                ..LruConfig::default()
+            },
+        );
+        let c = Cache::new(&a);
+        let f = c.add(&l, 0);
+        l.drain(&a);
+        l.mark_accessed(&a, &f); // referenced
+        assert_eq!(l.nonresident_age(), 0);
+        l.mark_accessed(&a, &f); // promoted: `workingset_activation`
+        assert_eq!(l.nonresident_age(), on as u64);
+        assert_eq!(l.workingset_eviction(&f).is_some(), on);
+        assert_eq!(l.workingset_stats().enabled, on);
+        drop(f);
+        l.drain(&a);
+        c.truncate(0);
+        l.validate(&a).unwrap();
+        assert_eq!(a.validate().unwrap().allocated_pages, 0);
+    }
 }
