@@ -38,7 +38,8 @@ pub struct Config {
     pub file_table: TableRef,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
     pub panic_on_bad_page: bool,
-    /// The LRU: drain-time dead-folio filter (seed 004), add policy, batch slots.
+    /// The LRU: drain-time dead-folio filter (seed 004), add policy, batch slots, workingset
+    /// detection.
     pub lru: LruConfig,
     /// Run a background reclaimer thread (the kswapd analog): woken when free pages fall
     /// below the low watermark, it reclaims up to the high one so that allocations rarely
@@ -91,6 +92,15 @@ impl Config {
     /// Sets the LRU's behaviour (drain filter `vanilla`/`filtered`, add-as-active).
     pub fn lru(mut self, lru: LruConfig) -> Config {
         self.lru = lru;
+        self
+    }
+
+    /// Turns workingset detection on or off (default on; `lru.workingset`): reclaim leaves
+    /// shadow entries in the index, and a page read again within the active list's size of
+    /// its eviction is activated at once (`mm/workingset.c`). Off gives the plain two-list
+    /// LRU, for measuring the difference.
+    pub fn workingset(mut self, on: bool) -> Config {
+        self.lru.workingset = on;
         self
     }
 

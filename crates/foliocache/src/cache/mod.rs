@@ -20,6 +20,7 @@
 //! | `readahead(2)` | [`CachedFile::readahead`] |
 //! | `invalidate_mapping_pages` | [`CachedFile::invalidate`] |
 //! | `folio_add_lru`, `folio_mark_accessed`, direct reclaim | the cache's [`Lru`] (seed 004): every inserted folio is queued for the LRU, every read marks what it used, and an allocation over the budget reclaims cold folios first |
+//! | `workingset_eviction`, `workingset_refault`, the `mm-shadow` shrinker | reclaim leaves a shadow entry in the evicted folio's slot; an insertion that replaces one asks the LRU whether to activate the new folio; shadow-only index nodes beyond a limit proportional to the budget are freed after allocations ([`Config::workingset`]) |
 //! | `/proc/vmstat` | [`FolioCache::stats`], [`FolioCache::lru_stats`] |
 //!
 //! # The read path
@@ -79,8 +80,8 @@ pub(crate) use stats::{Counters, Event};
 use crate::backing::{Backing, FileBacking};
 use crate::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
-use crate::index::{Index, IndexStats};
-use crate::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks};
+use crate::index::{Index, IndexStats, Shadow, ShadowNodes};
+use crate::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks, WorkingsetStats};
 use crate::rcu::Rcu;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use file::Mapping;
@@ -137,6 +138,8 @@ pub(crate) struct CacheInner {
     pub(crate) lru: Lru,
     /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
     kswapd: Option<Arc<Kswapd>>,
+    /// Held by the one thread running the shadow-node shrinker.
+    shadow_shrinker: Mutex<()>,
 }
 
 impl Drop for CacheInner {
@@ -213,6 +216,7 @@ impl Kswapd {
             if c.arena.stats().free_pages < self.wm.low {
                 let _busy = self.busy.lock();
                 c.lru.balance(&c.arena, &*c, self.wm);
+                c.shrink_slab();
             }
         }
     }
@@ -269,6 +273,7 @@ impl FolioCache {
                 live: Mutex::new(HashMap::new()),
                 lru,
                 kswapd,
+                shadow_shrinker: Mutex::new(()),
             }),
         };
         if let Some(k) = &cache.inner.kswapd {
@@ -331,7 +336,11 @@ impl FolioCache {
             path: path.clone(),
             source,
         })?;
-        let pages = Index::with_rcu(self.inner.arena.clone(), self.inner.rcu.clone());
+        let pages = Index::with_shadow_nodes(
+            self.inner.arena.clone(),
+            self.inner.rcu.clone(),
+            self.inner.lru.shadow_nodes().clone(),
+        );
         let m = Arc::new(Mapping {
             cache: self.inner.clone(),
             id: pages.mapping_id(),
@@ -385,9 +394,17 @@ impl FolioCache {
         self.inner.lru.stats()
     }
 
+    /// A snapshot of the workingset counters (`/proc/vmstat`'s `workingset_*` lines):
+    /// refaults, activations, restores, shadow nodes and their reclaim.
+    pub fn workingset_stats(&self) -> WorkingsetStats {
+        self.inner.lru.workingset_stats()
+    }
+
     /// `/proc/vmstat`: every counter of the cache as `(name, value)` lines, the read path's
-    /// ([`CacheStats::vmstat`]: hits, misses, readahead, I/O, bad pages) then the LRU's
-    /// ([`LruStats::vmstat`]: lock acquisitions, dead folios filtered, reclaim scans).
+    /// ([`CacheStats::vmstat`]: hits, misses, readahead, I/O, bad pages), the LRU's
+    /// ([`LruStats::vmstat`]: lock acquisitions, dead folios filtered, reclaim scans), then
+    /// workingset detection's ([`WorkingsetStats::vmstat`]: refaults, activations, shadow
+    /// nodes).
     ///
     /// ```
     /// # let cache = foliocache::FolioCache::new(foliocache::Config::new(1 << 20)).unwrap();
@@ -399,6 +416,7 @@ impl FolioCache {
     pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
         let mut lines = self.stats().vmstat();
         lines.extend(self.lru_stats().vmstat());
+        lines.extend(self.workingset_stats().vmstat());
         lines
     }
 
@@ -423,9 +441,26 @@ impl FolioCache {
     /// `drop_caches`-like reclaim: evicts up to `nr_pages` cold pages now, as an allocation
     /// under memory pressure would.
     pub fn reclaim(&self, nr_pages: usize) -> ReclaimResult {
-        self.inner
+        let r = self
+            .inner
             .lru
-            .reclaim(&self.inner.arena, &*self.inner, nr_pages)
+            .reclaim(&self.inner.arena, &*self.inner, nr_pages);
+        self.inner.shrink_slab();
+        r
+    }
+
+    /// The shadow-node shrinker's pass, run to completion: frees shadow nodes until their
+    /// count is within the limit for the budget ([`ShadowNodes::limit`]). Returns the nodes
+    /// freed. Reclaim runs the same shrinker a half-excess at a time.
+    pub fn shrink_shadow_nodes(&self) -> u64 {
+        let mut freed = 0;
+        loop {
+            let n = self.inner.scan_shadow_nodes(1);
+            if n == 0 {
+                return freed;
+            }
+            freed += n;
+        }
     }
 }
 
@@ -434,7 +469,9 @@ impl CacheInner {
     /// up, reclaims cold folios in this thread and retries; fails only when reclaim finds
     /// nothing to free (everything pinned, mapped or under I/O).
     pub(crate) fn alloc_folio(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
-        let f = self.lru.alloc(&self.arena, self, order)?;
+        let f = self.lru.alloc(&self.arena, self, order);
+        self.shrink_slab();
+        let f = f?;
         if let Some(k) = &self.kswapd {
             k.note_alloc(&self.arena);
         }
@@ -445,7 +482,9 @@ impl CacheInner {
     /// pass at most, then failure, so that a window shrinks instead of a reader stalling
     /// while it holds the part of the window it already allocated.
     pub(crate) fn alloc_folio_noretry(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
-        let f = self.lru.alloc_noretry(&self.arena, self, order)?;
+        let f = self.lru.alloc_noretry(&self.arena, self, order);
+        self.shrink_slab();
+        let f = f?;
         if let Some(k) = &self.kswapd {
             k.note_alloc(&self.arena);
         }
@@ -456,6 +495,67 @@ impl CacheInner {
     #[inline]
     pub(crate) fn add_lru(&self, folio: &FolioLocked<'_>) {
         self.lru.add(&self.arena, folio.folio_ref());
+    }
+
+    /// `filemap_add_folio`'s refault step: the folio just inserted replaced `shadow`, so
+    /// `workingset_refault` decides whether it joins the LRU as active. Call it before
+    /// [`CacheInner::add_lru`].
+    #[inline]
+    pub(crate) fn workingset_refault(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
+        if let Some(shadow) = shadow {
+            self.lru.workingset_refault(folio, shadow);
+        }
+    }
+
+    /// `shrink_slab` for the one shrinker we have (`mm-shadow`): if the cache's indexes hold
+    /// more shadow nodes than [`ShadowNodes::limit`] allows for the budget, free half the
+    /// excess (a shrinker with `seeks = 0` is asked for half of what it reports freeable). A
+    /// relaxed load when within the limit; one thread at a time beyond it.
+    #[inline]
+    pub(crate) fn shrink_slab(&self) {
+        let limit = ShadowNodes::limit(self.arena.nr_pages() as u64);
+        if self.lru.shadow_nodes().nodes() > limit {
+            self.scan_shadow_nodes(2);
+        }
+    }
+
+    /// `count_shadow_nodes` + `scan_shadow_nodes`: frees `excess / divisor` (at least one)
+    /// shadow nodes, oldest first in each index, each index giving its share in proportion to
+    /// the shadow nodes it holds. Returns the nodes freed (0 if within the limit, or another
+    /// thread is shrinking).
+    #[cold]
+    fn scan_shadow_nodes(&self, divisor: u64) -> u64 {
+        let Some(_one) = self.shadow_shrinker.try_lock() else {
+            return 0;
+        };
+        let excess = self.lru.shadow_nodes().excess(self.arena.nr_pages() as u64);
+        if excess == 0 {
+            return 0;
+        }
+        let want = excess.div_ceil(divisor.max(1));
+        let live: Vec<Arc<Mapping>> = self
+            .live
+            .lock()
+            .values()
+            .filter_map(|w| w.upgrade())
+            .collect();
+        let held: Vec<u64> = live.iter().map(|m| m.pages.stats().shadow_nodes).collect();
+        let total: u64 = held.iter().sum();
+        let mut freed = 0;
+        if total > 0 {
+            for (m, nodes) in live.iter().zip(held) {
+                let left = want.saturating_sub(freed);
+                if left == 0 {
+                    break;
+                }
+                let share = (nodes as u128 * want as u128).div_ceil(total as u128) as u64;
+                freed += m.pages.shrink_shadow_nodes(share.min(left));
+            }
+        }
+        // Dropping the last reference on a mapping truncates it: do it with no lock held.
+        drop(_one);
+        drop(live);
+        freed
     }
 
     /// `folio_mark_accessed` for a folio a read used.
@@ -497,8 +597,12 @@ impl Evict for CacheInner {
             return Err(folio.unlock());
         };
         // Unlock before `m` can drop: if it is the file's last reference, the drop truncates
-        // the file and takes every folio lock.
-        let r = m.pages.evict(folio).map_err(FolioLocked::unlock);
+        // the file and takes every folio lock. The slot keeps a shadow entry
+        // (`workingset_eviction`, under the index lock once the folio is frozen).
+        let r = m
+            .pages
+            .evict_with_shadow(folio, |f| self.lru.workingset_eviction(f))
+            .map_err(FolioLocked::unlock);
         drop(m);
         r
     }

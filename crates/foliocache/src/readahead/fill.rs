@@ -116,6 +116,8 @@ fn fill_batched<'a>(
     // (first page, folios) of every inserted run; folios are taken from the front of the
     // preallocated array in order, as the kernel passes `folios + added_folios`.
     let mut runs: Vec<(u64, usize)> = Vec::new();
+    // The shadow entries each run's folios replaced (`__filemap_add_folio`'s `shadowp`).
+    let mut shadows = vec![None; folios.len()];
     let mut used = 0usize;
     let mut i = 0usize;
     while i < req.nr_to_read {
@@ -130,7 +132,7 @@ fn fill_batched<'a>(
         // Stops at the first occupied slot; an error means nothing was inserted.
         let n = t
             .pages
-            .add_folio_range(idx, end, &folios[used..])
+            .add_folio_range_shadows(idx, end, &folios[used..], &mut shadows[used..])
             .map_or(0, |pages| pages as usize);
         if n == 0 {
             // Raced: another reader inserted this page since the peek. Skip it.
@@ -140,8 +142,9 @@ fn fill_batched<'a>(
         if let Some(m) = mark.filter(|&m| m >= i && m < i + n) {
             folios[used + (m - i)].set_flag(PG_READAHEAD);
         }
-        // `filemap_add_folio` ends with `folio_add_lru`.
-        for f in &folios[used..used + n] {
+        // `filemap_add_folio` ends with `workingset_refault` and `folio_add_lru`.
+        for (f, &shadow) in folios[used..used + n].iter().zip(&shadows[used..used + n]) {
+            t.cache.workingset_refault(f, shadow);
             t.cache.add_lru(f);
         }
         runs.push((idx, n));
@@ -174,15 +177,16 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
                 break;
             }
         };
-        if t.pages.add_folio(&folio, idx).is_err() {
+        let Ok(shadow) = t.pages.add_folio_shadow(&folio, idx) else {
             // Raced: another reader inserted this page since the peek.
             drop(folio);
             read_pages(t, run_start, std::mem::take(&mut run), out);
             continue;
-        }
+        };
         if mark == Some(i) {
             folio.set_flag(PG_READAHEAD);
         }
+        t.cache.workingset_refault(&folio, shadow);
         t.cache.add_lru(&folio);
         if run.is_empty() {
             run_start = idx;
@@ -260,10 +264,11 @@ pub(crate) fn read_one<'a>(
         Ok(f) => lock_new(f),
         Err(_) => return Err(ReadOneError::OutOfMemory),
     };
-    if t.pages.add_folio(&folio, index).is_err() {
+    let Ok(shadow) = t.pages.add_folio_shadow(&folio, index) else {
         // Another reader inserted it first.
         return Ok(None);
-    }
+    };
+    t.cache.workingset_refault(&folio, shadow);
     t.cache.add_lru(&folio);
     let offset = index << PAGE_SHIFT;
     let expected = (t.file_size.saturating_sub(offset)).min(PAGE_SIZE as u64) as usize;

@@ -1,0 +1,180 @@
+//! Workingset detection seen from the cache: reclaim leaves shadow entries, refaults are
+//! counted and activated, shadow nodes stay bounded, and dropping files leaves nothing.
+#![cfg(not(loom))]
+
+use foliocache::backing::MemBacking;
+use foliocache::index::ShadowNodes;
+use foliocache::lru::LruConfig;
+use foliocache::{CachedFile, Config, FolioCache};
+
+const PAGE: usize = 4096;
+
+fn content(pages: usize) -> Vec<u8> {
+    (0..pages * PAGE)
+        .map(|i| (i as u8).wrapping_mul(31) ^ ((i / PAGE) as u8))
+        .collect()
+}
+
+/// A cache of `budget` pages without readahead and with one LRU batch slot (deterministic
+/// for a single thread).
+fn cache(budget: usize, workingset: bool) -> FolioCache {
+    FolioCache::new(
+        Config::new(budget * PAGE)
+            .readahead_pages(0)
+            .lru(LruConfig {
+                batch_slots: 1,
+                ..LruConfig::default()
+            })
+            .workingset(workingset)
+            .panic_on_bad_page(true),
+    )
+    .unwrap()
+}
+
+fn read_page(file: &CachedFile, data: &[u8], page: usize) {
+    let mut buf = [0u8; 64];
+    file.read_exact_at(&mut buf, (page * PAGE + 100) as u64)
+        .unwrap();
+    assert_eq!(&buf[..], &data[page * PAGE + 100..page * PAGE + 164]);
+}
+
+fn vm(cache: &FolioCache, name: &str) -> u64 {
+    cache
+        .vmstat()
+        .into_iter()
+        .find(|&(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no vmstat line {name}"))
+        .1
+}
+
+/// Closes the books: every file dropped, nothing cached, no shadow node left.
+fn assert_baseline(cache: &FolioCache) {
+    let a = cache.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+    assert_eq!(vm(cache, "workingset_nodes"), 0, "shadow nodes leaked");
+}
+
+#[test]
+fn reclaim_leaves_shadows_and_rereads_count_as_refaults() {
+    for on in [true, false] {
+        let data = content(512);
+        let c = cache(64, on);
+        let file = c.open_backing("data", MemBacking(data.clone())).unwrap();
+        for _ in 0..2 {
+            for p in 0..512 {
+                read_page(&file, &data, p);
+            }
+        }
+        let ws = c.workingset_stats();
+        assert_eq!(ws.enabled, on);
+        if on {
+            // The second pass refaults nearly every page evicted by the first.
+            assert!(ws.refault >= 400, "{ws:?}");
+            assert!(ws.nodes > 0 && ws.nonresident_age > 0, "{ws:?}");
+        } else {
+            assert_eq!((ws.refault, ws.nodes, ws.nonresident_age), (0, 0, 0));
+        }
+        for name in [
+            "workingset_refault",
+            "workingset_activate",
+            "workingset_restore",
+            "workingset_nodes",
+            "workingset_nodereclaim",
+        ] {
+            vm(&c, name);
+        }
+        drop(file);
+        assert_baseline(&c);
+    }
+}
+
+#[test]
+fn shadow_nodes_stay_within_the_limit() {
+    let budget = 64;
+    let limit = ShadowNodes::limit(budget as u64);
+    assert_eq!(limit, 8);
+    let data = content(64 * 64);
+    let c = cache(budget, true);
+    let file = c.open_backing("big", MemBacking(data.clone())).unwrap();
+    for p in 0..64 * 64 {
+        read_page(&file, &data, p);
+        let nodes = vm(&c, "workingset_nodes");
+        assert!(nodes <= limit + 1, "{nodes} shadow nodes after page {p}");
+    }
+    let ws = c.workingset_stats();
+    assert!(ws.nodereclaim >= 50, "{ws:?}");
+    c.shrink_shadow_nodes();
+    assert!(c.workingset_stats().nodes <= limit);
+    // A second file shares the count and the limit.
+    let file2 = c.open_backing("big2", MemBacking(data.clone())).unwrap();
+    for p in 0..64 * 16 {
+        read_page(&file2, &data, p);
+        read_page(&file, &data, p);
+    }
+    assert!(vm(&c, "workingset_nodes") <= limit + 1);
+    drop((file, file2));
+    assert_baseline(&c);
+}
+
+#[test]
+fn invalidation_drops_shadows_so_rereads_are_not_refaults() {
+    let data = content(256);
+    let c = cache(32, true);
+    let file = c.open_backing("data", MemBacking(data.clone())).unwrap();
+    for p in 0..256 {
+        read_page(&file, &data, p);
+    }
+    assert!(c.workingset_stats().nodes > 0);
+    file.invalidate(0..(256 * PAGE) as u64).unwrap();
+    assert_eq!(
+        c.workingset_stats().nodes,
+        0,
+        "invalidation removed the shadows"
+    );
+    let before = c.workingset_stats().refault;
+    for p in 0..64 {
+        read_page(&file, &data, p);
+    }
+    assert_eq!(c.workingset_stats().refault, before);
+    drop(file);
+    assert_baseline(&c);
+}
+
+/// The case workingset detection exists for (`mm/workingset.c`'s opening comment): half the
+/// cache holds active pages no longer used, and a loop over a set larger than the inactive
+/// list but smaller than the cache thrashes: every page is evicted before its next access can
+/// promote it. With refault activation the loop's refaults displace the stale active pages
+/// and the loop fits.
+#[test]
+fn a_loop_larger_than_the_inactive_list_stops_thrashing() {
+    let (stale, set, rounds) = (32, 48, 30);
+    let data = content(256);
+    let mut hits = Vec::new();
+    for on in [false, true] {
+        let c = cache(64, on);
+        let file = c.open_backing("data", MemBacking(data.clone())).unwrap();
+        // Read twice: promoted, then never used again.
+        for _ in 0..2 {
+            for p in 0..stale {
+                read_page(&file, &data, p);
+            }
+        }
+        let before = c.stats().hits;
+        for _ in 0..rounds {
+            for p in 100..100 + set {
+                read_page(&file, &data, p);
+            }
+        }
+        hits.push(c.stats().hits - before);
+        let ws = c.workingset_stats();
+        assert_eq!(ws.activate > 0, on, "{ws:?}");
+        drop(file);
+        assert_baseline(&c);
+    }
+    let reads = (rounds * set) as u64;
+    assert!(
+        hits[0] < reads / 10,
+        "without workingset the loop thrashes: {hits:?}"
+    );
+    assert!(hits[1] > reads * 8 / 10, "with it the loop fits: {hits:?}");
+}
