@@ -233,6 +233,7 @@ impl FolioCache {
         config.validate()?;
         let mut ac = ArenaConfig::new(config.budget_bytes, config.strategy);
         ac.panic_on_bad_page = config.panic_on_bad_page;
+        ac.huge_pages = config.huge_pages;
         let arena = Arc::new(Arena::new(ac)?);
         let lru = Lru::new(&arena, config.lru);
         let kswapd = config.background_reclaim.then(|| {
