@@ -72,7 +72,7 @@ use std::path::{Path, PathBuf};
 
 pub use config::{Config, ConfigError, MAX_RA_PAGES};
 pub use error::CacheError;
-pub use file::{CachedFile, PinnedFolio};
+pub use file::{CachedFile, OwnedFolio, PinnedFolio};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 
