@@ -6,7 +6,8 @@
 //!
 //! `get_folio(index)` returns a guard holding a reference on the folio that caches page
 //! `index`: its bytes are the cache's own memory, valid and unchanged until the guard drops
-//! (the cache cannot evict or invalidate a pinned folio). Here we scan a file page by page
+//! (the cache cannot evict or invalidate a pinned folio). The guard borrows the file handle;
+//! `into_owned()` turns it into one that may outlive the handle. Here we scan a file page by page
 //! for a byte without copying anything out of the cache.
 
 use std::io::Write;
@@ -35,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let folio = file.get_folio(index)?; // pinned: a reference, no copy
         if let Some(i) = folio.iter().position(|&b| b == b'!') {
             found = Some(folio.offset() + i as u64);
-            // The guard keeps the bytes alive even after the file handle is gone.
+            // The guard borrows `file`; `folio.into_owned()` would give one that outlives it.
             println!(
                 "page {index}: first byte {:?}, {} bytes, refcount {} while pinned",
                 folio[0] as char,

@@ -82,6 +82,8 @@ pub mod space;
 pub mod sync;
 
 #[cfg(not(loom))]
-pub use cache::{CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, PinnedFolio};
+pub use cache::{
+    CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, OwnedFolio, PinnedFolio,
+};
 pub use readahead::InsertMode;
 pub use refcount::RefStrategy;

@@ -420,6 +420,11 @@ fn pinned_folios_give_bytes_without_a_copy_and_hold_the_budget() {
     file.invalidate(0..u64::MAX).unwrap();
     let last = file.get_folio(10).unwrap();
     assert_eq!(&last[..], &data[10 * 4096..]);
+    let refs = last.ref_count();
+    // An owned guard keeps the same single folio reference (plus one on the file).
+    let last = last.into_owned();
+    assert_eq!(last.ref_count(), refs);
+    assert_eq!(last.offset(), 10 * 4096);
     assert!(matches!(
         file.get_folio(11),
         Err(CacheError::InvalidArgument { .. })

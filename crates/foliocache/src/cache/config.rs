@@ -45,6 +45,10 @@ pub struct Config {
     /// below the low watermark, it reclaims up to the high one so that allocations rarely
     /// stall. Default false: reclaim happens only in allocating threads (direct reclaim).
     pub background_reclaim: bool,
+    /// Back the folio data and headers with transparent huge pages, as the kernel's direct
+    /// map is (fewer TLB misses on random reads). Default true; ignored where the kernel has
+    /// no huge pages to give.
+    pub huge_pages: bool,
 }
 
 impl Config {
@@ -61,6 +65,7 @@ impl Config {
             panic_on_bad_page: cfg!(debug_assertions),
             lru: LruConfig::default(),
             background_reclaim: false,
+            huge_pages: true,
         }
     }
 
@@ -107,6 +112,12 @@ impl Config {
     /// Turns the background reclaimer (kswapd analog) on or off.
     pub fn background_reclaim(mut self, on: bool) -> Config {
         self.background_reclaim = on;
+        self
+    }
+
+    /// Turns transparent huge pages for the cache's memory on or off.
+    pub fn huge_pages(mut self, on: bool) -> Config {
+        self.huge_pages = on;
         self
     }
 

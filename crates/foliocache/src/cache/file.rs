@@ -348,7 +348,38 @@ impl CachedFile {
     ///
     /// The folio cannot be freed or invalidated away while the guard lives (invalidation
     /// skips pinned folios). `index` must be a page of the file.
-    pub fn get_folio(&self, index: u64) -> Result<PinnedFolio, CacheError> {
+    ///
+    /// The guard borrows this handle, as a kernel folio reference lives under its caller's
+    /// file reference: a hit writes nothing shared but the folio's refcount (lock-free
+    /// file-table lookup, index lookup and speculative reference in one RCU section). For a
+    /// guard that outlives the handle, or moves into a `'static` task, use
+    /// [`PinnedFolio::into_owned`].
+    pub fn get_folio(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        let fast = self
+            .cache
+            .table
+            .read(self.id, |m, section| {
+                if index >= m.nr_pages() {
+                    return None;
+                }
+                let folio = m.pages.lookup_in(index, section)?;
+                // Readahead marks and folios under I/O take the full path.
+                if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
+                    return None;
+                }
+                m.cache.counters.inc(Event::Hit);
+                // `FGP_ACCESSED`.
+                m.cache.mark_accessed(&folio);
+                let valid = valid_bytes(m, &folio);
+                Some((std::ptr::NonNull::from(folio.into_raw()), valid))
+            })
+            .expect("an open handle is in the file table");
+        if let Some((folio, valid)) = fast {
+            return Ok(PinnedFolio {
+                file: self,
+                pin: Pin { folio, valid },
+            });
+        }
         let m = self.mapping();
         if index >= m.nr_pages() {
             return Err(CacheError::InvalidArgument {
@@ -360,14 +391,14 @@ impl CachedFile {
             });
         }
         let folio = self.get_page(&m, index, 1)?;
-        // `FGP_ACCESSED`.
         m.cache.mark_accessed(&folio);
+        let valid = valid_bytes(&m, &folio);
         let folio = std::ptr::NonNull::from(folio.into_raw());
-        // The guard takes this call's mapping reference over: no second clone, so a pinned
-        // read writes the mapping's shared count twice (here and at drop), not four times.
-        // SAFETY: the folio lives in the arena that `m` keeps alive wherever `m` is moved, and
-        // `into_raw` leaked the reference the guard now owns.
-        Ok(PinnedFolio::new(m, unsafe { folio.as_ref() }))
+        // `m` may go now: this handle keeps the mapping (and the arena) alive for the guard.
+        Ok(PinnedFolio {
+            file: self,
+            pin: Pin { folio, valid },
+        })
     }
 
     /// `readahead(2)` / `force_page_cache_ra`: reads the pages of the byte range `range` into
@@ -574,42 +605,114 @@ fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
     Ok(())
 }
 
-/// A pinned folio of a cached file: its bytes, without a copy (`folio_get` + `kmap`).
-///
-/// Holds a reference on the folio (put on drop) and on the file's mapping, so the bytes stay
-/// valid and unchanged however long the guard lives; the cache cannot evict or invalidate a
-/// pinned folio. Holding many guards uses up the memory budget: once reclaim has evicted
-/// every unpinned folio, reads fail with [`CacheError::OutOfMemory`] instead of waiting.
-pub struct PinnedFolio {
-    mapping: Arc<Mapping>,
+/// The file bytes `folio` holds (the part past EOF excluded).
+fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
+    let start = folio.index() << PAGE_SHIFT;
+    (m.size.saturating_sub(start)).min(folio.size() as u64) as usize
+}
+
+/// What both folio guards hold: one counted reference on an uptodate folio, and how many of
+/// its bytes are the file's.
+struct Pin {
     folio: std::ptr::NonNull<crate::folio::Folio>,
+    valid: usize,
+}
+
+impl Pin {
+    /// # Safety
+    /// `arena` is the arena of the folio, alive for `'a`.
+    unsafe fn folio<'a>(&self, _arena: &'a crate::folio::Arena) -> &'a crate::folio::Folio {
+        // SAFETY: headers live as long as their arena (per the caller), and our reference
+        // keeps this one allocated to its file.
+        unsafe { self.folio.as_ref() }
+    }
+
+    /// # Safety
+    /// As [`Pin::folio`].
+    unsafe fn bytes<'a>(&self, arena: &'a crate::folio::Arena) -> &'a [u8] {
+        // SAFETY: forwarded; we own one reference, given back by `release` only.
+        let folio = unsafe { self.folio(arena) };
+        // SAFETY: as above; the temporary handle is never dropped (no put).
+        let r = std::mem::ManuallyDrop::new(unsafe { FolioRef::from_raw(arena, folio) });
+        let data = r.data().expect("pinned folios are uptodate");
+        // SAFETY: `data` points into the arena's frames, which live as long as the arena;
+        // the bytes are immutable while our reference exists, and the caller ties the borrow
+        // to the guard holding it.
+        let data: &[u8] = unsafe { std::slice::from_raw_parts(data.as_ptr(), data.len()) };
+        &data[..self.valid]
+    }
+
+    /// # Safety
+    /// As [`Pin::folio`]; called once, from the guard's drop.
+    unsafe fn release(&self, arena: &crate::folio::Arena) {
+        // SAFETY: we own exactly one reference on this folio, put here once.
+        drop(unsafe { FolioRef::from_raw(arena, self.folio(arena)) });
+    }
+}
+
+/// A pinned folio of a cached file, borrowed from its handle: its bytes, without a copy
+/// (`filemap_get_folio` + `kmap_local_folio`), from [`CachedFile::get_folio`].
+///
+/// Holds a reference on the folio (put on drop), so the bytes stay valid and unchanged
+/// however long the guard lives; the cache cannot evict or invalidate a pinned folio.
+/// Holding many guards uses up the memory budget: once reclaim has evicted every unpinned
+/// folio, reads fail with [`CacheError::OutOfMemory`] instead of waiting.
+///
+/// Dereferences to the file's bytes in the folio (`&guard[..]`). The guard cannot outlive
+/// the handle it came from:
+///
+/// ```compile_fail
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("data");
+/// # std::fs::write(&path, vec![7u8; 8192])?;
+/// let cache = foliocache::FolioCache::new(foliocache::Config::new(1 << 20))?;
+/// let page = {
+///     let file = cache.open(&path)?;
+///     let page = file.get_folio(0)?;
+///     page                              // error: `file` does not live long enough
+/// };
+/// # Ok(()) }
+/// ```
+///
+/// but its owned form can, and may move to another thread:
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("data");
+/// # std::fs::write(&path, vec![7u8; 8192])?;
+/// let cache = foliocache::FolioCache::new(foliocache::Config::new(1 << 20))?;
+/// let page = {
+///     let file = cache.open(&path)?;
+///     let owned = file.get_folio(1)?.into_owned();
+///     owned                             // `file` closes here; the page stays
+/// };
+/// let sum = std::thread::spawn(move || page.iter().map(|&b| b as u64).sum::<u64>()).join();
+/// assert_eq!(sum.unwrap(), 7 * 4096);
+/// # Ok(()) }
+/// ```
+pub struct PinnedFolio<'f> {
+    file: &'f CachedFile,
+    pin: Pin,
 }
 
 // SAFETY: the guard owns a counted reference, which may be used and dropped from any thread
-// (folio headers are shared, atomically accessed state); the bytes it exposes are immutable.
-unsafe impl Send for PinnedFolio {}
+// (folio headers are shared, atomically accessed state); the bytes it exposes are immutable;
+// `CachedFile` is `Sync`.
+unsafe impl Send for PinnedFolio<'_> {}
 // SAFETY: as above; `&PinnedFolio` only reads immutable bytes and atomic header fields.
-unsafe impl Sync for PinnedFolio {}
+unsafe impl Sync for PinnedFolio<'_> {}
 
-impl PinnedFolio {
-    /// Takes over one reference on `folio` (leaked from a `FolioRef` of `mapping`'s arena).
-    fn new(mapping: Arc<Mapping>, folio: &crate::folio::Folio) -> PinnedFolio {
-        PinnedFolio {
-            mapping,
-            folio: std::ptr::NonNull::from(folio),
-        }
-    }
-
-    fn folio(&self) -> &crate::folio::Folio {
-        // SAFETY: the header lives in the arena of `self.mapping.cache`, which outlives this
-        // guard (we hold the mapping, which holds the cache), and our reference keeps it
-        // allocated to this file.
-        unsafe { self.folio.as_ref() }
+impl<'f> PinnedFolio<'f> {
+    fn arena(&self) -> &'f crate::folio::Arena {
+        &self.file.cache.arena
     }
 
     /// The first page index the folio covers.
     pub fn index(&self) -> u64 {
-        self.folio().index()
+        // SAFETY: the handle keeps the cache, hence the arena, alive for `'f`.
+        unsafe { self.pin.folio(self.arena()) }.index()
     }
 
     /// The byte offset in the file of the folio's first byte.
@@ -619,27 +722,33 @@ impl PinnedFolio {
 
     /// The file bytes the folio holds (the part past EOF excluded).
     pub fn bytes(&self) -> &[u8] {
-        let folio = self.folio();
-        // SAFETY: we own one reference (taken by `get_page`), given back in `drop`.
-        let r = std::mem::ManuallyDrop::new(unsafe {
-            FolioRef::from_raw(&self.mapping.cache.arena, folio)
-        });
-        let data = r.data().expect("pinned folios are uptodate");
-        // SAFETY: `data` points into the arena's frames, which live as long as the cache
-        // (kept alive by `self.mapping`); the bytes are immutable while our reference exists,
-        // and the returned borrow is tied to `&self`, which holds it.
-        let data: &[u8] = unsafe { std::slice::from_raw_parts(data.as_ptr(), data.len()) };
-        let valid = (self.mapping.size - self.offset()).min(data.len() as u64) as usize;
-        &data[..valid]
+        // SAFETY: as in `index`; the borrow is tied to `&self`, which holds the reference.
+        unsafe { self.pin.bytes(self.arena()) }
     }
 
     /// The folio's reference count right now (this guard's included): a diagnostic.
     pub fn ref_count(&self) -> u32 {
-        self.folio().ref_count(self.mapping.cache.arena.strategy())
+        let arena = self.arena();
+        // SAFETY: as in `index`.
+        unsafe { self.pin.folio(arena) }.ref_count(arena.strategy())
+    }
+
+    /// A guard that owns its file instead of borrowing the handle: it may outlive the handle
+    /// (and every other handle of the file) and move into `'static` tasks. Costs one shared
+    /// reference on the file's state, taken here and put when the owned guard drops.
+    pub fn into_owned(self) -> OwnedFolio {
+        let this = std::mem::ManuallyDrop::new(self);
+        OwnedFolio {
+            mapping: this.file.mapping(),
+            pin: Pin {
+                folio: this.pin.folio,
+                valid: this.pin.valid,
+            },
+        }
     }
 }
 
-impl std::ops::Deref for PinnedFolio {
+impl std::ops::Deref for PinnedFolio<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
@@ -647,9 +756,76 @@ impl std::ops::Deref for PinnedFolio {
     }
 }
 
-impl std::fmt::Debug for PinnedFolio {
+impl std::fmt::Debug for PinnedFolio<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PinnedFolio")
+            .field("path", &self.file.path())
+            .field("index", &self.index())
+            .field("len", &self.bytes().len())
+            .finish()
+    }
+}
+
+impl Drop for PinnedFolio<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the arena is alive (the handle is borrowed); dropped once.
+        unsafe { self.pin.release(self.arena()) }
+    }
+}
+
+/// A pinned folio that owns a reference on its file ([`PinnedFolio::into_owned`]): valid
+/// after every handle of the file is closed; the folio is freed when the guard drops.
+pub struct OwnedFolio {
+    mapping: Arc<Mapping>,
+    pin: Pin,
+}
+
+// SAFETY: as for `PinnedFolio`; the mapping is shared state behind an `Arc`.
+unsafe impl Send for OwnedFolio {}
+// SAFETY: as above.
+unsafe impl Sync for OwnedFolio {}
+
+impl OwnedFolio {
+    fn arena(&self) -> &crate::folio::Arena {
+        &self.mapping.cache.arena
+    }
+
+    /// The first page index the folio covers.
+    pub fn index(&self) -> u64 {
+        // SAFETY: `self.mapping` holds the cache, hence the arena.
+        unsafe { self.pin.folio(self.arena()) }.index()
+    }
+
+    /// The byte offset in the file of the folio's first byte.
+    pub fn offset(&self) -> u64 {
+        self.index() << PAGE_SHIFT
+    }
+
+    /// The file bytes the folio holds (the part past EOF excluded).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: as in `index`; the borrow is tied to `&self`.
+        unsafe { self.pin.bytes(self.arena()) }
+    }
+
+    /// The folio's reference count right now (this guard's included): a diagnostic.
+    pub fn ref_count(&self) -> u32 {
+        let arena = self.arena();
+        // SAFETY: as in `index`.
+        unsafe { self.pin.folio(arena) }.ref_count(arena.strategy())
+    }
+}
+
+impl std::ops::Deref for OwnedFolio {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl std::fmt::Debug for OwnedFolio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedFolio")
             .field("path", &self.mapping.path)
             .field("index", &self.index())
             .field("len", &self.bytes().len())
@@ -657,10 +833,9 @@ impl std::fmt::Debug for PinnedFolio {
     }
 }
 
-impl Drop for PinnedFolio {
+impl Drop for OwnedFolio {
     fn drop(&mut self) {
-        // SAFETY: we own exactly one reference on this folio (from `get_page`), dropped here
-        // once; the arena is alive (we hold the mapping).
-        drop(unsafe { FolioRef::from_raw(&self.mapping.cache.arena, self.folio()) });
+        // SAFETY: the arena is alive (we hold the mapping); dropped once.
+        unsafe { self.pin.release(self.arena()) }
     }
 }

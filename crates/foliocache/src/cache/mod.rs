@@ -73,7 +73,7 @@ use std::path::{Path, PathBuf};
 
 pub use config::{Config, ConfigError, MAX_RA_PAGES};
 pub use error::CacheError;
-pub use file::{CachedFile, PinnedFolio};
+pub use file::{CachedFile, OwnedFolio, PinnedFolio};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 
@@ -237,6 +237,7 @@ impl FolioCache {
         config.validate()?;
         let mut ac = ArenaConfig::new(config.budget_bytes, config.strategy);
         ac.panic_on_bad_page = config.panic_on_bad_page;
+        ac.huge_pages = config.huge_pages;
         let arena = Arc::new(Arena::new(ac)?);
         let lru = Lru::new(&arena, config.lru);
         let kswapd = config.background_reclaim.then(|| {

@@ -386,17 +386,23 @@ impl Index {
         // SAFETY: nodes reachable from the root are freed only after a grace period or under
         // the lock, and the caller is in a read section or holds the lock.
         let mut n = unsafe { &*node };
-        if (index as u128) >= span(n.shift()) {
+        // Only the root's shift is loaded: a child's is always its parent's minus
+        // CHUNK_SHIFT (`validate` checks it) and never changes once published, so the walk
+        // touches one cache line per level, the slot's, not also the node's header.
+        let mut shift = n.shift();
+        if (index as u128) >= span(shift) {
             return None;
         }
         loop {
-            let own = n.offset_of(index);
+            let own = ((index >> shift) & node::MASK) as usize;
+            debug_assert_eq!(own, n.offset_of(index));
             let (off, w) = Self::resolve(n, own);
             match Entry::decode(w) {
                 Entry::Node(child) => {
                     node = child;
                     // SAFETY: as above; a child is published with Release before use.
                     n = unsafe { &*node };
+                    shift -= CHUNK_SHIFT;
                 }
                 Entry::Folio(_) => return Some((node, own, off, w)),
                 _ => return None,

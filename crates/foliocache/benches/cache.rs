@@ -1,0 +1,79 @@
+//! Cost of one cache hit, one thread: a 4 KiB block read at a random block of a 64 MiB file
+//! that is wholly cached (the budget holds it), the way a storage engine's block cache hits.
+//! Variants: `read_at` (lookup + copy into the caller's buffer), `get_folio` (lookup + pinned
+//! guard, first and last word read, no copy) and, for scale, the kernel's `pread` of the same
+//! block (its page cache holds the file too). Random blocks, so the index nodes, folio
+//! headers and data come from the last-level cache or memory, as in the `peers` lab scenario.
+
+use std::hint::black_box;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use foliocache::{Config, FolioCache};
+use rand::{Rng, SeedableRng};
+
+const BLOCK: usize = 4096;
+const FILE_BLOCKS: usize = 16384;
+
+fn hits(c: &mut Criterion) {
+    let mut file = tempfile::NamedTempFile::new().expect("temporary file");
+    let chunk: Vec<u8> = (0..BLOCK).map(|i| i as u8).collect();
+    for _ in 0..FILE_BLOCKS {
+        file.write_all(&chunk).unwrap();
+    }
+    file.flush().unwrap();
+    let cache = FolioCache::new(Config::new((FILE_BLOCKS + 1024) * BLOCK).readahead_pages(0))
+        .expect("cache");
+    let f = cache.open(file.path()).expect("open");
+    #[repr(C, align(4096))]
+    struct Page([u8; BLOCK]);
+    let mut page = Box::new(Page([0; BLOCK]));
+    let buf = &mut page.0;
+    for b in 0..FILE_BLOCKS {
+        f.read_exact_at(buf, (b * BLOCK) as u64).unwrap();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let trace: Vec<u64> = (0..1 << 16)
+        .map(|_| rng.random_range(0..FILE_BLOCKS as u64))
+        .collect();
+    let mut g = c.benchmark_group(format!(
+        "cache/hit/threads=1/block=4KiB/file={}MiB",
+        (FILE_BLOCKS * BLOCK) >> 20
+    ));
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
+    let mut i = 0usize;
+    g.bench_function("read_at", |b| {
+        b.iter(|| {
+            i = (i + 1) & (trace.len() - 1);
+            let n = f.read_at(buf, trace[i] * BLOCK as u64).unwrap();
+            black_box(&buf[..n]);
+        })
+    });
+    g.bench_function("get_folio", |b| {
+        b.iter(|| {
+            i = (i + 1) & (trace.len() - 1);
+            let p = f.get_folio(trace[i]).unwrap();
+            black_box((p[0], p[BLOCK - 1]));
+        })
+    });
+    let raw = std::fs::File::open(file.path()).unwrap();
+    g.bench_function("kernel-pread", |b| {
+        b.iter(|| {
+            i = (i + 1) & (trace.len() - 1);
+            let n = raw.read_at(buf, trace[i] * BLOCK as u64).unwrap();
+            black_box(&buf[..n]);
+        })
+    });
+    g.finish();
+    assert_eq!(
+        cache.stats().misses,
+        FILE_BLOCKS as u64,
+        "the measured reads all hit"
+    );
+}
+
+criterion_group!(benches, hits);
+criterion_main!(benches);
