@@ -524,7 +524,11 @@ impl CachedFile {
         req_count: usize,
     ) -> Result<Option<FolioRef<'m>>, CacheError> {
         let c = &m.cache;
-        let req = {
+        // `page_cache_sync_ra` with readahead off reads just the missing page: no need to
+        // take the stream's lock (the window size never changes after open).
+        let req = if c.config.ra_pages == 0 {
+            None
+        } else {
             let prev_pos = self.prev_pos.load(Ordering::Relaxed);
             let probe = readahead::IndexProbe(&m.pages);
             self.ra.lock().sync_ra(index, req_count, prev_pos, &probe)
