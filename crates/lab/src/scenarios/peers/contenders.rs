@@ -363,14 +363,20 @@ pub struct Foliocache {
 
 impl Foliocache {
     /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
-    /// (`get_folio`, `pinned`), with a readahead window of `ra_pages` (0: off).
+    /// (`get_folio`, `pinned`), with a readahead window of `ra_pages` (0: off) and workingset
+    /// detection on or off (the cache's default: on).
     pub fn new(
         path: &std::path::Path,
         budget_bytes: usize,
         ra_pages: usize,
+        workingset: bool,
         pinned: bool,
     ) -> Result<Foliocache, CacheError> {
-        let cache = FolioCache::new(Config::new(budget_bytes).readahead_pages(ra_pages))?;
+        let cache = FolioCache::new(
+            Config::new(budget_bytes)
+                .readahead_pages(ra_pages)
+                .workingset(workingset),
+        )?;
         let file = cache.open(path)?;
         Ok(Foliocache {
             cache,

@@ -14,7 +14,8 @@
 //! `foliocache-pinned` (zero-copy through a pinned folio; both with readahead off unless
 //! `--ra-pages` says otherwise, as a storage engine configures random block reads: the
 //! kernel's context readahead would otherwise read neighbours of cached blocks into a tight
-//! budget), `quick_cache` and `moka` (current
+//! budget; workingset detection on, the cache's default, unless `--no-workingset`),
+//! `quick_cache` and `moka` (current
 //! crates.io releases holding `Arc<[u8]>` blocks, filled by `pread` on a miss), and the
 //! kernel's page cache through `pread` (`kernel-pread`) and a shared mapping (`mmap`). The two
 //! kernel contenders' budget is **the whole machine's memory**: the file sits in the kernel's
@@ -42,7 +43,7 @@
 //! | variants | `foliocache`, `foliocache-pinned`, `quick_cache`, `moka`, `kernel-pread`, `mmap` |
 //! | metrics | `ops_per_sec` (block reads per second, all threads), `ops_per_cpu_sec` (block reads per CPU-second the workers used: the throughput a machine with no other load would give spinning workers; it flatters a contender whose workers sleep on locks), `hit_ratio` (0 to 1), `p50_latency_ns`, `p99_latency_ns`, `rss_growth_bytes` (peak RSS added by the contender) |
 //! | row fields | `mix`: `zipf`, `uniform` or `scan` |
-//! | stats | `foliocache` and `foliocache-pinned`: the cache's `/proc/vmstat` lines (`FolioCache::vmstat`: read path and LRU) after their last measurement |
+//! | stats | `foliocache` and `foliocache-pinned`: the cache's `/proc/vmstat` lines (`FolioCache::vmstat`: read path, LRU, `workingset_*`) after their last measurement |
 //! | comparisons | candidates `foliocache` and `foliocache-pinned` against each of `quick_cache`, `moka`, `kernel-pread`, `mmap` as baseline, metric `ops_per_sec`, per thread count and mix |
 //! | checks | `correct_bytes` (reads whose bytes were wrong, must be 0), `sampled_reads_verified` (full-block checks made, must be above 0), `read_errors` (reads that failed, must be 0) |
 //!
@@ -121,6 +122,10 @@ pub struct Args {
     /// `POSIX_FADV_RANDOM`); 32 is the cache's own default.
     #[arg(long, default_value_t = 0)]
     pub ra_pages: usize,
+    /// Run the foliocache contenders without workingset detection (`Config::workingset(false)`:
+    /// no shadow entries, no refault activation), to measure what it does to the hit ratio.
+    #[arg(long)]
+    pub no_workingset: bool,
 }
 
 impl Default for Args {
@@ -135,6 +140,7 @@ impl Default for Args {
             contenders: Vec::new(),
             warmup: None,
             ra_pages: 0,
+            no_workingset: false,
         }
     }
 }
@@ -155,6 +161,7 @@ struct Setup {
     budget_blocks: usize,
     content: Arc<Content>,
     ra_pages: usize,
+    workingset: bool,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -232,6 +239,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "budget_fraction": args.budget_fraction,
             "warmup_ms": warmup.as_millis() as u64,
             "foliocache_ra_pages": setup.ra_pages,
+            "foliocache_workingset": setup.workingset,
             "trace_len": trace_len,
             "machine_budget": "kernel-pread and mmap use the kernel page cache: their budget is the machine's memory",
             "latency_sampling": format!("1 read in {LATENCY_EVERY}"),
@@ -431,6 +439,7 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
         budget_blocks,
         content: Arc::new(content),
         ra_pages: args.ra_pages,
+        workingset: !args.no_workingset,
         _dir: dir,
     })
 }
@@ -498,6 +507,7 @@ fn measure(
                 &setup.path,
                 setup.budget_blocks * BLOCK,
                 setup.ra_pages,
+                setup.workingset,
                 kind == Kind::FoliocachePinned,
             )
             .map_err(|e| crate::lab_err!("foliocache: {e}"))?;
