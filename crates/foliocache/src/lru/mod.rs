@@ -57,9 +57,9 @@
 //! | flag | set by | cleared by |
 //! |---|---|---|
 //! | `PG_lru` | the drain / putback, under the lock, after linking | an isolator holding a reference (`test_and_clear`), or the final put under the lock |
-//! | `PG_active` | activation under the lock; [`Lru::mark_accessed`] on a batched folio; add-as-active | deactivation under the lock; the filter before a free; the final put |
+//! | `PG_active` | activation under the lock; [`Lru::mark_accessed`] on a batched folio; add-as-active; [`Lru::workingset_refault`] before the folio is queued | deactivation under the lock; the filter before a free; the final put |
 //! | `PG_referenced` | [`Lru::mark_accessed`] (first access) | promotion to active; reclaim's second chance |
-//! | `PG_workingset` | deactivation (the folio was active once) | the arena's free path |
+//! | `PG_workingset` | deactivation (the folio was active once); a refault whose shadow carries it | the arena's free path (reclaim packs it into the shadow first) |
 //! | `PG_unevictable` | the drain, for an `PG_mlocked` folio | the final put; munlock rescue |
 //!
 //! # Invariants

@@ -270,7 +270,7 @@ impl Lru {
     }
 
     /// Sets the eviction clock (tests of wraparound).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn set_nonresident_age(&self, age: u64) {
         self.workingset
             .nonresident_age
