@@ -16,8 +16,8 @@
 //! The kernel's `shrink_folio_list` takes each folio's `i_pages` lock separately in
 //! `__remove_mapping`; the cache's [`Evict::evict_batch`] removes a step's folios of one file
 //! under one index-lock hold instead, the way truncation's `delete_from_page_cache_batch`
-//! does, and resolves each file once per step. On the `peers` lab's uniform mix (a miss per
-//! 4 in 3 reads) that took 2-thread zero-copy reads from 477 k/s to 522 k/s and the p99 from
+//! does, and resolves each file once per step. On the `peers` lab's uniform mix (three misses
+//! in four reads) that took 2-thread zero-copy reads from 477 k/s to 522 k/s and the p99 from
 //! 23 us to 19 us (medians of 3 interleaved runs of the two builds).
 //!
 //! Kept folios go back under a second lock hold (`move_folios_to_lru`), where a put that
