@@ -607,4 +607,47 @@ impl Evict for CacheInner {
         drop(m);
         r
     }
+
+    /// The batch form: the files of the batch are looked up under one hold of the
+    /// live-mapping table, and each file's folios leave its index under one index-lock hold
+    /// ([`Index::evict_batch_with_shadow`]).
+    fn evict_batch<'a>(&self, folios: Vec<FolioLocked<'a>>, kept: &mut Vec<FolioRef<'a>>) -> u64 {
+        // Group by file, keeping reclaim's order within each (a batch is at most
+        // SWAP_CLUSTER_MAX folios, usually of a handful of files).
+        let mut groups: Vec<(u64, Vec<FolioLocked<'a>>)> = Vec::new();
+        for folio in folios {
+            let id = folio.mapping();
+            match groups.iter_mut().find(|(g, _)| *g == id) {
+                Some((_, v)) => v.push(folio),
+                None => groups.push((id, vec![folio])),
+            }
+        }
+        let mappings: Vec<Option<Arc<Mapping>>> = {
+            let live = self.live.lock();
+            groups
+                .iter()
+                .map(|(id, _)| live.get(id).and_then(|w| w.upgrade()))
+                .collect()
+        };
+        let mut freed = 0;
+        let mut not_evicted = Vec::new();
+        for ((_, group), m) in groups.into_iter().zip(&mappings) {
+            match m {
+                Some(m) => {
+                    freed += m.pages.evict_batch_with_shadow(
+                        group,
+                        |f| self.lru.workingset_eviction(f),
+                        &mut not_evicted,
+                    );
+                }
+                // The file is going away; its truncation frees these folios.
+                None => not_evicted.extend(group),
+            }
+            kept.extend(not_evicted.drain(..).map(FolioLocked::unlock));
+        }
+        // Every folio is unlocked or freed: now a mapping reference may be the last one (its
+        // drop truncates the file, taking every folio lock).
+        drop(mappings);
+        freed
+    }
 }

@@ -1074,6 +1074,56 @@ impl Index {
             .map(FrozenFolio::free)
     }
 
+    /// [`Index::evict_with_shadow`] for a batch of reclaim's folios of this index, under one
+    /// lock hold (as truncation's `delete_from_page_cache_batch` deletes a batch): each is
+    /// frozen at the cache's references plus the caller's, gets its shadow, and leaves the
+    /// tree; then, without the lock, the frozen ones are freed together. The folios that could
+    /// not be evicted (someone else holds them, or they left this index) are pushed on
+    /// `kept`, still locked. Returns the pages freed.
+    ///
+    /// One index-lock acquisition per batch instead of one per folio: reclaim's share of a
+    /// block-cache miss shrinks by what 31 lock round trips cost, and concurrent readers
+    /// inserting into the same file contend 32 times less.
+    pub fn evict_batch_with_shadow<'a>(
+        &self,
+        folios: Vec<FolioLocked<'a>>,
+        mut workingset_eviction: impl FnMut(&Folio) -> Option<Shadow>,
+        kept: &mut Vec<FolioLocked<'a>>,
+    ) -> u64 {
+        let mut frozen = Vec::with_capacity(folios.len());
+        let mut pages = 0;
+        {
+            let mut g = self.lock(Vec::new());
+            for folio in folios {
+                if folio.mapping() != self.id
+                    || !std::ptr::eq(folio.arena(), &*self.arena)
+                    || self.slot_of(folio.index(), folio.pfn()).is_none()
+                {
+                    kept.push(folio);
+                    continue;
+                }
+                let nr = folio.nr_pages() as u32;
+                // SAFETY: as in `evict_frozen`: the cache's `nr` references, owned by this
+                // index and removed under its lock right below, plus the caller's one.
+                match unsafe { folio.freeze(nr + 1) } {
+                    Ok(f) => {
+                        let shadow = workingset_eviction(&f);
+                        let removed = self.remove_locked(&mut g, &f, shadow);
+                        debug_assert!(removed);
+                        pages += u64::from(nr);
+                        frozen.push(f);
+                    }
+                    Err(folio) => kept.push(folio),
+                }
+            }
+        }
+        if let Some(first) = frozen.first() {
+            let arena = first.arena();
+            arena.free_frozen_batch(frozen);
+        }
+        pages
+    }
+
     /// The shadow-storing eviction with a deliberately wrong order, for the loom model that
     /// must catch it: the shadow is published *before* the freeze is tried, and put back if
     /// the freeze fails. A lookup in between misses a folio that stays cached. Never use it

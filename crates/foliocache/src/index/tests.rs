@@ -545,3 +545,56 @@ fn dropping_an_index_gives_back_its_shadow_nodes() {
     assert_eq!(shared.nodes(), 0);
     assert_eq!(arena.validate().unwrap().allocated_pages, 0);
 }
+
+#[test]
+fn a_batch_eviction_frees_what_it_can_under_one_lock_hold() {
+    for s in RefStrategy::ALL {
+        let (arena, idx) = setup(64, s);
+        let other = Index::new(arena.clone());
+        let mut batch = Vec::new();
+        for i in 0..6u64 {
+            let f = locked(&arena, if i == 3 { 2 } else { 0 });
+            idx.add_folio(&f, i * 8).unwrap();
+            batch.push(f);
+        }
+        // Pinned by a reader: must stay, locked, and keep its slot.
+        let pin = idx.lookup(8).unwrap();
+        // Of another file: must be left alone.
+        let stranger = locked(&arena, 0);
+        other.add_folio(&stranger, 0).unwrap();
+        batch.push(stranger);
+        let before = idx.stats().lock_acquisitions;
+        let mut kept = Vec::new();
+        let mut shadows = 0;
+        let freed = idx.evict_batch_with_shadow(
+            batch,
+            |f| {
+                shadows += 1;
+                assert!(f.is_frozen(s));
+                Some(shadow(f.index() + 1))
+            },
+            &mut kept,
+        );
+        assert_eq!(idx.stats().lock_acquisitions - before, 1, "one lock hold");
+        assert_eq!(freed, 4 + 4, "four order-0 folios and one order-2");
+        assert_eq!(shadows, 5);
+        let mut kept_at: Vec<_> = kept.iter().map(|f| (f.mapping(), f.index())).collect();
+        kept_at.sort();
+        let mut want = vec![(idx.mapping_id(), 8), (other.mapping_id(), 0)];
+        want.sort();
+        assert_eq!(kept_at, want);
+        assert!(kept.iter().all(|f| f.is_locked()));
+        assert_eq!(idx.lookup(8).unwrap().pfn(), pin.pfn());
+        let st = idx.validate().unwrap();
+        // The order-2 folio's shadow fills its four slots.
+        assert_eq!((st.nr_folios, st.nr_shadows), (1, 4 + 4));
+        for i in [0u64, 2, 3, 4, 5] {
+            assert!(idx.lookup(i * 8).is_none());
+        }
+        drop(kept);
+        drop(pin);
+        idx.truncate(0, u64::MAX);
+        other.truncate(0, u64::MAX);
+        assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+    }
+}
