@@ -67,7 +67,9 @@
 //! folio locked, [`Index::evict`] freezes the count at exactly `nr_pages + 1` (the cache's
 //! references plus the caller's isolating one). Freeze and `try_get` are RMWs on the same
 //! word, so either the getter came first (the freeze fails: the folio is in use and stays) or
-//! the freeze did (the getter fails, retries, and finds the slot cleared). A folio pinned by a
+//! the freeze did (the getter fails, retries, and finds the slot cleared, or holding the
+//! folio's shadow: [`Index::evict_with_shadow`], reclaim's eviction, stores the value entry
+//! only once the freeze has succeeded; see `index/shadow.rs`). A folio pinned by a
 //! reader is never freed under it: [`Index::invalidate`] reports it busy and leaves it;
 //! [`Index::truncate`] detaches it (removes it from the index, drops the cache's references)
 //! and the reader's final put frees it later.
