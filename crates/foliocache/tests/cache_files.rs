@@ -490,7 +490,12 @@ fn invalid_arguments_and_configs_are_rejected_clearly() {
 #[test]
 fn an_unaligned_miss_marks_its_folio_accessed() {
     for at in [0u64, 100] {
-        let c = FolioCache::new(Config::new(1 << 20).readahead_pages(0)).unwrap();
+        // The kernel's policy: the filling read is the first access.
+        let lru = foliocache::lru::LruConfig {
+            reference_on_fill: true,
+            ..Default::default()
+        };
+        let c = FolioCache::new(Config::new(1 << 20).readahead_pages(0).lru(lru)).unwrap();
         let file = c
             .open_backing("mem", MemBacking(vec![3; 8 * PAGE as usize]))
             .unwrap();
@@ -504,4 +509,36 @@ fn an_unaligned_miss_marks_its_folio_accessed() {
         let active = c.lru_stats().pages[foliocache::lru::LruList::Active as usize];
         assert_eq!(active, 4, "read twice at +{at}: promoted");
     }
+}
+
+/// The default admission: the read that fills a folio does not count as an access, so a
+/// block read once and hit once stays inactive (referenced), and a second hit promotes it;
+/// pinned reads and copies alike.
+#[test]
+fn a_filled_folio_needs_two_hits_to_be_promoted_by_default() {
+    use foliocache::lru::LruList;
+    let c = FolioCache::new(Config::new(1 << 20).readahead_pages(0)).unwrap();
+    let file = c
+        .open_backing("mem", MemBacking(vec![3; 8 * PAGE as usize]))
+        .unwrap();
+    let mut buf = [0u8; 8];
+    let active = |c: &FolioCache| {
+        c.lru_add_drain_all();
+        c.lru_stats().pages[LruList::Active as usize]
+    };
+    for p in 0..4 {
+        file.read_at(&mut buf, p * PAGE).unwrap(); // miss: filled, unreferenced
+    }
+    drop(file.get_folio(4).unwrap()); // a pinned miss, too
+    assert_eq!(active(&c), 0);
+    for p in 0..4 {
+        file.read_at(&mut buf, p * PAGE).unwrap(); // first hit: referenced
+    }
+    drop(file.get_folio(4).unwrap());
+    assert_eq!(active(&c), 0, "one hit after the fill: still inactive");
+    for p in 0..4 {
+        file.read_at(&mut buf, p * PAGE).unwrap(); // second hit: activated
+    }
+    drop(file.get_folio(4).unwrap());
+    assert_eq!(active(&c), 5, "two hits after the fill: promoted");
 }

@@ -394,6 +394,7 @@ fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> Lru
             add_as_active,
             batch_slots: 1,
             workingset: true,
+            reference_on_fill: false,
         },
     );
     let index = Index::new(arena.clone());

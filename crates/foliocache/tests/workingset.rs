@@ -153,8 +153,8 @@ fn a_loop_larger_than_the_inactive_list_stops_thrashing() {
     for on in [false, true] {
         let c = cache(64, on);
         let file = c.open_backing("data", MemBacking(data.clone())).unwrap();
-        // Read twice: promoted, then never used again.
-        for _ in 0..2 {
+        // Read three times (the filling read and two hits): promoted, then never used again.
+        for _ in 0..3 {
             for p in 0..stale {
                 read_page(&file, &data, p);
             }

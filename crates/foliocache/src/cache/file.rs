@@ -293,13 +293,13 @@ impl CachedFile {
         let mut pos = offset;
         while pos < end {
             let index = pos >> PAGE_SHIFT;
-            let folio = match self.get_page(m, index, (last_index - index + 1) as usize) {
+            let (folio, filled) = match self.get_page(m, index, (last_index - index + 1) as usize) {
                 Ok(f) => f,
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
             if Some(folio.index()) != last {
-                m.cache.mark_accessed(&folio);
+                m.cache.mark_accessed_after(&folio, filled);
             }
             let data = folio.data().expect("get_page returns uptodate folios");
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
@@ -390,8 +390,8 @@ impl CachedFile {
                 ),
             });
         }
-        let folio = self.get_page(&m, index, 1)?;
-        m.cache.mark_accessed(&folio);
+        let (folio, filled) = self.get_page(&m, index, 1)?;
+        m.cache.mark_accessed_after(&folio, filled);
         let valid = valid_bytes(&m, &folio);
         let folio = std::ptr::NonNull::from(folio.into_raw());
         // `m` may go now: this handle keeps the mapping (and the arena) alive for the guard.
@@ -461,14 +461,15 @@ impl CachedFile {
     }
 
     /// `filemap_get_pages` for one folio: the uptodate folio holding page `index`, for a read
-    /// of `req_count` pages starting there.
+    /// of `req_count` pages starting there, and whether this read missed it (the folio was
+    /// filled for this read, by it or by a concurrent one).
     #[inline]
     fn get_page<'m>(
         &self,
         m: &'m Mapping,
         index: u64,
         req_count: usize,
-    ) -> Result<FolioRef<'m>, CacheError> {
+    ) -> Result<(FolioRef<'m>, bool), CacheError> {
         let c = &m.cache;
         let mut missed = false;
         loop {
@@ -495,13 +496,13 @@ impl CachedFile {
                 if !missed {
                     c.counters.inc(Event::Hit);
                 }
-                return Ok(folio);
+                return Ok((folio, missed));
             }
             // Under I/O: sleep until the filler unlocks it (`folio_wait_locked`).
             c.counters.inc(Event::WaitLocked);
             folio.wait_locked();
             if folio.is_uptodate() {
-                return Ok(folio);
+                return Ok((folio, missed));
             }
             if folio.test_flag(PG_ERROR) {
                 let offset = folio.index() << PAGE_SHIFT;

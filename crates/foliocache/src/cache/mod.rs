@@ -559,6 +559,16 @@ impl CacheInner {
         freed
     }
 
+    /// `folio_mark_accessed` for a folio a read used after finding it (`filled` false) or
+    /// after missing it and having it filled (`filled` true): the fill's own access counts only
+    /// if [`LruConfig::reference_on_fill`](crate::lru::LruConfig::reference_on_fill) says so.
+    #[inline]
+    pub(crate) fn mark_accessed_after(&self, folio: &FolioRef<'_>, filled: bool) {
+        if !filled || self.config.lru.reference_on_fill {
+            self.mark_accessed(folio);
+        }
+    }
+
     /// `folio_mark_accessed` for a folio a read used.
     #[inline]
     pub(crate) fn mark_accessed(&self, folio: &FolioRef<'_>) {

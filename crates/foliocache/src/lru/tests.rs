@@ -252,6 +252,7 @@ fn naive_filter_frees_active_folios_as_bad_pages_and_ours_does_not() {
                 add_as_active: true,
                 batch_slots: 1,
                 workingset: true,
+                reference_on_fill: false,
             },
         );
         let c = Cache::new(&a);
