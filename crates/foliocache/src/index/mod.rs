@@ -477,6 +477,7 @@ impl Index {
             let Entry::Folio(pfn) = Entry::decode(w) else {
                 unreachable!("walk returns folio entries")
             };
+            self.arena.prefetch_data(pfn);
             let Some(folio) = self.arena.try_get(self.arena.folio(pfn)) else {
                 // Frozen or free: a remover holds the lock and is about to clear the slot.
                 backoff.snooze();
