@@ -655,6 +655,64 @@ impl Pin {
     }
 }
 
+/// The accessors, `Deref`, `Debug` and `Drop` of a folio guard (`PinnedFolio`, `OwnedFolio`):
+/// each type supplies `arena()` (alive as long as the guard) and `path()`.
+macro_rules! guard_methods {
+    ($guard:ty, $name:literal) => {
+        impl $guard {
+            /// The first page index the folio covers.
+            pub fn index(&self) -> u64 {
+                // SAFETY: `arena()` is the folio's arena, alive as long as the guard.
+                unsafe { self.pin.folio(self.arena()) }.index()
+            }
+
+            /// The byte offset in the file of the folio's first byte.
+            pub fn offset(&self) -> u64 {
+                self.index() << PAGE_SHIFT
+            }
+
+            /// The file bytes the folio holds (the part past EOF excluded).
+            pub fn bytes(&self) -> &[u8] {
+                // SAFETY: as in `index`; the borrow is tied to `&self`, which holds the
+                // folio reference.
+                unsafe { self.pin.bytes(self.arena()) }
+            }
+
+            /// The folio's reference count right now (this guard's included): a diagnostic.
+            pub fn ref_count(&self) -> u32 {
+                let arena = self.arena();
+                // SAFETY: as in `index`.
+                unsafe { self.pin.folio(arena) }.ref_count(arena.strategy())
+            }
+        }
+
+        impl std::ops::Deref for $guard {
+            type Target = [u8];
+
+            fn deref(&self) -> &[u8] {
+                self.bytes()
+            }
+        }
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct($name)
+                    .field("path", &self.path())
+                    .field("index", &self.index())
+                    .field("len", &self.bytes().len())
+                    .finish()
+            }
+        }
+
+        impl Drop for $guard {
+            fn drop(&mut self) {
+                // SAFETY: the arena outlives the guard; the reference is put once, here.
+                unsafe { self.pin.release(self.arena()) }
+            }
+        }
+    };
+}
+
 /// A pinned folio of a cached file, borrowed from its handle: its bytes, without a copy
 /// (`filemap_get_folio` + `kmap_local_folio`), from [`CachedFile::get_folio`].
 ///
@@ -710,32 +768,14 @@ unsafe impl Send for PinnedFolio<'_> {}
 unsafe impl Sync for PinnedFolio<'_> {}
 
 impl<'f> PinnedFolio<'f> {
+    /// The arena the folio lives in: the handle keeps the cache, hence the arena, alive for
+    /// `'f`.
     fn arena(&self) -> &'f crate::folio::Arena {
         &self.file.cache.arena
     }
 
-    /// The first page index the folio covers.
-    pub fn index(&self) -> u64 {
-        // SAFETY: the handle keeps the cache, hence the arena, alive for `'f`.
-        unsafe { self.pin.folio(self.arena()) }.index()
-    }
-
-    /// The byte offset in the file of the folio's first byte.
-    pub fn offset(&self) -> u64 {
-        self.index() << PAGE_SHIFT
-    }
-
-    /// The file bytes the folio holds (the part past EOF excluded).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: as in `index`; the borrow is tied to `&self`, which holds the reference.
-        unsafe { self.pin.bytes(self.arena()) }
-    }
-
-    /// The folio's reference count right now (this guard's included): a diagnostic.
-    pub fn ref_count(&self) -> u32 {
-        let arena = self.arena();
-        // SAFETY: as in `index`.
-        unsafe { self.pin.folio(arena) }.ref_count(arena.strategy())
+    fn path(&self) -> PathBuf {
+        self.file.path()
     }
 
     /// A guard that owns its file instead of borrowing the handle: it may outlive the handle
@@ -753,30 +793,7 @@ impl<'f> PinnedFolio<'f> {
     }
 }
 
-impl std::ops::Deref for PinnedFolio<'_> {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        self.bytes()
-    }
-}
-
-impl std::fmt::Debug for PinnedFolio<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedFolio")
-            .field("path", &self.file.path())
-            .field("index", &self.index())
-            .field("len", &self.bytes().len())
-            .finish()
-    }
-}
-
-impl Drop for PinnedFolio<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the arena is alive (the handle is borrowed); dropped once.
-        unsafe { self.pin.release(self.arena()) }
-    }
-}
+guard_methods!(PinnedFolio<'_>, "PinnedFolio");
 
 /// A pinned folio that owns a reference on its file ([`PinnedFolio::into_owned`]): valid
 /// after every handle of the file is closed; the folio is freed when the guard drops.
@@ -791,56 +808,14 @@ unsafe impl Send for OwnedFolio {}
 unsafe impl Sync for OwnedFolio {}
 
 impl OwnedFolio {
+    /// The arena the folio lives in, kept alive by the mapping we hold.
     fn arena(&self) -> &crate::folio::Arena {
         &self.mapping.cache.arena
     }
 
-    /// The first page index the folio covers.
-    pub fn index(&self) -> u64 {
-        // SAFETY: `self.mapping` holds the cache, hence the arena.
-        unsafe { self.pin.folio(self.arena()) }.index()
-    }
-
-    /// The byte offset in the file of the folio's first byte.
-    pub fn offset(&self) -> u64 {
-        self.index() << PAGE_SHIFT
-    }
-
-    /// The file bytes the folio holds (the part past EOF excluded).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: as in `index`; the borrow is tied to `&self`.
-        unsafe { self.pin.bytes(self.arena()) }
-    }
-
-    /// The folio's reference count right now (this guard's included): a diagnostic.
-    pub fn ref_count(&self) -> u32 {
-        let arena = self.arena();
-        // SAFETY: as in `index`.
-        unsafe { self.pin.folio(arena) }.ref_count(arena.strategy())
+    fn path(&self) -> PathBuf {
+        self.mapping.path.clone()
     }
 }
 
-impl std::ops::Deref for OwnedFolio {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        self.bytes()
-    }
-}
-
-impl std::fmt::Debug for OwnedFolio {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OwnedFolio")
-            .field("path", &self.mapping.path)
-            .field("index", &self.index())
-            .field("len", &self.bytes().len())
-            .finish()
-    }
-}
-
-impl Drop for OwnedFolio {
-    fn drop(&mut self) {
-        // SAFETY: the arena is alive (we hold the mapping); dropped once.
-        unsafe { self.pin.release(self.arena()) }
-    }
-}
+guard_methods!(OwnedFolio, "OwnedFolio");
