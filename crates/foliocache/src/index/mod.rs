@@ -1189,10 +1189,27 @@ impl Index {
         Ok(frozen)
     }
 
-    /// The first folio entry covering an index in `from..=last`, as `(first index, pfn)`.
-    /// Under the lock.
-    fn find(&self, from: u64, last: u64) -> Option<(u64, u32)> {
-        fn find_in(n: &Node, base: u128, from: u64, last: u64) -> Option<(u64, u32)> {
+    /// The first entry covering an index of `from..=last` (in index order) for which `pick`
+    /// returns something: a depth-first walk that skips the subtrees outside the range.
+    /// `pick` sees every entry but nodes, with its node, the node's shift and first index,
+    /// the slot, and whether that slot is the first the range touches in the node. Under the
+    /// lock.
+    fn first_in_range<R>(
+        &self,
+        from: u64,
+        last: u64,
+        pick: &mut dyn FnMut(*mut Node, u32, u128, usize, bool, Entry) -> Option<R>,
+    ) -> Option<R> {
+        type Pick<'p, R> = dyn FnMut(*mut Node, u32, u128, usize, bool, Entry) -> Option<R> + 'p;
+        fn walk<R>(
+            node: *mut Node,
+            base: u128,
+            from: u64,
+            last: u64,
+            pick: &mut Pick<'_, R>,
+        ) -> Option<R> {
+            // SAFETY: under the index lock.
+            let n = unsafe { &*node };
             let s = n.shift();
             let start = if (from as u128) > base {
                 ((from as u128 - base) >> s) as usize
@@ -1204,21 +1221,12 @@ impl Index {
                 if ibase > last as u128 {
                     return None;
                 }
-                match Entry::decode(n.load(off)) {
-                    Entry::Folio(pfn) => return Some((ibase as u64, pfn)),
-                    Entry::Sibling(c) if off == start => {
-                        // `from` lies inside a large folio that starts before it.
-                        if let Entry::Folio(pfn) = Entry::decode(n.load(c)) {
-                            return Some(((base + ((c as u128) << s)) as u64, pfn));
-                        }
-                    }
-                    Entry::Node(child) => {
-                        // SAFETY: under the index lock.
-                        if let Some(r) = find_in(unsafe { &*child }, ibase, from, last) {
-                            return Some(r);
-                        }
-                    }
-                    _ => {}
+                let found = match Entry::decode(n.load(off)) {
+                    Entry::Node(child) => walk(child, ibase, from, last, pick),
+                    e => pick(node, s, base, off, off == start, e),
+                };
+                if found.is_some() {
+                    return found;
                 }
             }
             None
@@ -1227,8 +1235,24 @@ impl Index {
         if root.is_null() || from > last {
             return None;
         }
-        // SAFETY: under the index lock.
-        find_in(unsafe { &*root }, 0, from, last)
+        walk(root, 0, from, last, pick)
+    }
+
+    /// The first folio entry covering an index in `from..=last`, as `(first index, pfn)`.
+    /// Under the lock.
+    fn find(&self, from: u64, last: u64) -> Option<(u64, u32)> {
+        self.first_in_range(from, last, &mut |node, s, base, off, first, e| match e {
+            Entry::Folio(pfn) => Some(((base + ((off as u128) << s)) as u64, pfn)),
+            // `from` lies inside a large folio that starts before it.
+            Entry::Sibling(c) if first => {
+                // SAFETY: under the index lock.
+                match Entry::decode(unsafe { &*node }.load(c)) {
+                    Entry::Folio(pfn) => Some(((base + ((c as u128) << s)) as u64, pfn)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
     }
 
     /// Shared loop of `truncate` and `invalidate`.

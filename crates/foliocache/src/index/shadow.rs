@@ -304,37 +304,9 @@ impl Index {
     /// The first node holding a value entry that covers an index in `from..=last`, and the
     /// first index that node covers. Under the lock.
     fn find_value_node(&self, from: u64, last: u64) -> Option<(*mut Node, u128)> {
-        fn find_in(node: *mut Node, base: u128, from: u64, last: u64) -> Option<(*mut Node, u128)> {
-            // SAFETY: under the index lock.
-            let n = unsafe { &*node };
-            let s = n.shift();
-            let start = if (from as u128) > base {
-                ((from as u128 - base) >> s) as usize
-            } else {
-                0
-            };
-            for off in start..FANOUT {
-                let ibase = base + ((off as u128) << s);
-                if ibase > last as u128 {
-                    return None;
-                }
-                match Entry::decode(n.load(off)) {
-                    Entry::Value(_) => return Some((node, base)),
-                    Entry::Node(c) => {
-                        if let Some(r) = find_in(c, ibase, from, last) {
-                            return Some(r);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            None
-        }
-        let root = self.root.load(Ordering::Relaxed);
-        if root.is_null() || from > last {
-            return None;
-        }
-        find_in(root, 0, from, last)
+        self.first_in_range(from, last, &mut |node, _, base, _, _, e| {
+            matches!(e, Entry::Value(_)).then_some((node, base))
+        })
     }
 
     /// `clear_shadow_entries` over `start..end`: removes every shadow entry covering an index
