@@ -316,7 +316,7 @@ impl fmt::Debug for Lists {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
