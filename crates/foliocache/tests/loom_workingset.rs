@@ -156,3 +156,17 @@ fn a_held_folio_is_never_replaced_by_its_shadow() {
 fn shadow_before_freeze_is_caught() {
     pinned_folio_stays_visible(|i, f| i.evict_shadow_before_freeze(f, shadow()).is_ok());
 }
+
+/// The same under reclaim's batched eviction (`evict_batch_with_shadow`, one index-lock hold
+/// for a step's folios of a file): a folio the reader holds is handed back in `kept`, never
+/// replaced by its shadow.
+#[test]
+fn a_held_folio_is_never_replaced_by_its_shadow_in_a_batch() {
+    pinned_folio_stays_visible(|i, f| {
+        let mut kept = Vec::new();
+        let freed = i.evict_batch_with_shadow(vec![f], |_| Some(shadow()), &mut kept);
+        assert_eq!((freed, kept.len()), if freed > 0 { (1, 0) } else { (0, 1) });
+        drop(kept);
+        freed > 0
+    });
+}
