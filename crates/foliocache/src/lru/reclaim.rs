@@ -161,14 +161,14 @@ impl Lru {
     /// The scan loop of [`Lru::reclaim`], batches already drained as the caller chose.
     fn shrink(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
         self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
-        let on_lists = {
-            let v = self.vec.lock_uncounted();
-            v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active)
-        } as u64;
-        let budget = 2 * on_lists + SWAP_CLUSTER_MAX as u64;
         let mut total = ReclaimResult::default();
+        // The scan budget comes from the list sizes the first step sees under its lock hold.
+        let mut budget = u64::MAX;
         while total.reclaimed < nr_pages as u64 && total.scanned < budget {
-            let step = self.shrink_step(arena, evict);
+            let (step, on_lists) = self.shrink_step(arena, evict);
+            if budget == u64::MAX {
+                budget = 2 * on_lists + SWAP_CLUSTER_MAX as u64;
+            }
             total += step;
             if step.scanned == 0 {
                 break;
@@ -296,15 +296,17 @@ impl Lru {
     /// One step of `shrink_lruvec`: age the active list if the inactive one is short
     /// (`shrink_active_list`), isolate from the inactive tail (`isolate_lru_folios`), and try
     /// to free what was isolated (`shrink_folio_list`).
-    fn shrink_step(&self, arena: &Arena, evict: &dyn Evict) -> ReclaimResult {
+    fn shrink_step(&self, arena: &Arena, evict: &dyn Evict) -> (ReclaimResult, u64) {
         let mut isolated: Vec<FolioRef<'_>> = Vec::with_capacity(SWAP_CLUSTER_MAX);
         let mut skipped: Vec<FolioRef<'_>> = Vec::new();
-        let scanned = {
+        let (scanned, on_lists) = {
             let mut v = self.vec.lock();
+            let on_lists = v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active);
             if v.inactive_is_low() {
                 deactivate(&mut v, arena, SWAP_CLUSTER_MAX);
             }
-            isolate(&mut v, arena, &mut isolated, &mut skipped)
+            let scanned = isolate(&mut v, arena, &mut isolated, &mut skipped);
+            (scanned, on_lists as u64)
         };
         // Outside the lock: a put of a skipped folio may be final, and the final put takes it.
         drop(skipped);
@@ -348,11 +350,12 @@ impl Lru {
             reclaimed += evict.evict_batch(to_evict, &mut keep);
         }
         self.putback(arena, keep);
-        ReclaimResult {
+        let step = ReclaimResult {
             scanned: scanned as u64,
             reclaimed,
             busy,
-        }
+        };
+        (step, on_lists)
     }
 
     /// `move_folios_to_lru`: relinks folios reclaim kept and drops its isolation references;
