@@ -161,3 +161,57 @@ fn add_as_active_lands_new_folios_on_the_active_list_and_ages_them() {
     drop(file);
     assert_empty(&cache);
 }
+
+/// `LruConfig::inactive_ratio`: reclaim keeps about `ratio` active pages per inactive one. A
+/// hot set is promoted, then a stream of one-time reads forces reclaim; the larger ratio keeps
+/// more of the hot set active, and neither lets the active list run past its ratio by more
+/// than a deactivation step.
+#[test]
+fn reclaim_keeps_the_configured_inactive_ratio() {
+    use foliocache::backing::MemBacking;
+    use foliocache::lru::LruList;
+    let mut active_kept = Vec::new();
+    for ratio in [1u32, 3] {
+        let lru = LruConfig {
+            batch_slots: 1,
+            inactive_ratio: Some(ratio),
+            ..LruConfig::default()
+        };
+        let c = FolioCache::new(
+            Config::new(256 * PAGE)
+                .readahead_pages(0)
+                .lru(lru)
+                .workingset(false),
+        )
+        .unwrap();
+        let file = c
+            .open_backing("data", MemBacking(content(1024 * PAGE)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        for _ in 0..3 {
+            for p in 0..200 {
+                file.read_at(&mut buf, (p * PAGE) as u64).unwrap();
+            }
+        }
+        for p in 300..1000 {
+            file.read_at(&mut buf, (p * PAGE) as u64).unwrap();
+        }
+        c.lru_add_drain_all();
+        let pages = c.lru_stats().pages;
+        let (active, inactive) = (
+            pages[LruList::Active as usize],
+            pages[LruList::Inactive as usize],
+        );
+        assert!(
+            active <= u64::from(ratio) * inactive + 32,
+            "ratio {ratio}: {active} active, {inactive} inactive"
+        );
+        active_kept.push(active);
+        drop(file);
+        assert_empty(&c);
+    }
+    assert!(
+        active_kept[1] > active_kept[0],
+        "a larger ratio keeps more active: {active_kept:?}"
+    );
+}

@@ -395,6 +395,7 @@ fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> Lru
             batch_slots: 1,
             workingset: true,
             reference_on_fill: false,
+            inactive_ratio: None,
         },
     );
     let index = Index::new(arena.clone());

@@ -253,6 +253,7 @@ fn naive_filter_frees_active_folios_as_bad_pages_and_ours_does_not() {
                 batch_slots: 1,
                 workingset: true,
                 reference_on_fill: false,
+                inactive_ratio: None,
             },
         );
         let c = Cache::new(&a);
@@ -505,4 +506,15 @@ fn activations_advance_the_clock_and_off_means_no_shadows() {
         l.validate(&a).unwrap();
         assert_eq!(a.validate().unwrap().allocated_pages, 0);
     }
+}
+
+#[test]
+fn the_default_inactive_ratio_is_the_kernels() {
+    let gib = 1 << 18; // pages
+    assert_eq!(super::kernel_inactive_ratio(0), 1);
+    assert_eq!(super::kernel_inactive_ratio(gib - 1), 1);
+    assert_eq!(super::kernel_inactive_ratio(gib), 3); // int_sqrt(10)
+    assert_eq!(super::kernel_inactive_ratio(4 * gib), 6); // int_sqrt(40)
+    assert_eq!(super::kernel_inactive_ratio(10 * gib), 10);
+    assert_eq!(super::kernel_inactive_ratio(1000 * gib), 100);
 }
