@@ -215,3 +215,70 @@ fn reclaim_keeps_the_configured_inactive_ratio() {
         "a larger ratio keeps more active: {active_kept:?}"
     );
 }
+
+/// Reads slowly: a read at the start of the file sleeps first (a disk with a long queue, or a
+/// reader the scheduler put aside), so the folios of a readahead window stay locked for I/O.
+#[derive(Debug)]
+struct SlowBacking(Vec<u8>, Duration);
+
+impl foliocache::backing::Backing for SlowBacking {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.0.len() as u64)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        if offset == 0 {
+            std::thread::sleep(self.1);
+        }
+        let start = (offset as usize).min(self.0.len());
+        let n = buf.len().min(self.0.len() - start);
+        buf[..n].copy_from_slice(&self.0[start..start + n]);
+        Ok(n)
+    }
+}
+
+/// Regression: when every page of the budget was locked for I/O by a slow reader, another
+/// reader's allocation gave up after its short busy waits (about 50 ms) and failed with
+/// OutOfMemory, though the pages would be reclaimable the moment the read completed. It now
+/// waits for them (bounded at about 2 s), as the kernel's reclaim throttles on folios under
+/// I/O.
+#[test]
+fn an_allocation_waits_for_folios_locked_for_io_instead_of_failing() {
+    let data = content(64 * PAGE);
+    let c = FolioCache::new(
+        Config::new(8 * PAGE)
+            .readahead_pages(8)
+            .panic_on_bad_page(true),
+    )
+    .unwrap();
+    let slow = c
+        .open_backing(
+            "slow",
+            SlowBacking(data.clone(), Duration::from_millis(300)),
+        )
+        .unwrap();
+    let fast = c
+        .open_backing("fast", foliocache::backing::MemBacking(data.clone()))
+        .unwrap();
+    std::thread::scope(|s| {
+        // An 8-page read of the slow file: one window filling the whole budget, locked for
+        // 300 ms.
+        let reader = s.spawn(|| {
+            let mut buf = vec![0u8; 8 * PAGE];
+            slow.read_exact_at(&mut buf, 0).unwrap();
+            assert_eq!(buf, data[..8 * PAGE]);
+        });
+        // Meanwhile, reads of the other file need pages the slow window holds.
+        std::thread::sleep(Duration::from_millis(50));
+        let mut buf = [0u8; 64];
+        for p in 0..16 {
+            fast.read_exact_at(&mut buf, (p * PAGE) as u64)
+                .unwrap_or_else(|e| panic!("page {p} of the fast file: {e}"));
+            assert_eq!(buf[..], data[p * PAGE..p * PAGE + 64]);
+        }
+        reader.join().unwrap();
+    });
+    assert_eq!(c.stats().out_of_memory, 0);
+    drop((slow, fast));
+    assert_empty(&c);
+}

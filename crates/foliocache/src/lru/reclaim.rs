@@ -49,9 +49,9 @@ pub const MAX_BUSY_WAITS: u32 = 1000;
 
 /// Fruitless passes an allocation keeps waiting while some allocated pages are outside the
 /// LRU (in flight: allocated by a reader that has not inserted them yet, or isolated by a
-/// concurrent reclaimer). Each such pass sleeps 1 ms, so the wait is bounded by about 2 s;
-/// only pages that sit on the LRU and cannot be reclaimed (pinned, mapped) make an
-/// allocation fail at once.
+/// concurrent reclaimer) or its last pass met folios locked for I/O. Each such pass sleeps
+/// 1 ms, so the wait is bounded by about 2 s; only pages that sit on the LRU and cannot be
+/// reclaimed (pinned, mapped) make an allocation fail at once.
 #[cfg(not(loom))]
 pub const MAX_IN_FLIGHT_WAITS: u32 = 2000;
 /// Under loom: a couple of passes, enough to model the wait without exploding the search.
@@ -246,10 +246,13 @@ impl Lru {
                         if fruitless >= MAX_RECLAIM_RETRIES {
                             // Pages allocated but not (yet, or no longer) on the LRU come
                             // back when their reader inserts them or a concurrent reclaimer
-                            // finishes: waiting for them is not waiting forever. A loaded
-                            // machine can deschedule such a reader for many milliseconds.
+                            // finishes, and folios locked for I/O when their read completes:
+                            // waiting for them is not waiting forever. A loaded machine can
+                            // deschedule such a reader for many milliseconds (longer than
+                            // the busy waits above), as the kernel's reclaim throttles on
+                            // folios under I/O instead of failing.
                             if in_flight_waits < MAX_IN_FLIGHT_WAITS
-                                && self.pages_outside_lru(arena) > 0
+                                && (r.busy > 0 || self.pages_outside_lru(arena) > 0)
                             {
                                 in_flight_waits += 1;
                                 fruitless -= 1;
