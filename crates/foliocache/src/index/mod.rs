@@ -964,21 +964,37 @@ impl Index {
                 self.update_node(g, node);
                 break;
             }
-            if parent.is_null() {
-                // ORDERING: Release (pairs with `walk`'s Acquire; publishes "empty").
-                self.root.store(std::ptr::null_mut(), Ordering::Release);
-                self.retire(g, node);
-                return;
+            match self.unlink_node(g, node, parent, offset) {
+                Some(parent) => node = parent,
+                None => return,
             }
-            // SAFETY: the parent is in the tree; we hold the lock.
-            let p = unsafe { &*parent };
-            p.store(offset, 0);
-            self.retire(g, node);
-            // SAFETY: under the index lock.
-            unsafe { p.meta(|m| m.count -= 1) };
-            node = parent;
         }
         self.shrink(g);
+    }
+
+    /// Takes `node` out of the tree (its slot `offset` in `parent`, or the root if `parent`
+    /// is null) and retires it; returns the parent, whose count it decremented, or `None`
+    /// if the tree is now empty. Under the lock.
+    fn unlink_node(
+        &self,
+        g: &mut Locked,
+        node: *mut Node,
+        parent: *mut Node,
+        offset: usize,
+    ) -> Option<*mut Node> {
+        if parent.is_null() {
+            // ORDERING: Release (pairs with `walk`'s Acquire; publishes "empty").
+            self.root.store(std::ptr::null_mut(), Ordering::Release);
+            self.retire(g, node);
+            return None;
+        }
+        // SAFETY: the parent is in the tree; we hold the lock.
+        let p = unsafe { &*parent };
+        p.store(offset, 0);
+        self.retire(g, node);
+        // SAFETY: under the index lock.
+        unsafe { p.meta(|m| m.count -= 1) };
+        Some(parent)
     }
 
     /// `xas_shrink`: while the root has only slot 0 in use and it holds a node, make that node

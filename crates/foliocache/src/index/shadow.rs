@@ -411,19 +411,9 @@ impl Index {
         };
         g.stats.nr_shadows -= values as u64;
         g.stats.shadow_nodes_reclaimed += 1;
-        if parent.is_null() {
-            // ORDERING: Release; pairs with `walk`'s Acquire root load (publishes "empty").
-            self.root.store(std::ptr::null_mut(), Ordering::Release);
-            self.retire(g, node);
-            return;
+        if let Some(parent) = self.unlink_node(g, node, parent, offset) {
+            self.delete_empty(g, parent);
         }
-        // SAFETY: the parent is in the tree; we hold the lock.
-        let p = unsafe { &*parent };
-        p.store(offset, 0);
-        self.retire(g, node);
-        // SAFETY: under the index lock.
-        unsafe { meta(parent, |m| m.count -= 1) };
-        self.delete_empty(g, parent);
     }
 
     /// Checks the shadow bookkeeping of one node during [`Index::validate`]: `nr_values`
