@@ -58,6 +58,7 @@ impl MFolio {
 struct Model {
     filter: Option<DrainFilter>,
     add_as_active: bool,
+    active_second_chance: bool,
     folios: HashMap<u32, MFolio>,
     cached: HashMap<u64, u32>,
     add: Vec<u32>,
@@ -265,12 +266,20 @@ impl Model {
         let (mut scanned, mut reclaimed) = (0u64, 0u64);
         while reclaimed < nr && scanned < budget {
             self.s.lock_acquisitions += 1;
+            let mut aged = 0u64;
             if self.lists[0].len() < self.lists[1].len() {
                 for _ in 0..SWAP_CLUSTER_MAX {
                     let Some(pfn) = self.lists[1].pop_back() else {
                         break;
                     };
+                    aged += 1;
                     let f = self.folios.get_mut(&pfn).unwrap();
+                    if self.active_second_chance && f.referenced {
+                        f.referenced = false;
+                        self.lists[1].push_front(pfn);
+                        self.s.rotated_active += 1;
+                        continue;
+                    }
                     f.active = false;
                     f.workingset = true;
                     self.lists[0].push_front(pfn);
@@ -297,7 +306,7 @@ impl Model {
             }
             self.s.scanned += step;
             self.s.isolated += isolated.len() as u64;
-            scanned += step;
+            scanned += step + aged;
             let mut keep = Vec::new();
             for pfn in isolated {
                 let f = self.folios.get_mut(&pfn).unwrap();
@@ -319,7 +328,7 @@ impl Model {
                     self.link(pfn);
                 }
             }
-            if step == 0 {
+            if step + aged == 0 {
                 break;
             }
         }
@@ -381,7 +390,15 @@ fn compare(real: &Real, m: &Model, step: usize, op: &str) {
     );
 }
 
-fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> LruStats {
+/// How a run configures the LRU: drain filter, add-as-active, active second chance.
+#[derive(Clone, Copy)]
+struct Setup(DrainFilter, bool, bool);
+
+fn run(
+    seed: u64,
+    steps: usize,
+    Setup(filter, add_as_active, active_second_chance): Setup,
+) -> LruStats {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut c = ArenaConfig::new(512 * PAGE_SIZE, RefStrategy::LockedBit);
     c.panic_on_bad_page = true;
@@ -396,6 +413,7 @@ fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> Lru
             workingset: true,
             reference_on_fill: false,
             inactive_ratio: None,
+            active_second_chance,
         },
     );
     let index = Index::new(arena.clone());
@@ -409,6 +427,7 @@ fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> Lru
     let mut m = Model {
         filter: Some(filter),
         add_as_active,
+        active_second_chance,
         ..Model::default()
     };
     const PAGES: u64 = 300;
@@ -493,16 +512,18 @@ fn run(seed: u64, steps: usize, filter: DrainFilter, add_as_active: bool) -> Lru
 }
 
 /// Runs four seeds and checks that together they went down every path the model describes.
-fn runs(first_seed: u64, filter: DrainFilter, add_as_active: bool) {
+fn runs(first_seed: u64, setup: Setup) {
+    let Setup(filter, _, active_second_chance) = setup;
     let mut sum = LruStats::default();
     for seed in first_seed..first_seed + 4 {
-        let st = run(seed, steps(), filter, add_as_active);
+        let st = run(seed, steps(), setup);
         for (t, x) in [
             (&mut sum.inserted, st.inserted),
             (&mut sum.released, st.released),
             (&mut sum.activated, st.activated),
             (&mut sum.deactivated, st.deactivated),
             (&mut sum.rotated, st.rotated),
+            (&mut sum.rotated_active, st.rotated_active),
             (&mut sum.reclaimed, st.reclaimed),
             (&mut sum.dead_inserted, st.dead_inserted),
             (&mut sum.dead_filtered, st.dead_filtered),
@@ -516,6 +537,7 @@ fn runs(first_seed: u64, filter: DrainFilter, add_as_active: bool) {
         s.rotated > 0 && s.reclaimed > 0 && s.deactivated > 0,
         "{s:?}"
     );
+    assert_eq!(s.rotated_active > 0, active_second_chance, "{s:?}");
     if filter == DrainFilter::Vanilla {
         assert!(s.dead_inserted > 0 && s.dead_filtered == 0, "{s:?}");
     } else {
@@ -533,15 +555,20 @@ fn steps() -> usize {
 
 #[test]
 fn filtered_matches_the_model() {
-    runs(0, DrainFilter::Filtered, false);
+    runs(0, Setup(DrainFilter::Filtered, false, true));
 }
 
 #[test]
 fn vanilla_matches_the_model() {
-    runs(10, DrainFilter::Vanilla, false);
+    runs(10, Setup(DrainFilter::Vanilla, false, true));
 }
 
 #[test]
 fn filtered_add_as_active_matches_the_model() {
-    runs(20, DrainFilter::Filtered, true);
+    runs(20, Setup(DrainFilter::Filtered, true, true));
+}
+
+#[test]
+fn kernel_active_aging_matches_the_model() {
+    runs(30, Setup(DrainFilter::Filtered, false, false));
 }

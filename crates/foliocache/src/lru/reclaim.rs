@@ -163,14 +163,19 @@ impl Lru {
         self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
         let mut total = ReclaimResult::default();
         // The scan budget comes from the list sizes the first step sees under its lock hold.
+        // Active folios aging looked at count against it too: with an empty inactive list and
+        // every active folio referenced, the first steps only clear flags, and the loop must
+        // go on until deactivation moves some down.
         let mut budget = u64::MAX;
-        while total.reclaimed < nr_pages as u64 && total.scanned < budget {
-            let (step, on_lists) = self.shrink_step(arena, evict);
+        let mut looked_at = 0u64;
+        while total.reclaimed < nr_pages as u64 && looked_at < budget {
+            let (step, aged, on_lists) = self.shrink_step(arena, evict);
             if budget == u64::MAX {
                 budget = 2 * on_lists + SWAP_CLUSTER_MAX as u64;
             }
             total += step;
-            if step.scanned == 0 {
+            looked_at += step.scanned + aged;
+            if step.scanned + aged == 0 {
                 break;
             }
         }
@@ -298,18 +303,21 @@ impl Lru {
 
     /// One step of `shrink_lruvec`: age the active list if the inactive one is short
     /// (`shrink_active_list`), isolate from the inactive tail (`isolate_lru_folios`), and try
-    /// to free what was isolated (`shrink_folio_list`).
-    fn shrink_step(&self, arena: &Arena, evict: &dyn Evict) -> (ReclaimResult, u64) {
+    /// to free what was isolated (`shrink_folio_list`). Returns the step's result, the number
+    /// of active folios aging looked at, and the folios on both lists when it started.
+    fn shrink_step(&self, arena: &Arena, evict: &dyn Evict) -> (ReclaimResult, u64, u64) {
         let mut isolated: Vec<FolioRef<'_>> = Vec::with_capacity(SWAP_CLUSTER_MAX);
         let mut skipped: Vec<FolioRef<'_>> = Vec::new();
-        let (scanned, on_lists) = {
+        let (scanned, aged, on_lists) = {
             let mut v = self.vec.lock();
             let on_lists = v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active);
-            if v.inactive_is_low() {
-                deactivate(&mut v, arena, SWAP_CLUSTER_MAX);
-            }
+            let aged = if v.inactive_is_low() {
+                deactivate(&mut v, arena, SWAP_CLUSTER_MAX)
+            } else {
+                0
+            };
             let scanned = isolate(&mut v, arena, &mut isolated, &mut skipped);
-            (scanned, on_lists as u64)
+            (scanned, aged as u64, on_lists as u64)
         };
         // Outside the lock: a put of a skipped folio may be final, and the final put takes it.
         drop(skipped);
@@ -358,7 +366,7 @@ impl Lru {
             reclaimed,
             busy,
         };
-        (step, on_lists)
+        (step, aged, on_lists)
     }
 
     /// `move_folios_to_lru`: relinks folios reclaim kept and drops its isolation references;
@@ -390,22 +398,41 @@ impl Lru {
 /// `shrink_active_list` for unmapped file folios (nothing to ask the page tables): up to `nr`
 /// folios from the active tail lose `PG_active`, gain `PG_workingset`, and move to the
 /// inactive head. Done under the lock without isolating, since no rmap walk is needed.
-fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) {
-    for _ in 0..nr {
+///
+/// With [`LruConfig::active_second_chance`](super::LruConfig::active_second_chance) a
+/// referenced folio is rotated to the active head instead, its `PG_referenced` cleared: the
+/// kernel does this only for referenced executable mappings (`VM_EXEC`), whose loss would be
+/// felt at once; here `PG_referenced` is the only access signal there is, and it says the
+/// folio was read since it was activated or last aged. Every folio looked at counts against
+/// `nr`, rotated or not, so a step is bounded; a folio rotated now is deactivated next time
+/// round unless it is read again. Returns the number looked at.
+fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) -> usize {
+    let mut looked_at = 0;
+    while looked_at < nr {
         let Some(pfn) = v.lists.tail(LruList::Active) else {
             break;
         };
+        looked_at += 1;
         let folio = arena.folio(pfn);
-        if folio.test_flag(PG_LRU) {
-            folio.clear_flag(PG_ACTIVE);
-            folio.set_flag(PG_WORKINGSET);
-            v.lists.move_head(pfn, LruList::Inactive);
-            v.deactivated += 1;
-        } else {
+        if !folio.test_flag(PG_LRU) {
             // Someone isolated it (an activate drain); it is theirs to relink.
             v.lists.move_head(pfn, LruList::Active);
+            continue;
         }
+        if v.active_second_chance
+            && folio.flags() & PG_REFERENCED != 0
+            && folio.test_clear_flag(PG_REFERENCED)
+        {
+            v.lists.move_head(pfn, LruList::Active);
+            v.rotated_active += 1;
+            continue;
+        }
+        folio.clear_flag(PG_ACTIVE);
+        folio.set_flag(PG_WORKINGSET);
+        v.lists.move_head(pfn, LruList::Inactive);
+        v.deactivated += 1;
     }
+    looked_at
 }
 
 /// `isolate_lru_folios` from the inactive tail, scanning up to [`SWAP_CLUSTER_MAX`] folios:

@@ -62,6 +62,11 @@ impl<'a> Cache<'a> {
     fn cached(&self) -> usize {
         self.pages.lock().len()
     }
+
+    /// Whether page `index` is cached.
+    fn cached_index(&self, index: u64) -> bool {
+        self.pages.lock().contains_key(&index)
+    }
 }
 
 impl Evict for Cache<'_> {
@@ -254,6 +259,7 @@ fn naive_filter_frees_active_folios_as_bad_pages_and_ours_does_not() {
                 workingset: true,
                 reference_on_fill: false,
                 inactive_ratio: None,
+                active_second_chance: true,
             },
         );
         let c = Cache::new(&a);
@@ -347,6 +353,97 @@ fn a_short_inactive_list_is_refilled_from_the_active_tail() {
     for pfn in l.list_snapshot(LruList::Inactive) {
         assert!(a.folio(pfn).test_flag(PG_WORKINGSET));
     }
+}
+
+/// Active aging with and without the second chance: 100 folios added as active, the 50
+/// with even indices read once since; a reclaim that frees 5 ages the active tail. With the second
+/// chance (the default) the read ones are rotated (flag cleared) and only unread ones go down;
+/// with the kernel's aging (`active_second_chance: false`) they go down in list order.
+#[test]
+fn active_aging_keeps_referenced_folios_active_unless_configured_like_the_kernel() {
+    for second_chance in [true, false] {
+        let a = arena(128, RefStrategy::LockedBit);
+        let l = Lru::new(
+            &a,
+            LruConfig {
+                add_as_active: true,
+                batch_slots: 1,
+                active_second_chance: second_chance,
+                ..LruConfig::default()
+            },
+        );
+        let c = Cache::new(&a);
+        let mut read = Vec::new();
+        for i in 0..100 {
+            let f = c.add(&l, i);
+            if i % 2 == 0 {
+                read.push(f.pfn());
+                f.set_flag(PG_REFERENCED);
+            }
+        }
+        l.drain(&a);
+        let r = l.reclaim(&a, &c, 5);
+        assert!(r.reclaimed >= 5, "{r:?}");
+        let st = l.validate(&a).unwrap();
+        let active = l.list_snapshot(LruList::Active);
+        let read_still_active = read.iter().filter(|p| active.contains(p)).count();
+        if second_chance {
+            assert_eq!(read_still_active, 50, "second chance: {st:?}");
+            assert!(st.rotated_active > 0 && st.deactivated >= 5, "{st:?}");
+            // The rotated ones used their chance up; the others still have theirs.
+            let used = read
+                .iter()
+                .filter(|&&p| !a.folio(p).test_flag(PG_REFERENCED))
+                .count();
+            assert_eq!(used as u64, st.rotated_active, "{st:?}");
+        } else {
+            assert!(read_still_active < 50, "kernel aging: {st:?}");
+            assert_eq!(st.rotated_active, 0, "{st:?}");
+        }
+        for i in 0..100 {
+            if c.cached_index(i) {
+                c.truncate(i);
+            }
+        }
+        l.validate(&a).unwrap();
+        assert_eq!(a.validate().unwrap().allocated_pages, 0);
+    }
+}
+
+/// Every folio active and referenced, nothing inactive: the first aging steps only clear
+/// flags, yet a reclaim (and an allocation through it) still frees, instead of counting the
+/// pass as fruitless and failing: clearing 1024 flags takes 32 steps, more than the
+/// allocation's 16 fruitless passes would allow if aging did not count as progress.
+#[test]
+fn reclaim_frees_when_every_active_folio_is_referenced() {
+    let a = arena(1024, RefStrategy::LockedBit);
+    let l = Lru::new(
+        &a,
+        LruConfig {
+            add_as_active: true,
+            batch_slots: 1,
+            ..LruConfig::default()
+        },
+    );
+    let c = Cache::new(&a);
+    for i in 0..1024 {
+        let f = c.add(&l, i);
+        f.set_flag(PG_REFERENCED);
+    }
+    l.drain(&a);
+    assert_eq!(l.stats().folios[LruList::Active as usize], 1024);
+    let f = l
+        .alloc(&a, &c, 0)
+        .expect("aging clears the flags and moves folios down");
+    drop(f);
+    let st = l.validate(&a).unwrap();
+    assert!(st.rotated_active >= 1024 && st.reclaimed > 0, "{st:?}");
+    for i in 0..1024 {
+        if c.cached_index(i) {
+            c.truncate(i);
+        }
+    }
+    assert_eq!(a.validate().unwrap().allocated_pages, 0);
 }
 
 #[test]

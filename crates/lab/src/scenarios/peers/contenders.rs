@@ -21,6 +21,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
+use foliocache::lru::LruConfig;
 use foliocache::{CacheError, CachedFile, Config, FolioCache};
 
 use super::workload::BLOCK;
@@ -363,20 +364,16 @@ pub struct Foliocache {
 
 impl Foliocache {
     /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
-    /// (`get_folio`, `pinned`), with a readahead window of `ra_pages` (0: off) and workingset
-    /// detection on or off (the cache's default: on).
+    /// (`get_folio`, `pinned`), with a readahead window of `ra_pages` (0: off) and the LRU
+    /// policy `lru` (the cache's default unless the command line changed it).
     pub fn new(
         path: &std::path::Path,
         budget_bytes: usize,
         ra_pages: usize,
-        workingset: bool,
+        lru: LruConfig,
         pinned: bool,
     ) -> Result<Foliocache, CacheError> {
-        let cache = FolioCache::new(
-            Config::new(budget_bytes)
-                .readahead_pages(ra_pages)
-                .workingset(workingset),
-        )?;
+        let cache = FolioCache::new(Config::new(budget_bytes).readahead_pages(ra_pages).lru(lru))?;
         let file = cache.open(path)?;
         Ok(Foliocache {
             cache,

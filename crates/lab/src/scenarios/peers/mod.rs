@@ -56,6 +56,8 @@ pub mod contenders;
 pub mod workload;
 
 use std::fs::File;
+
+use foliocache::lru::LruConfig;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -126,6 +128,16 @@ pub struct Args {
     /// no shadow entries, no refault activation), to measure what it does to the hit ratio.
     #[arg(long)]
     pub no_workingset: bool,
+    /// Active pages the foliocache contenders' LRU keeps per inactive page
+    /// (`LruConfig::inactive_ratio`) [default: the kernel's formula, `int_sqrt(10 * GiB)` of
+    /// the cache, 1 below 1 GiB].
+    #[arg(long)]
+    pub inactive_ratio: Option<u32>,
+    /// Age the foliocache contenders' active list as the kernel does for unmapped file pages,
+    /// in list order, without the second chance for referenced folios
+    /// (`LruConfig::active_second_chance = false`).
+    #[arg(long)]
+    pub kernel_active_aging: bool,
 }
 
 impl Default for Args {
@@ -141,6 +153,8 @@ impl Default for Args {
             warmup: None,
             ra_pages: 0,
             no_workingset: false,
+            inactive_ratio: None,
+            kernel_active_aging: false,
         }
     }
 }
@@ -161,7 +175,8 @@ struct Setup {
     budget_blocks: usize,
     content: Arc<Content>,
     ra_pages: usize,
-    workingset: bool,
+    /// The foliocache contenders' LRU policy.
+    lru: LruConfig,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -239,7 +254,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "budget_fraction": args.budget_fraction,
             "warmup_ms": warmup.as_millis() as u64,
             "foliocache_ra_pages": setup.ra_pages,
-            "foliocache_workingset": setup.workingset,
+            "foliocache_workingset": setup.lru.workingset,
+            "foliocache_inactive_ratio": setup.lru.inactive_ratio,
+            "foliocache_active_second_chance": setup.lru.active_second_chance,
             "trace_len": trace_len,
             "machine_budget": "kernel-pread and mmap use the kernel page cache: their budget is the machine's memory",
             "latency_sampling": format!("1 read in {LATENCY_EVERY}"),
@@ -439,7 +456,12 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
         budget_blocks,
         content: Arc::new(content),
         ra_pages: args.ra_pages,
-        workingset: !args.no_workingset,
+        lru: LruConfig {
+            workingset: !args.no_workingset,
+            inactive_ratio: args.inactive_ratio,
+            active_second_chance: !args.kernel_active_aging,
+            ..LruConfig::default()
+        },
         _dir: dir,
     })
 }
@@ -507,7 +529,7 @@ fn measure(
                 &setup.path,
                 setup.budget_blocks * BLOCK,
                 setup.ra_pages,
-                setup.workingset,
+                setup.lru,
                 kind == Kind::FoliocachePinned,
             )
             .map_err(|e| crate::lab_err!("foliocache: {e}"))?;
