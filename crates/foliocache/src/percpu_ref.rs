@@ -40,7 +40,9 @@
 //!    "biased" to "exact". Individual slots may be "negative" (a thread that only puts); the
 //!    wrapping sum is exact as long as fewer than 2^63 references exist.
 //! 4. Zero is reported exactly once per life (`zero_events` counts it): by the put or the
-//!    fold that takes `count` to 0. `wait_for_zero` sleeps on a condition variable.
+//!    fold that takes `count` to 0. `wait_for_zero` sleeps on a condition variable until the
+//!    current life's report, not merely until `count` reads 0 (the report follows the
+//!    decrement).
 //! 5. After `kill` returns, `tryget_live` fails: a get that read the old mode was in a read
 //!    section the kill's grace period waited for.
 //!
@@ -520,11 +522,19 @@ pub struct PercpuRef {
     variant: RefVariant,
     switch_lock: Mutex<SwitchState>,
     /// Zero events so far; `zero_cv` signals each.
-    zero: Mutex<u64>,
+    zero: Mutex<ZeroReports>,
     zero_cv: Condvar,
     /// Test hook: skip the grace period of the switch (the weakened protocol loom must catch).
     #[cfg(loom)]
     skip_grace_period: AtomicBool,
+}
+
+/// The zero reports, under the `zero` lock: how many lives reached zero and how many lives
+/// there have been (the current one included).
+#[derive(Debug)]
+struct ZeroReports {
+    events: u64,
+    lives: u64,
 }
 
 impl fmt::Debug for PercpuRef {
@@ -556,7 +566,10 @@ impl PercpuRef {
             counters,
             variant,
             switch_lock: Mutex::new(SwitchState),
-            zero: Mutex::new(0),
+            zero: Mutex::new(ZeroReports {
+                events: 0,
+                lives: 1,
+            }),
             zero_cv: Condvar::new(),
             #[cfg(loom)]
             skip_grace_period: AtomicBool::new(false),
@@ -726,7 +739,7 @@ impl PercpuRef {
     #[cold]
     fn zero_reached(&self) {
         let mut z = self.zero.lock();
-        *z += 1;
+        z.events += 1;
         drop(z);
         self.zero_cv.notify_all();
     }
@@ -757,7 +770,7 @@ impl PercpuRef {
 
     /// How many times the count reached zero in this ref's life (each `kill` cycle once).
     pub fn zero_events(&self) -> u64 {
-        *self.zero.lock()
+        self.zero.lock().events
     }
 
     /// Waits for every thread that may still be on the per-thread path with the old mode.
@@ -821,10 +834,19 @@ impl PercpuRef {
         Ok(self.put_atomic())
     }
 
-    /// Sleeps until the count is zero (`wait_var_event(.., futex_ref_is_dead())`).
+    /// Sleeps until the count is zero (`wait_var_event(.., futex_ref_is_dead())`) and that
+    /// zero has been reported (counted in [`PercpuRef::zero_events`]).
+    ///
+    /// The put (or fold) that reaches zero decrements first and reports afterwards, under
+    /// the `zero` lock; a waiter that only tested the count could see zero in between and
+    /// return before the report, so that `zero_events` still showed the previous life's
+    /// number (a real-thread stress test caught it, the loom model
+    /// `waiter_returns_after_the_zero_report_*` shows it). The waiter therefore waits, under
+    /// the same lock, for the report of the current life: every life reaches zero once, so
+    /// life `n`'s zero is the `n`-th report.
     pub fn wait_for_zero(&self) {
         let mut z = self.zero.lock();
-        while !self.is_zero() {
+        while z.events < z.lives {
             z = self.zero_cv.wait(z);
         }
     }
@@ -861,6 +883,9 @@ impl PercpuRef {
         {
             return Err(PercpuRefError::NotZero);
         }
+        // A new life, whose zero will be the next report. (The previous life's report may
+        // still be on its way: its put decremented to zero and has yet to take the lock.)
+        self.zero.lock().lives += 1;
         // ORDERING: Release pairs with the Acquire mode load of the seed variant.
         self.mode.store(0, Ordering::Release);
         Ok(())

@@ -46,6 +46,37 @@ fn kill_races_with_get_put_percpu_fast() {
     kill_races_with_user(RefVariant::PercpuFast);
 }
 
+/// The last put may be the user's, after `kill`: it decrements to zero and only then reports.
+/// A waiter must not return in between, with `zero_events` still at 0.
+fn waiter_returns_after_the_zero_report(v: RefVariant) {
+    loom::model(move || {
+        let r = new_ref(v);
+        assert!(r.tryget_live());
+        let r2 = r.clone();
+        let t = thread::spawn(move || {
+            r2.put();
+        });
+        r.kill().unwrap();
+        r.wait_for_zero();
+        assert_eq!(
+            r.zero_events(),
+            1,
+            "wait_for_zero returned before the report"
+        );
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn waiter_returns_after_the_zero_report_percpu() {
+    waiter_returns_after_the_zero_report(RefVariant::Percpu);
+}
+
+#[test]
+fn waiter_returns_after_the_zero_report_percpu_fast() {
+    waiter_returns_after_the_zero_report(RefVariant::PercpuFast);
+}
+
 fn no_get_after_kill(v: RefVariant) {
     loom::model(move || {
         let r = new_ref(v);
