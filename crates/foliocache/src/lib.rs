@@ -84,6 +84,7 @@ pub mod sync;
 #[cfg(not(loom))]
 pub use cache::{
     CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, OwnedFolio, PinnedFolio,
+    BLOCK_CACHE_INACTIVE_RATIO,
 };
 pub use readahead::InsertMode;
 pub use refcount::RefStrategy;

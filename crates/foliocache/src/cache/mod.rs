@@ -71,7 +71,7 @@ mod stats;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use config::{Config, ConfigError, MAX_RA_PAGES};
+pub use config::{Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, MAX_RA_PAGES};
 pub use error::CacheError;
 pub use file::{CachedFile, OwnedFolio, PinnedFolio};
 pub use stats::CacheStats;

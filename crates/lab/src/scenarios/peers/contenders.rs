@@ -364,8 +364,9 @@ pub struct Foliocache {
 
 impl Foliocache {
     /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
-    /// (`get_folio`, `pinned`), with a readahead window of `ra_pages` (0: off) and the LRU
-    /// policy `lru` (the cache's default unless the command line changed it).
+    /// (`get_folio`, `pinned`): [`Config::block_cache`] with a readahead window of `ra_pages`
+    /// (0: off, the block cache's) and the LRU policy `lru` (the block cache's unless the
+    /// command line changed it).
     pub fn new(
         path: &std::path::Path,
         budget_bytes: usize,
@@ -373,7 +374,11 @@ impl Foliocache {
         lru: LruConfig,
         pinned: bool,
     ) -> Result<Foliocache, CacheError> {
-        let cache = FolioCache::new(Config::new(budget_bytes).readahead_pages(ra_pages).lru(lru))?;
+        let cache = FolioCache::new(
+            Config::block_cache(budget_bytes)
+                .readahead_pages(ra_pages)
+                .lru(lru),
+        )?;
         let file = cache.open(path)?;
         Ok(Foliocache {
             cache,

@@ -11,10 +11,13 @@
 //! threads, then measured; contenders are interleaved A B C ... A B C in one process.
 //!
 //! **The contenders** ([`contenders`]): `foliocache` (`read_at` copying the block),
-//! `foliocache-pinned` (zero-copy through a pinned folio; both with readahead off unless
-//! `--ra-pages` says otherwise, as a storage engine configures random block reads: the
-//! kernel's context readahead would otherwise read neighbours of cached blocks into a tight
-//! budget; workingset detection on, the cache's default, unless `--no-workingset`),
+//! `foliocache-pinned` (zero-copy through a pinned folio; both built by
+//! `Config::block_cache`, the configuration the library offers storage engines: readahead
+//! off, as a storage engine configures random block reads (the kernel's context readahead
+//! would otherwise read neighbours of cached blocks into a tight budget), and 4 active pages
+//! per inactive one where the kernel's formula keeps the lists level below 1 GiB; workingset
+//! detection and the active second chance on. `--ra-pages`, `--inactive-ratio` (`kernel`
+//! for `Config::new`'s formula), `--no-workingset` and `--kernel-active-aging` change them),
 //! `quick_cache` and `moka` (current
 //! crates.io releases holding `Arc<[u8]>` blocks, filled by `pread` on a miss), and the
 //! kernel's page cache through `pread` (`kernel-pread`) and a shared mapping (`mmap`). The two
@@ -58,6 +61,7 @@ pub mod workload;
 use std::fs::File;
 
 use foliocache::lru::LruConfig;
+use foliocache::BLOCK_CACHE_INACTIVE_RATIO;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -119,9 +123,9 @@ pub struct Args {
     /// Warm-up before each measurement [default: the measurement's duration].
     #[arg(long, value_parser = parse_duration)]
     pub warmup: Option<Duration>,
-    /// Readahead window of the foliocache contenders, in pages. 0 turns readahead off, as a
-    /// storage engine does for its random block reads (RocksDB opens its files with
-    /// `POSIX_FADV_RANDOM`); 32 is the cache's own default.
+    /// Readahead window of the foliocache contenders, in pages. 0 (`Config::block_cache`'s)
+    /// turns readahead off, as a storage engine does for its random block reads (RocksDB
+    /// opens its files with `POSIX_FADV_RANDOM`); 32 is `Config::new`'s.
     #[arg(long, default_value_t = 0)]
     pub ra_pages: usize,
     /// Run the foliocache contenders without workingset detection (`Config::workingset(false)`:
@@ -129,15 +133,57 @@ pub struct Args {
     #[arg(long)]
     pub no_workingset: bool,
     /// Active pages the foliocache contenders' LRU keeps per inactive page
-    /// (`LruConfig::inactive_ratio`) [default: the kernel's formula, `int_sqrt(10 * GiB)` of
-    /// the cache, 1 below 1 GiB].
-    #[arg(long)]
-    pub inactive_ratio: Option<u32>,
+    /// (`LruConfig::inactive_ratio`): a number, or `kernel` for the kernel's formula
+    /// (`int_sqrt(10 * GiB)` of the cache, 1 below 1 GiB: what `Config::new` uses).
+    /// Default: `Config::block_cache`'s.
+    #[arg(long, default_value_t = InactiveRatio::Fixed(BLOCK_CACHE_INACTIVE_RATIO), value_parser = InactiveRatio::parse)]
+    pub inactive_ratio: InactiveRatio,
     /// Age the foliocache contenders' active list as the kernel does for unmapped file pages,
     /// in list order, without the second chance for referenced folios
     /// (`LruConfig::active_second_chance = false`).
     #[arg(long)]
     pub kernel_active_aging: bool,
+}
+
+/// `--inactive-ratio`: a fixed ratio, or the kernel's formula.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InactiveRatio {
+    /// `int_sqrt(10 * GiB)`, 1 below 1 GiB (`LruConfig::inactive_ratio = None`).
+    Kernel,
+    /// This many active pages per inactive one.
+    Fixed(u32),
+}
+
+impl InactiveRatio {
+    /// `kernel`, or a positive number.
+    pub fn parse(s: &str) -> Result<InactiveRatio, String> {
+        if s == "kernel" {
+            return Ok(InactiveRatio::Kernel);
+        }
+        match s.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(InactiveRatio::Fixed(n)),
+            _ => Err(format!(
+                "`{s}` is not an inactive ratio: give `kernel` or a whole number of at least 1"
+            )),
+        }
+    }
+
+    /// As `LruConfig::inactive_ratio` takes it.
+    pub fn get(self) -> Option<u32> {
+        match self {
+            InactiveRatio::Kernel => None,
+            InactiveRatio::Fixed(n) => Some(n),
+        }
+    }
+}
+
+impl std::fmt::Display for InactiveRatio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InactiveRatio::Kernel => f.write_str("kernel"),
+            InactiveRatio::Fixed(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 impl Default for Args {
@@ -153,7 +199,7 @@ impl Default for Args {
             warmup: None,
             ra_pages: 0,
             no_workingset: false,
-            inactive_ratio: None,
+            inactive_ratio: InactiveRatio::Fixed(BLOCK_CACHE_INACTIVE_RATIO),
             kernel_active_aging: false,
         }
     }
@@ -274,6 +320,22 @@ pub fn run(args: &Args) -> LabResult<Report> {
         setup.blocks,
         setup.budget_blocks,
         machine_memory() as f64 / (1u64 << 30) as f64
+    );
+    println!(
+        "peers: foliocache contenders: Config::block_cache, readahead {}, inactive ratio {}, \
+         workingset detection {}, active second chance {}",
+        if setup.ra_pages == 0 {
+            "off".to_string()
+        } else {
+            format!("{} pages", setup.ra_pages)
+        },
+        args.inactive_ratio,
+        if setup.lru.workingset { "on" } else { "off" },
+        if setup.lru.active_second_chance {
+            "on"
+        } else {
+            "off"
+        },
     );
 
     let steps = (args.mix.len() * settings.threads.len() * settings.runs * kinds.len()) as u64;
@@ -458,7 +520,7 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
         ra_pages: args.ra_pages,
         lru: LruConfig {
             workingset: !args.no_workingset,
-            inactive_ratio: args.inactive_ratio,
+            inactive_ratio: args.inactive_ratio.get(),
             active_second_chance: !args.kernel_active_aging,
             ..LruConfig::default()
         },
