@@ -31,6 +31,15 @@
 //! references after isolation because it walks page tables (`folio_referenced`), which it
 //! cannot do under the lruvec lock; with nothing to walk, the flag is tested under the lock,
 //! and the second chance costs no isolation and no putback.
+//!
+//! Aging (`shrink_active_list`) makes the same choice for the active list by default: a
+//! referenced folio at the active tail loses its flag and returns to the active head instead
+//! of going down ([`LruConfig::active_second_chance`](super::LruConfig::active_second_chance)),
+//! where the kernel does that only for referenced executable mappings. Folios aging looks at
+//! count as reclaim progress, so a pass over an active list of referenced folios clears their
+//! flags and then deactivates, instead of ending fruitless. On the `peers` Zipf trace at
+//! 4 active pages per inactive one it is worth about a point of hit ratio (85.0% against
+//! 84.1%); at the kernel's ratio of 1 below 1 GiB it changes nothing measurable.
 
 use super::{Lru, LruList, LruVec, LRU_FLAGS_AT_FREE};
 use crate::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
