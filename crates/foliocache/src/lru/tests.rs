@@ -24,6 +24,20 @@ fn lru(arena: &Arena, filter: DrainFilter) -> Lru {
     )
 }
 
+/// An LRU that adds folios as active (every folio starts on the active list, so aging is
+/// what tests see), one batch slot, the active second chance on or off.
+fn lru_add_as_active(arena: &Arena, active_second_chance: bool) -> Lru {
+    Lru::new(
+        arena,
+        LruConfig {
+            add_as_active: true,
+            batch_slots: 1,
+            active_second_chance,
+            ..LruConfig::default()
+        },
+    )
+}
+
 /// A one-file page cache: holds one reference per cached folio, with the folio's mapping set;
 /// its mutex plays the index lock.
 struct Cache<'a> {
@@ -63,9 +77,15 @@ impl<'a> Cache<'a> {
         self.pages.lock().len()
     }
 
-    /// Whether page `index` is cached.
-    fn cached_index(&self, index: u64) -> bool {
-        self.pages.lock().contains_key(&index)
+    /// Truncates every cached page, then checks that the LRU is consistent and the arena
+    /// back at its baseline (nothing allocated).
+    fn truncate_all_and_check(&self, lru: &Lru) {
+        let cached: Vec<u64> = self.pages.lock().keys().copied().collect();
+        for i in cached {
+            self.truncate(i);
+        }
+        lru.validate(self.arena).unwrap();
+        assert_eq!(self.arena.validate().unwrap().allocated_pages, 0);
     }
 }
 
@@ -331,14 +351,7 @@ fn reclaim_frees_cold_folios_second_chances_referenced_and_skips_pinned() {
 #[test]
 fn a_short_inactive_list_is_refilled_from_the_active_tail() {
     let a = arena(64, RefStrategy::LockedBit);
-    let l = Lru::new(
-        &a,
-        LruConfig {
-            add_as_active: true,
-            batch_slots: 1,
-            ..LruConfig::default()
-        },
-    );
+    let l = lru_add_as_active(&a, true);
     let c = Cache::new(&a);
     for i in 0..20 {
         drop(c.add(&l, i));
@@ -363,15 +376,7 @@ fn a_short_inactive_list_is_refilled_from_the_active_tail() {
 fn active_aging_keeps_referenced_folios_active_unless_configured_like_the_kernel() {
     for second_chance in [true, false] {
         let a = arena(128, RefStrategy::LockedBit);
-        let l = Lru::new(
-            &a,
-            LruConfig {
-                add_as_active: true,
-                batch_slots: 1,
-                active_second_chance: second_chance,
-                ..LruConfig::default()
-            },
-        );
+        let l = lru_add_as_active(&a, second_chance);
         let c = Cache::new(&a);
         let mut read = Vec::new();
         for i in 0..100 {
@@ -400,13 +405,7 @@ fn active_aging_keeps_referenced_folios_active_unless_configured_like_the_kernel
             assert!(read_still_active < 50, "kernel aging: {st:?}");
             assert_eq!(st.rotated_active, 0, "{st:?}");
         }
-        for i in 0..100 {
-            if c.cached_index(i) {
-                c.truncate(i);
-            }
-        }
-        l.validate(&a).unwrap();
-        assert_eq!(a.validate().unwrap().allocated_pages, 0);
+        c.truncate_all_and_check(&l);
     }
 }
 
@@ -417,14 +416,7 @@ fn active_aging_keeps_referenced_folios_active_unless_configured_like_the_kernel
 #[test]
 fn reclaim_frees_when_every_active_folio_is_referenced() {
     let a = arena(1024, RefStrategy::LockedBit);
-    let l = Lru::new(
-        &a,
-        LruConfig {
-            add_as_active: true,
-            batch_slots: 1,
-            ..LruConfig::default()
-        },
-    );
+    let l = lru_add_as_active(&a, true);
     let c = Cache::new(&a);
     for i in 0..1024 {
         let f = c.add(&l, i);
@@ -438,12 +430,7 @@ fn reclaim_frees_when_every_active_folio_is_referenced() {
     drop(f);
     let st = l.validate(&a).unwrap();
     assert!(st.rotated_active >= 1024 && st.reclaimed > 0, "{st:?}");
-    for i in 0..1024 {
-        if c.cached_index(i) {
-            c.truncate(i);
-        }
-    }
-    assert_eq!(a.validate().unwrap().allocated_pages, 0);
+    c.truncate_all_and_check(&l);
 }
 
 #[test]
