@@ -3,6 +3,11 @@
 //! interleaving of its `PG_waiters` registration with the unlock), and sees the holder's
 //! writes (`PG_uptodate` set by `end_read`) when it wakes. A deliberately broken unlock that
 //! skips the wake-up leaves the sleeper blocked forever, which loom reports as a deadlock.
+//!
+//! And the access counter in the flags word (`racing_refs_never_leave_their_field`): readers
+//! counting reads, aging spending one and a flag update of another layer, all on one word,
+//! never lose an update or carry out of the counter's two bits; the weakened check-then-add
+//! increment (`racy_refs_increment_is_caught`) carries into the next bit.
 #![cfg(loom)]
 
 use foliocache::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
@@ -75,4 +80,71 @@ fn unlock_without_wake_is_caught() {
         l.mark_uptodate();
         drop(l.unlock_without_wake());
     });
+}
+
+/// The access counter in the flags word (`Folio::inc_lru_refs`, `dec_lru_refs`): two readers
+/// count reads of a folio whose count is one short of full while aging spends one and
+/// another layer sets and clears a flag bit. Every interleaving must leave the count in its
+/// field (0 to `LRU_REFS_MAX`, here exactly 2 or 3 as the decrement falls), the flag's last
+/// change in place, and no other bit touched.
+fn refs_race(inc: fn(&foliocache::folio::Folio) -> bool) {
+    use foliocache::folio::flags::{LRU_REFS_MASK, LRU_REFS_MAX, PG_REFERENCED};
+    loom::model(move || {
+        let mut c = ArenaConfig::new(PAGE_SIZE, RefStrategy::LockedBit);
+        c.per_cpu_lists = false;
+        let arena = Arc::new(Arena::new(c).unwrap());
+        let r = arena.alloc(0).unwrap();
+        let f = arena.folio(r.pfn());
+        while f.lru_refs() < LRU_REFS_MAX - 1 {
+            assert!(f.inc_lru_refs());
+        }
+        let pfn = r.pfn();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let a = arena.clone();
+                thread::spawn(move || {
+                    inc(a.folio(pfn));
+                })
+            })
+            .collect();
+        let a = arena.clone();
+        let other = thread::spawn(move || {
+            a.folio(pfn).set_flag(PG_REFERENCED);
+        });
+        let spent = f.dec_lru_refs();
+        for t in readers {
+            t.join().unwrap();
+        }
+        other.join().unwrap();
+        let flags = f.flags();
+        assert_eq!(
+            flags & !(LRU_REFS_MASK | PG_REFERENCED),
+            0,
+            "a bit outside the counter changed: {flags:#x}"
+        );
+        assert!(flags & PG_REFERENCED != 0, "the flag's update was lost");
+        assert!(spent, "aging found no count to spend");
+        let refs = f.lru_refs();
+        assert!(
+            refs == LRU_REFS_MAX - 1 || refs == LRU_REFS_MAX,
+            "count {refs} after one spend and two saturating reads from {}",
+            LRU_REFS_MAX - 1
+        );
+        f.clear_flag(PG_REFERENCED);
+        while f.dec_lru_refs() {}
+        drop(r);
+    });
+}
+
+#[test]
+fn racing_refs_never_leave_their_field() {
+    refs_race(|f| f.inc_lru_refs());
+}
+
+/// The weakened increment (check, then `fetch_add`): both readers see room for one more and
+/// both add, carrying out of the field.
+#[test]
+#[should_panic(expected = "a bit outside the counter changed")]
+fn racy_refs_increment_is_caught() {
+    refs_race(|f| f.inc_lru_refs_racy());
 }

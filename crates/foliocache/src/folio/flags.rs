@@ -1,8 +1,9 @@
 //! The folio flags word (`enum pageflags` in `include/linux/page-flags.h`).
 //!
-//! One `u64` per folio head. Bits 0..32 are single flags, bits 32..40 are reserved for a
-//! multi-generational LRU (a generation number and a reference counter, like the kernel's
-//! `LRU_GEN_MASK`/`LRU_REFS_MASK` in the upper bits of `page->flags`). Every bit is changed
+//! One `u64` per folio head. Bits 0..32 are single flags, bits 32..40 hold a generation number
+//! (reserved for a multi-generational LRU) and an access counter (used by the active list's
+//! aging), like the kernel's `LRU_GEN_MASK`/`LRU_REFS_MASK` in the upper bits of
+//! `page->flags`. Every bit is changed
 //! with an atomic read-modify-write, so layers that own different bits never lose each other's
 //! updates; a bit's *meaning* is owned by one layer (noted per constant).
 //!
@@ -67,8 +68,15 @@ pub const PG_ANON: u64 = 1 << 19;
 pub const LRU_GEN_SHIFT: u32 = 32;
 /// `LRU_GEN_MASK`: generation number + 1 of a multi-generational LRU (0 = not on one).
 pub const LRU_GEN_MASK: u64 = 0xf << LRU_GEN_SHIFT;
-/// `LRU_REFS_MASK`: access counter of a multi-generational LRU.
-pub const LRU_REFS_MASK: u64 = 0x3 << (LRU_GEN_SHIFT + 4);
+/// First bit of the LRU access counter (`LRU_REFS_PGOFF`).
+pub const LRU_REFS_SHIFT: u32 = LRU_GEN_SHIFT + 4;
+/// `LRU_REFS_MASK`: an access counter, as MGLRU keeps for folios read through file
+/// descriptors. Here the classic LRU uses it on the active list: reads beyond the first since
+/// aging last looked (`Folio::inc_lru_refs`), each worth one more trip round the active list
+/// (`LruConfig::active_second_chance`). Cleared with the rest of the word at free.
+pub const LRU_REFS_MASK: u64 = 0x3 << LRU_REFS_SHIFT;
+/// The largest count the field holds.
+pub const LRU_REFS_MAX: u32 = 3;
 
 /// `PAGE_FLAGS_CHECK_AT_FREE`: flags that must be clear when a folio is freed; a set one is a
 /// bad page (a layer freed a folio without undoing its state).
@@ -134,7 +142,7 @@ pub fn describe(flags: u64) -> String {
     if flags & LRU_REFS_MASK != 0 {
         out.push(format!(
             "lru_refs={}",
-            (flags & LRU_REFS_MASK) >> (LRU_GEN_SHIFT + 4)
+            (flags & LRU_REFS_MASK) >> LRU_REFS_SHIFT
         ));
     }
     if out.is_empty() {

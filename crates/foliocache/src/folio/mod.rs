@@ -260,6 +260,68 @@ impl Folio {
         self.flags.fetch_and(!flag, Ordering::AcqRel) & flag == flag
     }
 
+    /// The access count in [`LRU_REFS_MASK`](flags::LRU_REFS_MASK) (0 to [`LRU_REFS_MAX`]):
+    /// reads of an active folio beyond the one that set `PG_referenced`, since aging last
+    /// looked at it (MGLRU's `folio_lru_refs`). A hint, read relaxed.
+    #[inline]
+    pub fn lru_refs(&self) -> u32 {
+        ((self.flags() & flags::LRU_REFS_MASK) >> flags::LRU_REFS_SHIFT) as u32
+    }
+
+    /// Counts one more access in the refs field unless it is saturated at [`LRU_REFS_MAX`]
+    /// (MGLRU's `folio_inc_refs`); returns whether it counted. A saturated folio costs no
+    /// write.
+    #[inline]
+    pub fn inc_lru_refs(&self) -> bool {
+        self.update_lru_refs(|r| (r < LRU_REFS_MAX).then_some(r + 1))
+    }
+
+    /// Takes one access back from the refs field (aging spending a chance); returns whether
+    /// there was one.
+    #[inline]
+    pub fn dec_lru_refs(&self) -> bool {
+        self.update_lru_refs(|r| r.checked_sub(1))
+    }
+
+    /// A read-modify-write of the refs field alone, by compare-and-swap on the whole word.
+    fn update_lru_refs(&self, f: impl Fn(u32) -> Option<u32>) -> bool {
+        let mut old = self.flags();
+        loop {
+            let refs = ((old & flags::LRU_REFS_MASK) >> flags::LRU_REFS_SHIFT) as u32;
+            let Some(new_refs) = f(refs) else {
+                return false;
+            };
+            let new =
+                (old & !flags::LRU_REFS_MASK) | (u64::from(new_refs) << flags::LRU_REFS_SHIFT);
+            // ORDERING: Relaxed: the count is a reclaim hint that publishes nothing. What the
+            // CAS guarantees is the field's integrity: increments (readers, in
+            // `Lru::mark_accessed`) and decrements (aging, under the lruvec lock) of the same
+            // word never lose one another or carry out of the two bits, and the single-bit
+            // RMWs of other layers (`test_set_flag`, `test_clear_flag`) are never undone by a
+            // stale word. A check-then-`fetch_add` would let two readers that both saw
+            // `LRU_REFS_MAX - 1` carry into the next bit (the loom model
+            // `racing_refs_never_leave_their_field` catches that weakened variant).
+            match self
+                .flags
+                .compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(cur) => old = cur,
+            }
+        }
+    }
+
+    /// The weakened refs increment the loom model must catch: a check, then a `fetch_add`.
+    #[cfg(loom)]
+    pub fn inc_lru_refs_racy(&self) -> bool {
+        if self.lru_refs() >= LRU_REFS_MAX {
+            return false;
+        }
+        self.flags
+            .fetch_add(1 << flags::LRU_REFS_SHIFT, Ordering::Relaxed);
+        true
+    }
+
     /// `folio_test_uptodate`: the data is valid (acquire: the bytes written before
     /// `PG_uptodate` was set are visible after this returns true).
     #[inline]

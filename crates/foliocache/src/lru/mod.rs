@@ -172,7 +172,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::folio::flags::{
-    LRU_GEN_MASK, PG_ACTIVE, PG_LRU, PG_MLOCKED, PG_REFERENCED, PG_UNEVICTABLE,
+    LRU_GEN_MASK, LRU_REFS_MASK, PG_ACTIVE, PG_LRU, PG_MLOCKED, PG_REFERENCED, PG_UNEVICTABLE,
 };
 use crate::folio::{Arena, Folio, FolioRef};
 use crate::sync::{
@@ -763,7 +763,16 @@ impl Lru {
         let flags = folio.flags();
         if flags & PG_REFERENCED == 0 {
             folio.set_flag(PG_REFERENCED);
-        } else if flags & (PG_UNEVICTABLE | PG_ACTIVE) == 0 {
+        } else if flags & PG_ACTIVE != 0 {
+            // Active and referenced: one more read for aging to weigh (up to the field's
+            // capacity; a saturated folio is not written).
+            if self.config.active_second_chance
+                && flags & LRU_REFS_MASK != LRU_REFS_MASK
+                && flags & PG_UNEVICTABLE == 0
+            {
+                folio.inc_lru_refs();
+            }
+        } else if flags & PG_UNEVICTABLE == 0 {
             if flags & PG_LRU != 0 {
                 self.activate(arena, folio);
             } else {

@@ -408,13 +408,15 @@ impl Lru {
 /// folios from the active tail lose `PG_active`, gain `PG_workingset`, and move to the
 /// inactive head. Done under the lock without isolating, since no rmap walk is needed.
 ///
-/// With [`LruConfig::active_second_chance`](super::LruConfig::active_second_chance) a
-/// referenced folio is rotated to the active head instead, its `PG_referenced` cleared: the
-/// kernel does this only for referenced executable mappings (`VM_EXEC`), whose loss would be
-/// felt at once; here `PG_referenced` is the only access signal there is, and it says the
-/// folio was read since it was activated or last aged. Every folio looked at counts against
-/// `nr`, rotated or not, so a step is bounded; a folio rotated now is deactivated next time
-/// round unless it is read again. Returns the number looked at.
+/// With [`LruConfig::active_second_chance`](super::LruConfig::active_second_chance) a folio
+/// read since aging last looked at it is rotated to the active head instead, spending one
+/// read: one from its access count ([`Folio::lru_refs`](crate::folio::Folio::lru_refs), the
+/// reads after the first, up to 3), else its `PG_referenced`. The kernel rotates only
+/// referenced executable mappings (`VM_EXEC`), whose loss would be felt at once; here the
+/// reads are the only access signal there is, and a block read four times since the last
+/// pass survives four passes (a GCLOCK: frequency, not just recency, decides). Every folio
+/// looked at counts against `nr`, rotated or not, so a step is bounded. Returns the number
+/// looked at.
 fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) -> usize {
     let mut looked_at = 0;
     while looked_at < nr {
@@ -428,9 +430,11 @@ fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) -> usize
             v.lists.move_head(pfn, LruList::Active);
             continue;
         }
+        // A chance per read since aging last looked: the counted ones first, then the one
+        // that set `PG_referenced`.
         if v.active_second_chance
-            && folio.flags() & PG_REFERENCED != 0
-            && folio.test_clear_flag(PG_REFERENCED)
+            && (folio.dec_lru_refs()
+                || (folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED)))
         {
             v.lists.move_head(pfn, LruList::Active);
             v.rotated_active += 1;

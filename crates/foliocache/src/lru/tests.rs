@@ -409,6 +409,44 @@ fn active_aging_keeps_referenced_folios_active_unless_configured_like_the_kernel
     }
 }
 
+/// Reads of an active folio are counted (up to 3 beyond the one that set `PG_referenced`)
+/// and aging spends them one per pass, the counted ones first; with the kernel's aging they
+/// are not counted at all.
+#[test]
+fn aging_spends_one_counted_read_per_pass() {
+    for second_chance in [true, false] {
+        let a = arena(128, RefStrategy::LockedBit);
+        let l = lru_add_as_active(&a, second_chance);
+        let c = Cache::new(&a);
+        for i in 0..100 {
+            drop(c.add(&l, i));
+        }
+        l.drain(&a);
+        let tail = *l.list_snapshot(LruList::Active).last().unwrap();
+        let x = a.try_get(a.folio(tail)).unwrap();
+        for _ in 0..5 {
+            l.mark_accessed(&a, &x);
+        }
+        assert!(x.test_flag(PG_REFERENCED));
+        if !second_chance {
+            assert_eq!(x.lru_refs(), 0, "the kernel's aging counts nothing");
+            drop(x);
+            c.truncate_all_and_check(&l);
+            continue;
+        }
+        assert_eq!(x.lru_refs(), 3, "saturated at the field's capacity");
+        drop(x);
+        // The first aging step looks at the tail first: one counted read is spent.
+        let r = l.reclaim(&a, &c, 5);
+        assert!(r.reclaimed >= 5, "{r:?}");
+        let x = a.folio(tail);
+        assert_eq!(l.list_of(x), Some(LruList::Active));
+        assert_eq!(x.lru_refs(), 2);
+        assert!(x.test_flag(PG_REFERENCED));
+        c.truncate_all_and_check(&l);
+    }
+}
+
 /// Every folio active and referenced, nothing inactive: the first aging steps only clear
 /// flags, yet a reclaim (and an allocation through it) still frees, instead of counting the
 /// pass as fruitless and failing: clearing 1024 flags takes 32 steps, more than the
