@@ -260,7 +260,7 @@ impl Folio {
         self.flags.fetch_and(!flag, Ordering::AcqRel) & flag == flag
     }
 
-    /// The access count in [`LRU_REFS_MASK`](flags::LRU_REFS_MASK) (0 to [`LRU_REFS_MAX`]):
+    /// The access count in [`LRU_REFS_MASK`] (0 to [`LRU_REFS_MAX`]):
     /// reads of an active folio beyond the one that set `PG_referenced`, since aging last
     /// looked at it (MGLRU's `folio_lru_refs`). A hint, read relaxed.
     #[inline]
