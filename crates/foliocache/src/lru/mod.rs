@@ -25,10 +25,11 @@
 //! first access ([`LruConfig::reference_on_fill`] switches back); a referenced folio gets a
 //! second chance at the inactive tail (CLOCK; the kernel reclaims a clean unmapped folio
 //! whatever its `PG_referenced`; the reclaim module explains why we do not) and, when aging
-//! reaches it, at the active tail ([`LruConfig::active_second_chance`] switches back; the
-//! kernel keeps only referenced executable mappings). With `PG_referenced` the only access
-//! signal an unmapped page has, both lists then age by CLOCK instead of by insertion order. The
-//! inactive ratio is the kernel's formula unless [`LruConfig::inactive_ratio`] (or
+//! reaches it, at the active tail, once per read counted since the last pass
+//! ([`LruConfig::active_second_chance`] switches back; the kernel keeps only referenced
+//! executable mappings). With reads the only access signal an unmapped page has, both lists
+//! then age by CLOCK (the active one weighted by read counts, a GCLOCK) instead of by insertion
+//! order. The inactive ratio is the kernel's formula unless [`LruConfig::inactive_ratio`] (or
 //! `Config::block_cache`) sets it.
 //!
 //! # The seed (004): dead folios in add batches
@@ -69,6 +70,7 @@
 //! | `PG_lru` | the drain / putback, under the lock, after linking | an isolator holding a reference (`test_and_clear`), or the final put under the lock |
 //! | `PG_active` | activation under the lock; [`Lru::mark_accessed`] on a batched folio; add-as-active; [`Lru::workingset_refault`] before the folio is queued | deactivation under the lock; the filter before a free; the final put |
 //! | `PG_referenced` | [`Lru::mark_accessed`] (first access; by default not the read that filled the folio) | promotion to active; reclaim's second chance on either list |
+//! | `LRU_REFS` (2 bits) | [`Lru::mark_accessed`] on an active folio already referenced (a compare-and-swap that stops at 3) | aging spending a read (the same CAS); the arena's free path |
 //! | `PG_workingset` | deactivation (the folio was active once); a refault whose shadow carries it | the arena's free path (reclaim packs it into the shadow first) |
 //! | `PG_unevictable` | the drain, for an `PG_mlocked` folio | the final put; munlock rescue |
 //!
