@@ -178,3 +178,42 @@ fn a_loop_larger_than_the_inactive_list_stops_thrashing() {
     );
     assert!(hits[1] > reads * 8 / 10, "with it the loop fits: {hits:?}");
 }
+
+/// A moved working set in a `Config::block_cache`, where stale blocks are harder to
+/// displace: the active list holds four pages per inactive one, and every stale block was
+/// read often enough to saturate its read count (four trips round the active list). Reclaim
+/// must spend those counts and move the stale blocks down and out rather than let them hold
+/// three quarters of the cache against a loop that is read far more now; the loop ends up
+/// resident.
+#[test]
+fn a_moved_working_set_displaces_often_read_stale_blocks_in_a_block_cache() {
+    let (stale, set, rounds) = (48, 40, 40);
+    let data = content(256);
+    let mut config = Config::block_cache(64 * PAGE).panic_on_bad_page(true);
+    config.lru.batch_slots = 1;
+    let c = FolioCache::new(config).unwrap();
+    let file = c.open_backing("data", MemBacking(data.clone())).unwrap();
+    for _ in 0..8 {
+        for p in 0..stale {
+            read_page(&file, &data, p);
+        }
+    }
+    let mut last = 0;
+    for round in 0..rounds {
+        let before = c.stats().hits;
+        for p in 100..100 + set {
+            read_page(&file, &data, p);
+        }
+        if round >= rounds - 10 {
+            last += c.stats().hits - before;
+        }
+    }
+    let reads = (10 * set) as u64;
+    assert!(
+        last > reads * 9 / 10,
+        "the loop's last 10 rounds hit {last} of {reads} reads ({:?})",
+        c.workingset_stats()
+    );
+    drop(file);
+    assert_baseline(&c);
+}
