@@ -348,8 +348,8 @@ pub struct LruStats {
     pub deactivated: u64,
     /// Referenced inactive folios given a second chance by reclaim (`PGROTATED`).
     pub rotated: u64,
-    /// Referenced active folios aging kept on the active list
-    /// ([`LruConfig::active_second_chance`]; `shrink_active_list`'s `nr_rotated`).
+    /// Active folios aging kept on the active list, each spending one read counted since the
+    /// last pass ([`LruConfig::active_second_chance`]; `shrink_active_list`'s `nr_rotated`).
     pub rotated_active: u64,
     /// Folios reclaim looked at on the inactive tail (`PGSCAN`).
     pub scanned: u64,
