@@ -7,53 +7,19 @@
 //! index runs with 4-slot nodes under loom.
 #![cfg(loom)]
 
-use foliocache::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
+#[path = "support/index_world.rs"]
+mod index_world;
+
+use foliocache::folio::{FolioLocked, FolioRef};
 use foliocache::index::Index;
-use foliocache::rcu::Rcu;
 use foliocache::refcount::RefStrategy;
-use foliocache::sync::{thread, Arc, AtomicBool, Ordering};
-
-/// Tag of the folio's first life (set before it is published).
-const FIRST: u64 = 1;
-/// Tag of the frame's next life.
-const SECOND: u64 = 2;
-
-struct World {
-    arena: Arc<Arena>,
-    rcu: Arc<Rcu>,
-    index: Index,
-    /// The remover finished (its change is complete).
-    done: AtomicBool,
-}
-
-fn world(pages: usize, s: RefStrategy) -> Arc<World> {
-    let mut c = ArenaConfig::new(pages * PAGE_SIZE, s);
-    c.per_cpu_lists = false;
-    c.panic_on_bad_page = true;
-    let arena = Arc::new(Arena::new(c).unwrap());
-    let rcu = Arc::new(Rcu::new());
-    let index = Index::with_rcu(arena.clone(), rcu.clone());
-    Arc::new(World {
-        arena,
-        rcu,
-        index,
-        done: AtomicBool::new(false),
-    })
-}
-
-/// Caches one folio tagged FIRST at index 0; returns its pfn with one extra reference leaked
-/// for the remover.
-fn cache_one(w: &World) -> u32 {
-    let l = w.arena.alloc(0).unwrap().lock();
-    l.set_private(FIRST);
-    w.index.add_folio(&l, 0).unwrap();
-    l.unlock().into_raw().pfn()
-}
+use foliocache::sync::{thread, Ordering};
+use index_world::{cache_first, world, World, FIRST, SECOND};
 
 /// The reader: a lookup of index 0 started after the removal completed finds nothing; a
 /// folio it does return is the cached one, and stays alive (not freed, not reused) while held.
 fn reader(w: &World, lookup: impl Fn(&Index) -> Option<FolioRef<'_>>) {
-    let done = w.done.load(Ordering::SeqCst);
+    let done = w.settled.load(Ordering::SeqCst);
     let found = lookup(&w.index);
     if done {
         assert!(
@@ -87,14 +53,14 @@ fn lookup_vs_evict() {
     for s in [RefStrategy::CasLoop, RefStrategy::LockedBit] {
         loom::model(move || {
             let w = world(1, s);
-            let pfn = cache_one(&w);
+            let pfn = cache_first(&w);
             let w2 = w.clone();
             let r = thread::spawn(move || reader(&w2, |i| i.lookup(0)));
             // SAFETY: the reference leaked by `cache_one`.
             let x = unsafe { FolioRef::from_raw(&w.arena, w.arena.folio(pfn)) };
             let evicted = w.index.evict(x.lock()).is_ok();
             if evicted {
-                w.done.store(true, Ordering::SeqCst);
+                w.settled.store(true, Ordering::SeqCst);
             }
             r.join().unwrap();
             finish(&w);
@@ -113,7 +79,7 @@ fn delete_and_reuse(w: &World, pfn: u32) {
     let l = x.lock();
     assert!(w.index.delete(&l));
     drop(l);
-    w.done.store(true, Ordering::SeqCst);
+    w.settled.store(true, Ordering::SeqCst);
     // Folio frames are reused at once (not RCU-delayed, as in the kernel).
     if let Ok(y) = w.arena.alloc(0) {
         y.set_private(SECOND);
@@ -130,7 +96,7 @@ fn delete_and_reuse(w: &World, pfn: u32) {
 fn lookup_vs_delete_and_reuse() {
     loom::model(|| {
         let w = world(1, RefStrategy::LockedBit);
-        let pfn = cache_one(&w);
+        let pfn = cache_first(&w);
         let w2 = w.clone();
         let r = thread::spawn(move || reader(&w2, |i| i.lookup(0)));
         delete_and_reuse(&w, pfn);
@@ -147,7 +113,7 @@ fn lookup_vs_delete_and_reuse() {
 fn lookup_without_recheck_is_caught() {
     loom::model(|| {
         let w = world(1, RefStrategy::LockedBit);
-        let pfn = cache_one(&w);
+        let pfn = cache_first(&w);
         let w2 = w.clone();
         let r = thread::spawn(move || reader(&w2, |i| i.lookup_without_recheck(0)));
         delete_and_reuse(&w, pfn);
@@ -168,7 +134,7 @@ fn lookup_vs_add_folio_range() {
         let w2 = w.clone();
         let want = pfns[1];
         let r = thread::spawn(move || {
-            let done = w2.done.load(Ordering::SeqCst);
+            let done = w2.settled.load(Ordering::SeqCst);
             let found = w2.index.lookup(1);
             if done {
                 assert!(found.is_some(), "inserted batch not visible");
@@ -186,7 +152,7 @@ fn lookup_vs_add_folio_range() {
             .map(|&p| unsafe { FolioLocked::from_raw_locked(&w.arena, w.arena.folio(p)) })
             .collect();
         assert_eq!(w.index.add_folio_range(0, 2, &batch), Ok(2));
-        w.done.store(true, Ordering::SeqCst);
+        w.settled.store(true, Ordering::SeqCst);
         for l in batch {
             drop(l.end_read(true));
         }

@@ -9,51 +9,17 @@
 //! reader holding the folio sees it vanish from the index although it stays cached.
 #![cfg(loom)]
 
-use foliocache::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
+#[path = "support/index_world.rs"]
+mod index_world;
+
+use foliocache::folio::FolioRef;
 use foliocache::index::{Index, Shadow};
-use foliocache::rcu::Rcu;
 use foliocache::refcount::RefStrategy;
-use foliocache::sync::{thread, Arc, AtomicBool, Ordering};
-
-/// Tag of the evicted folio.
-const FIRST: u64 = 1;
-/// Tag of the refaulting folio (same frame, next life).
-const SECOND: u64 = 2;
-
-struct World {
-    arena: Arc<Arena>,
-    rcu: Arc<Rcu>,
-    index: Index,
-    /// The refaulting folio is cached (set after its insertion).
-    refaulted: AtomicBool,
-}
-
-fn world(s: RefStrategy) -> Arc<World> {
-    let mut c = ArenaConfig::new(PAGE_SIZE, s);
-    c.per_cpu_lists = false;
-    c.panic_on_bad_page = true;
-    let arena = Arc::new(Arena::new(c).unwrap());
-    let rcu = Arc::new(Rcu::new());
-    let index = Index::with_rcu(arena.clone(), rcu.clone());
-    Arc::new(World {
-        arena,
-        rcu,
-        index,
-        refaulted: AtomicBool::new(false),
-    })
-}
+use foliocache::sync::{thread, Ordering};
+use index_world::{cache_first, world, World, FIRST, SECOND};
 
 fn shadow() -> Shadow {
     Shadow::new(0x5ad).unwrap()
-}
-
-/// Caches the FIRST folio at index 0; returns its pfn with one reference leaked for the
-/// reclaimer (its isolation reference).
-fn cache_first(w: &World) -> u32 {
-    let l = w.arena.alloc(0).unwrap().lock();
-    l.set_private(FIRST);
-    w.index.add_folio(&l, 0).unwrap();
-    l.unlock().into_raw().pfn()
 }
 
 /// The reclaimer's isolated folio.
@@ -77,11 +43,11 @@ fn finish(w: &World) {
 fn lookup_vs_shadow_replacement_and_refault() {
     for s in [RefStrategy::CasLoop, RefStrategy::LockedBit] {
         loom::model(move || {
-            let w = world(s);
+            let w = world(1, s);
             let pfn = cache_first(&w);
             let w2 = w.clone();
             let r = thread::spawn(move || {
-                let refaulted = w2.refaulted.load(Ordering::SeqCst);
+                let refaulted = w2.settled.load(Ordering::SeqCst);
                 let found = w2.index.lookup(0);
                 if refaulted {
                     let f = found.as_ref().expect("the refaulted folio is cached");
@@ -105,7 +71,7 @@ fn lookup_vs_shadow_replacement_and_refault() {
                 l.set_private(SECOND);
                 assert_eq!(w.index.add_folio_shadow(&l, 0), Ok(Some(shadow())));
                 drop(l);
-                w.refaulted.store(true, Ordering::SeqCst);
+                w.settled.store(true, Ordering::SeqCst);
             }
             r.join().unwrap();
             finish(&w);
@@ -120,7 +86,7 @@ fn lookup_vs_shadow_replacement_and_refault() {
 /// reclaimer under test.
 fn pinned_folio_stays_visible(evict: fn(&Index, foliocache::folio::FolioLocked<'_>) -> bool) {
     loom::model(move || {
-        let w = world(RefStrategy::LockedBit);
+        let w = world(1, RefStrategy::LockedBit);
         let pfn = cache_first(&w);
         let w2 = w.clone();
         let r = thread::spawn(move || {
