@@ -405,23 +405,31 @@ pub fn num_cpus() -> usize {
     }
 }
 
-/// Pins the calling thread to `cpu` (modulo the CPUs it may run on). Returns false if the
-/// kernel refused (e.g. a restricted cpuset); the caller decides whether that matters.
+/// The CPUs the calling thread may run on (its affinity mask), in ascending order; every CPU
+/// `0..num_cpus()` if the mask cannot be read.
 #[cfg(not(loom))]
-pub fn pin_to_cpu(cpu: usize) -> bool {
+pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `allowed` is a valid cpu_set_t and the size passed is its size.
     let ok =
         unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) };
-    let cpus: Vec<usize> = if ok == 0 {
+    if ok == 0 {
         (0..libc::CPU_SETSIZE as usize)
             // SAFETY: `c` is below CPU_SETSIZE and `allowed` is initialised.
             .filter(|&c| unsafe { libc::CPU_ISSET(c, &allowed) })
             .collect()
     } else {
         (0..num_cpus()).collect()
-    };
+    }
+}
+
+/// Pins the calling thread to the `cpu`-th CPU (modulo their number) of the ones it may run
+/// on ([`allowed_cpus`]). Returns false if the kernel refused (e.g. a restricted cpuset); the
+/// caller decides whether that matters.
+#[cfg(not(loom))]
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    let cpus = allowed_cpus();
     if cpus.is_empty() {
         return false;
     }

@@ -461,17 +461,49 @@ impl Arena {
 
     /// `folio_alloc`: a new folio of `2^order` pages with one reference, unlocked, not
     /// uptodate, no mapping, flags clear. Its bytes are whatever the frames held before.
+    ///
+    /// A request the buddy cannot satisfy first drains every CPU's free list
+    /// (`drain_all_pages`) and retries, so it fails only when no suitable block is free
+    /// anywhere.
     pub fn alloc(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
         if order > MAX_ORDER {
             return Err(AllocError::OrderTooLarge { order });
         }
-        let Some(pfn) = self.alloc.alloc(order) else {
-            self.alloc_failures.fetch_add(1, Ordering::Relaxed);
-            return Err(AllocError::OutOfMemory {
-                order,
-                free_pages: self.stats().free_pages,
-            });
-        };
+        loop {
+            let Some(pfn) = self.alloc.alloc(order) else {
+                self.alloc_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(AllocError::OutOfMemory {
+                    order,
+                    free_pages: self.stats().free_pages,
+                });
+            };
+            if let Some(f) = self.prep_new(pfn, order) {
+                return Ok(f);
+            }
+        }
+    }
+
+    /// `get_page_from_freelist`, the allocation attempt before reclaim: like
+    /// [`Arena::alloc`] but takes only what this CPU's free list or the buddy holds, leaving
+    /// blocks parked on other CPUs' lists where they are (their CPUs reuse them cache-hot).
+    /// `None` is not counted as an allocation failure: the caller reclaims, then allocates
+    /// with [`Arena::alloc`], which drains.
+    pub(crate) fn alloc_local(&self, order: u32) -> Option<FolioRef<'_>> {
+        if order > MAX_ORDER {
+            return None;
+        }
+        loop {
+            let pfn = self.alloc.alloc_local(order)?;
+            if let Some(f) = self.prep_new(pfn, order) {
+                return Some(f);
+            }
+        }
+    }
+
+    /// `check_new_page` + `prep_new_page` of the block at `pfn`: the new folio, or `None` if
+    /// its header shows it was written while free (a bad page, reported; the caller
+    /// allocates again).
+    fn prep_new(&self, pfn: u32, order: u32) -> Option<FolioRef<'_>> {
         let folio = &self.headers[pfn as usize];
         // `check_new_page`: a free folio's header must be exactly as the free path left it.
         let flags = folio.flags();
@@ -493,7 +525,7 @@ impl Arena {
                     self.alloc.free(pfn, order)
                 }
             });
-            return self.alloc(order);
+            return None;
         }
         // `prep_new_page`.
         folio.order.store(order as u8, Ordering::Relaxed);
@@ -510,7 +542,7 @@ impl Arena {
         // `set_page_refcounted`: the Release store publishes the header writes above to any
         // later successful `try_get`.
         folio.refcount().init(self.strategy, 1);
-        Ok(FolioRef::owned(self, folio))
+        Some(FolioRef::owned(self, folio))
     }
 
     /// `__folio_put` / `free_frozen_pages`: the free path, reached only by the winner of the

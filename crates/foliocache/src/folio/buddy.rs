@@ -26,11 +26,14 @@
 //! buddy in batches under one buddy-lock hold, so the shared buddy lock is taken once per
 //! `batch` folios. The CPU is only a hint (a thread may migrate): the per-CPU lock makes a
 //! migrated access correct, just not local. Frames parked on a per-CPU list are free but not
-//! mergeable; when the buddy cannot satisfy a request the allocator drains every per-CPU list
-//! and retries once (`drain_all_pages` in `__alloc_pages_direct_reclaim`), so a single-threaded
-//! allocation fails only when no suitable block exists anywhere. Under concurrency another
-//! CPU may refill its list between the drain and the retry, so a failure can be early by at
-//! most one batch per CPU; callers that reclaim and retry (the LRU) absorb that.
+//! mergeable. `alloc_local` (`get_page_from_freelist`) looks only at this CPU's list and the
+//! buddy; `alloc` then drains every per-CPU list and retries once (`drain_all_pages` in
+//! `__alloc_pages_direct_reclaim`), so a single-threaded allocation fails only when no
+//! suitable block exists anywhere. Under concurrency another CPU may refill its list between
+//! the drain and the retry, so a failure can be early by at most one batch per CPU; callers
+//! that reclaim and retry (the LRU) absorb that. The LRU, like the kernel, tries
+//! `alloc_local` before reclaiming and the draining `alloc` only after: draining first hands a
+//! reclaimer's fresh pages to whichever CPU asks next and moves them through the buddy lock.
 
 use crate::sync::{current_cpu, num_cpus, CachePadded, Mutex};
 
@@ -238,6 +241,12 @@ impl FrameAllocator {
 
     /// `rmqueue`: one free block of `order`, or `None` if none exists anywhere.
     pub(crate) fn alloc(&self, order: u32) -> Option<u32> {
+        self.alloc_local(order).or_else(|| self.alloc_slow(order))
+    }
+
+    /// `get_page_from_freelist`: one free block from this CPU's list or the buddy, without
+    /// touching other CPUs' lists (blocks parked there do not count).
+    pub(crate) fn alloc_local(&self, order: u32) -> Option<u32> {
         if let Some(pcp) = self.pcp_for(order) {
             let mut p = pcp.lock();
             if let Some(pfn) = p.lists[order as usize].pop() {
@@ -261,10 +270,10 @@ impl FrameAllocator {
                 p.count -= 1 << order;
                 return Some(pfn);
             }
-        } else if let Some(pfn) = self.buddy.lock().alloc(order) {
-            return Some(pfn);
+            None
+        } else {
+            self.buddy.lock().alloc(order)
         }
-        self.alloc_slow(order)
     }
 
     #[cold]

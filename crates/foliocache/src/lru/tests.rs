@@ -509,6 +509,98 @@ fn alloc_reclaims_when_the_budget_is_used_up_and_fails_only_when_all_is_pinned()
     assert_eq!(a.validate().unwrap().allocated_pages, 0);
 }
 
+/// Runs `f` on a new thread pinned to the `cpu`-th CPU the test may run on (spawned from the
+/// unpinned test thread, so the whole affinity mask is allowed) and returns its result.
+fn on_cpu<R: Send>(cpu: usize, f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let target = crate::sync::allowed_cpus()[cpu];
+            assert!(crate::sync::pin_to_cpu(cpu));
+            assert_eq!(crate::sync::current_cpu(), target);
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+#[test]
+fn alloc_reclaims_before_taking_another_cpus_free_pages_and_drains_them_before_failing() {
+    // "CPU 0" and "CPU 1" below are the first two CPUs this test may run on; they must
+    // have different free lists.
+    let (n, allowed) = (crate::sync::num_cpus(), crate::sync::allowed_cpus());
+    if allowed.len() < 2 || allowed[0] % n == allowed[1] % n {
+        eprintln!("skipped: needs two CPUs with their own free lists to pin threads to");
+        return;
+    }
+    let a = arena(256, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    on_cpu(0, || {
+        for i in 0..256 {
+            drop(c.add(&l, i));
+        }
+        l.drain(&a);
+    });
+    assert_eq!(a.stats().free_pages, 0);
+    // Truncated on CPU 1: their frames park on CPU 1's free list.
+    on_cpu(1, || (0..8).for_each(|i| c.truncate(i)));
+    assert_eq!(a.stats().free_pages, 8);
+
+    // `get_page_from_freelist` first: CPU 0 finds nothing of its own and reclaims, leaving
+    // CPU 1's eight pages where they are.
+    let mut rest = on_cpu(0, || {
+        let mut rest = vec![l.alloc(&a, &c, 0).expect("reclaim makes room")];
+        while let Some(f) = a.alloc_local(0) {
+            rest.push(f);
+        }
+        rest
+    });
+    let st = l.stats();
+    assert_eq!(
+        st.alloc_stalls, 1,
+        "an allocation took another CPU's free pages"
+    );
+    assert!(st.reclaimed > 0);
+    assert_eq!(a.stats().free_pages, 8, "CPU 1's pages were drained");
+
+    // Everything cached pinned, nothing else free but two more pages parked on CPU 1:
+    // reclaim frees nothing, and the allocation after it drains CPU 1's list instead of
+    // failing.
+    let mut pins: HashMap<u64, FolioRef<'_>> = c
+        .pages
+        .lock()
+        .iter()
+        .map(|(&i, &pfn)| (i, a.try_get(a.folio(pfn)).unwrap()))
+        .collect();
+    let first = *pins.keys().min().unwrap();
+    let two: Vec<_> = (first..first + 2)
+        .map(|i| pins.remove(&i).unwrap())
+        .collect();
+    on_cpu(1, || {
+        for i in first..first + 2 {
+            c.truncate(i);
+        }
+        drop(two);
+    });
+    assert_eq!(a.stats().free_pages, 10);
+    let reclaimed = l.stats().reclaimed;
+    on_cpu(0, || {
+        for _ in 0..10 {
+            rest.push(l.alloc(&a, &c, 0).expect("free pages parked on CPU 1"));
+        }
+        assert!(matches!(
+            l.alloc_noretry(&a, &c, 0),
+            Err(AllocError::OutOfMemory { .. })
+        ));
+    });
+    let st = l.stats();
+    assert_eq!((st.reclaimed, st.oom), (reclaimed, 0));
+    assert_eq!(a.stats().free_pages, 0);
+    drop((pins, rest));
+    c.truncate_all_and_check(&l);
+}
+
 // ---------------------------------------------------------------------------------------
 // Workingset detection
 // ---------------------------------------------------------------------------------------
