@@ -48,9 +48,10 @@
 //! reclaiming; with two threads missing at the same rate, each one's freshly reclaimed batch
 //! was drained into the buddy by the other's next allocation, and the two fought over each
 //! other's per-CPU locks, the buddy lock and the lruvec lock, sleeping on them. Moving the
-//! drain back took the `peers` lab (Zipf 0.99, 2 threads) from 3.09 M to 3.68 M copied reads/s
-//! and from 3.85 M to 4.45 M zero-copy ones, at the same hit ratio (86.1%); 1 thread is
-//! unchanged (medians of 3 interleaved runs of the two builds, 3 runs of 1 s each).
+//! drain back took the `peers` lab (Zipf 0.99, 2 threads) from 2.90 M to 3.49 M copied reads/s
+//! and from 3.66 M to 4.32 M zero-copy ones, at the same hit ratio (86.1%); 1 thread is
+//! unchanged (medians of 5 interleaved runs of the two builds, each the median of 3 runs of
+//! 1 s, on a 2-vCPU VM).
 
 use super::{Lru, LruList, LruVec, LRU_FLAGS_AT_FREE};
 use crate::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
