@@ -34,6 +34,12 @@
 //! that reclaim and retry (the LRU) absorb that. The LRU, like the kernel, tries
 //! `alloc_local` before reclaiming and the draining `alloc` only after: draining first hands a
 //! reclaimer's fresh pages to whichever CPU asks next and moves them through the buddy lock.
+//! The price is the kernel's too: pages parked on a CPU whose threads stopped allocating stay
+//! there until some allocation comes up empty after reclaiming, at most `high` per CPU (1/8
+//! of the budget over all CPUs; with every thread busy, a reclaim pass's leftovers, under
+//! [`SWAP_CLUSTER_MAX`](crate::lru::SWAP_CLUSTER_MAX) per CPU). The kernel's vmstat worker
+//! also decays an idle CPU's `high` and returns the excess (`decay_pcp_high`); nothing here
+//! runs on an idle CPU's behalf.
 
 use crate::sync::{current_cpu, num_cpus, CachePadded, Mutex};
 
@@ -214,7 +220,8 @@ pub(crate) struct FrameAllocator {
 impl FrameAllocator {
     pub(crate) fn new(nr_pages: u32, use_pcp: bool) -> Self {
         let cpus = num_cpus();
-        // Keep at most ~1/8 of the memory parked per CPU, and no more than 2 MiB.
+        // At most 1/8 of the budget parked over all CPUs (the kernel's `high_max`), and no
+        // more than 2 MiB per CPU.
         let high = if use_pcp {
             (nr_pages as usize / (8 * cpus)).min(512)
         } else {
