@@ -705,6 +705,20 @@ impl Arena {
         self.alloc.drain_all();
     }
 
+    /// Marks a background reclaimer at work (`set_reclaim_active`) until the guard is
+    /// dropped: meanwhile frees park only a few pages per CPU, so what it frees is there for
+    /// every CPU's next allocation instead of waiting on its own CPU's list.
+    pub(crate) fn reclaim_active(&self) -> ReclaimActive<'_> {
+        self.alloc.set_reclaim_active(true);
+        ReclaimActive(self)
+    }
+
+    /// Whether a [`Arena::reclaim_active`] guard is alive.
+    #[cfg(test)]
+    pub(crate) fn reclaim_is_active(&self) -> bool {
+        self.alloc.reclaim_is_active()
+    }
+
     /// `/proc/vmstat` + `/proc/buddyinfo`: a snapshot of the accounting (exact when no
     /// allocation or free runs concurrently).
     pub fn stats(&self) -> ArenaStats {
@@ -854,5 +868,14 @@ mod region_tests {
         c.huge_pages = false;
         let a = Arena::new(c).unwrap();
         assert_eq!(a.nr_pages(), 64);
+    }
+}
+
+/// The guard of [`Arena::reclaim_active`].
+pub(crate) struct ReclaimActive<'a>(&'a Arena);
+
+impl Drop for ReclaimActive<'_> {
+    fn drop(&mut self) {
+        self.0.alloc.set_reclaim_active(false);
     }
 }

@@ -315,10 +315,14 @@ impl Lru {
 
     /// `balance_pgdat` (kswapd's work): reclaims in batches until the arena has `wm.high`
     /// free pages, or a pass frees nothing. Drains only the calling thread's CPU batches, as
-    /// kswapd's own `lru_add_drain` does.
+    /// kswapd's own `lru_add_drain` does. Marks reclaim active meanwhile, as the kernel does,
+    /// so that the pages it frees do not stay parked on its own CPU's free list, where the
+    /// allocating threads, which try their own CPU's list and the buddy before reclaiming,
+    /// would not look.
     pub fn balance(&self, arena: &Arena, evict: &dyn Evict, wm: Watermarks) -> ReclaimResult {
         self.check_arena(arena);
         self.reclaim.background.fetch_add(1, Ordering::Relaxed);
+        let _active = arena.reclaim_active();
         let mut total = ReclaimResult::default();
         loop {
             let free = arena.stats().free_pages;

@@ -601,6 +601,52 @@ fn alloc_reclaims_before_taking_another_cpus_free_pages_and_drains_them_before_f
     c.truncate_all_and_check(&l);
 }
 
+#[test]
+fn pages_a_background_reclaimer_frees_reach_other_cpus_without_a_stall() {
+    let (n, allowed) = (crate::sync::num_cpus(), crate::sync::allowed_cpus());
+    if allowed.len() < 2 || allowed[0] % n == allowed[1] % n {
+        eprintln!("skipped: needs two CPUs with their own free lists to pin threads to");
+        return;
+    }
+    // 2048 pages: up to 2048 / (8 * CPUs) may park on a CPU's list, but only 4 (four of
+    // the kernel's batches for a zone this small) while reclaim is active.
+    let a = arena(2048, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    on_cpu(0, || {
+        for i in 0..2048 {
+            drop(c.add(&l, i));
+        }
+        l.drain(&a);
+    });
+    // kswapd's work, on CPU 1: reclaim until 64 pages are free.
+    let wm = Watermarks {
+        min: 0,
+        low: 64,
+        high: 64,
+    };
+    let r = on_cpu(1, || l.balance(&a, &c, wm));
+    assert!(r.reclaimed >= 64);
+    assert!(!a.reclaim_is_active(), "the guard ended with the balancing");
+    // CPU 0 allocates all but the few pages CPU 1 kept, without reclaiming.
+    let kept = on_cpu(0, || {
+        let mut kept = Vec::new();
+        while let Some(f) = a.alloc_local(0) {
+            kept.push(f);
+        }
+        kept
+    });
+    assert!(
+        kept.len() as u64 >= r.reclaimed - 4,
+        "{} of {} reclaimed pages reached CPU 0",
+        kept.len(),
+        r.reclaimed
+    );
+    assert_eq!(l.stats().alloc_stalls, 0);
+    drop(kept);
+    c.truncate_all_and_check(&l);
+}
+
 // ---------------------------------------------------------------------------------------
 // Workingset detection
 // ---------------------------------------------------------------------------------------
