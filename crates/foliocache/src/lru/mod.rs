@@ -361,7 +361,8 @@ pub struct LruStats {
     pub reclaim_runs: u64,
     /// Passes of the background reclaimer ([`Lru::balance`], the kswapd analog).
     pub background_runs: u64,
-    /// Allocations that had to reclaim first (`ALLOCSTALL`).
+    /// Allocations that found nothing free on their CPU's list or in the buddy and reclaimed
+    /// first (`ALLOCSTALL`; pages parked on other CPUs' lists are not looked at first).
     pub alloc_stalls: u64,
     /// Allocations that failed after reclaim made no progress (`OOM`).
     pub oom: u64,
