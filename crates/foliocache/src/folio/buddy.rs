@@ -45,10 +45,10 @@
 //! hide them from every allocation but a draining one. While one is balancing
 //! (`ZONE_RECLAIM_ACTIVE`), frees keep at most four of the kernel's batches for a zone of the
 //! budget's size per CPU (`nr_pcp_high`: 12 pages for 64 MiB, 252 from 1 GiB up) and return
-//! the rest to the buddy. Without that, the `lru` lab scenario with `--background-reclaim`
-//! (quick, 4 MiB) stalled 22 k allocations/s at 1 thread instead of 3.6-3.9 k when
-//! allocations drained first; with it, 4.6-5.4 k (2 threads: 8.8-9.1 k, 4.1-4.4 k, 5.9-6.3 k;
-//! two runs each).
+//! the rest to the buddy. Allocation stalls per second in the `lru` lab scenario with
+//! `--background-reclaim` (quick: a 4 MiB budget; two runs each), at 1 and 2 threads:
+//! 3.6-3.9 k and 4.1-4.4 k when allocations drained first, 22 k and 8.8-9.1 k with the
+//! kernel's order and no cap, 4.6-5.4 k and 5.9-6.3 k with the cap.
 
 use crate::sync::{current_cpu, num_cpus, AtomicUsize, CachePadded, Mutex, Ordering};
 
@@ -208,9 +208,9 @@ impl Buddy {
     }
 }
 
-/// `zone_batchsize`: the kernel's per-CPU batch for a zone of `nr_pages` pages: about a
-/// quarter of a thousandth of the zone, at most 64 pages, rounded to `2^n - 1` (the kernel
-/// avoids powers of two, which alias in caches).
+/// `zone_batchsize`: the kernel's per-CPU batch for a zone of `nr_pages` pages: about 1/4096
+/// of the zone, at most 64 pages, rounded down to `2^n - 1` (the kernel avoids powers of two,
+/// which alias in caches), at least 1.
 fn zone_batchsize(nr_pages: u32) -> usize {
     let quarter = (nr_pages as usize >> 10).min(256) / 4;
     if quarter == 0 {
