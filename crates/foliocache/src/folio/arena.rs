@@ -826,6 +826,15 @@ impl Arena {
     }
 }
 
+/// The guard of [`Arena::reclaim_active`].
+pub(crate) struct ReclaimActive<'a>(&'a Arena);
+
+impl Drop for ReclaimActive<'_> {
+    fn drop(&mut self) {
+        self.0.alloc.set_reclaim_active(false);
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod region_tests {
     use super::*;
@@ -868,14 +877,5 @@ mod region_tests {
         c.huge_pages = false;
         let a = Arena::new(c).unwrap();
         assert_eq!(a.nr_pages(), 64);
-    }
-}
-
-/// The guard of [`Arena::reclaim_active`].
-pub(crate) struct ReclaimActive<'a>(&'a Arena);
-
-impl Drop for ReclaimActive<'_> {
-    fn drop(&mut self) {
-        self.0.alloc.set_reclaim_active(false);
     }
 }

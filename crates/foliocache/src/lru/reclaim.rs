@@ -251,12 +251,12 @@ impl Lru {
         order: u32,
         retry: bool,
     ) -> Result<FolioRef<'a>, AllocError> {
-        // `get_page_from_freelist` first: free blocks parked on other CPUs' lists are left
-        // there. The allocation after each reclaim pass below drains them if that pass's
-        // pages did not reach us (`__alloc_pages_direct_reclaim`'s `drained` retry).
         if order > MAX_ORDER {
             return Err(AllocError::OrderTooLarge { order });
         }
+        // `get_page_from_freelist` first: free blocks parked on other CPUs' lists are left
+        // there. The allocation after each reclaim pass below drains them if that pass's
+        // pages did not reach us (`__alloc_pages_direct_reclaim`'s `drained` retry).
         if let Some(f) = arena.alloc_local(order) {
             return Ok(f);
         }
