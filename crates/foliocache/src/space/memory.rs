@@ -4,7 +4,7 @@
 //! Every function here runs with the space's page-table lock held (`&mut Mm`), so the
 //! entries it reads cannot change under it; what may change concurrently is the state of the
 //! *folios*, which other spaces map and unmap under their own locks. That is what the
-//! [`FolioRmap`](super::rmap::FolioRmap) protocols are for.
+//! [`FolioRmap`] protocols are for.
 //!
 //! Reference rules (invariant 4 of the rmap module): a mapping holds one folio reference;
 //! references are taken *before* the rmap add and dropped *after* the rmap remove, in
