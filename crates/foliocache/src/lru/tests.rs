@@ -524,24 +524,39 @@ fn on_cpu<R: Send>(cpu: usize, f: impl FnOnce() -> R + Send) -> R {
     })
 }
 
+/// Whether "CPU 0" and "CPU 1" of [`on_cpu`] (the first two CPUs the test may run on)
+/// exist and have different free lists; says so and returns false if not.
+fn two_cpus_with_their_own_lists() -> bool {
+    let (n, allowed) = (crate::sync::num_cpus(), crate::sync::allowed_cpus());
+    let ok = allowed.len() >= 2 && allowed[0] % n != allowed[1] % n;
+    if !ok {
+        eprintln!("skipped: needs two CPUs with their own free lists to pin threads to");
+    }
+    ok
+}
+
+impl Cache<'_> {
+    /// Caches pages `0..pages` from CPU 0 and drains its LRU batch, without keeping a
+    /// reference: a full arena of reclaimable folios when `pages` is its size.
+    fn fill_on_cpu0(&self, lru: &Lru, pages: u64) {
+        on_cpu(0, || {
+            for i in 0..pages {
+                drop(self.add(lru, i));
+            }
+            lru.drain(self.arena);
+        });
+    }
+}
+
 #[test]
 fn alloc_reclaims_before_taking_another_cpus_free_pages_and_drains_them_before_failing() {
-    // "CPU 0" and "CPU 1" below are the first two CPUs this test may run on; they must
-    // have different free lists.
-    let (n, allowed) = (crate::sync::num_cpus(), crate::sync::allowed_cpus());
-    if allowed.len() < 2 || allowed[0] % n == allowed[1] % n {
-        eprintln!("skipped: needs two CPUs with their own free lists to pin threads to");
+    if !two_cpus_with_their_own_lists() {
         return;
     }
     let a = arena(256, RefStrategy::LockedBit);
     let l = lru(&a, DrainFilter::Filtered);
     let c = Cache::new(&a);
-    on_cpu(0, || {
-        for i in 0..256 {
-            drop(c.add(&l, i));
-        }
-        l.drain(&a);
-    });
+    c.fill_on_cpu0(&l, 256);
     assert_eq!(a.stats().free_pages, 0);
     // Truncated on CPU 1: their frames park on CPU 1's free list.
     on_cpu(1, || (0..8).for_each(|i| c.truncate(i)));
@@ -603,9 +618,7 @@ fn alloc_reclaims_before_taking_another_cpus_free_pages_and_drains_them_before_f
 
 #[test]
 fn pages_a_background_reclaimer_frees_reach_other_cpus_without_a_stall() {
-    let (n, allowed) = (crate::sync::num_cpus(), crate::sync::allowed_cpus());
-    if allowed.len() < 2 || allowed[0] % n == allowed[1] % n {
-        eprintln!("skipped: needs two CPUs with their own free lists to pin threads to");
+    if !two_cpus_with_their_own_lists() {
         return;
     }
     // 2048 pages: up to 2048 / (8 * CPUs) may park on a CPU's list, but only 4 (four of
@@ -613,12 +626,7 @@ fn pages_a_background_reclaimer_frees_reach_other_cpus_without_a_stall() {
     let a = arena(2048, RefStrategy::LockedBit);
     let l = lru(&a, DrainFilter::Filtered);
     let c = Cache::new(&a);
-    on_cpu(0, || {
-        for i in 0..2048 {
-            drop(c.add(&l, i));
-        }
-        l.drain(&a);
-    });
+    c.fill_on_cpu0(&l, 2048);
     // kswapd's work, on CPU 1: reclaim until 64 pages are free.
     let wm = Watermarks {
         min: 0,
