@@ -469,18 +469,13 @@ impl Arena {
         if order > MAX_ORDER {
             return Err(AllocError::OrderTooLarge { order });
         }
-        loop {
-            let Some(pfn) = self.alloc.alloc(order) else {
-                self.alloc_failures.fetch_add(1, Ordering::Relaxed);
-                return Err(AllocError::OutOfMemory {
-                    order,
-                    free_pages: self.stats().free_pages,
-                });
-            };
-            if let Some(f) = self.prep_new(pfn, order) {
-                return Ok(f);
+        self.take_new(order, FrameAllocator::alloc).ok_or_else(|| {
+            self.alloc_failures.fetch_add(1, Ordering::Relaxed);
+            AllocError::OutOfMemory {
+                order,
+                free_pages: self.stats().free_pages,
             }
-        }
+        })
     }
 
     /// `get_page_from_freelist`, the allocation attempt before reclaim: like
@@ -492,8 +487,18 @@ impl Arena {
         if order > MAX_ORDER {
             return None;
         }
+        self.take_new(order, FrameAllocator::alloc_local)
+    }
+
+    /// Takes blocks of `order` with `pick` until one passes `prep_new` (a bad page is
+    /// reported and skipped); `None` when `pick` finds none.
+    fn take_new(
+        &self,
+        order: u32,
+        pick: impl Fn(&FrameAllocator, u32) -> Option<u32>,
+    ) -> Option<FolioRef<'_>> {
         loop {
-            let pfn = self.alloc.alloc_local(order)?;
+            let pfn = pick(&self.alloc, order)?;
             if let Some(f) = self.prep_new(pfn, order) {
                 return Some(f);
             }
