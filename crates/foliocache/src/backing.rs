@@ -61,6 +61,37 @@ pub trait Backing: Send + Sync + fmt::Debug {
             None => Ok(0),
         }
     }
+
+    /// The file's size and modification time, like `fstat(2)`'s `st_size` and `st_mtime`:
+    /// the cache compares them with what it saw before to notice writes that bypassed it
+    /// (revalidation at open and [`CachedFile::refresh`](crate::CachedFile::refresh)). The
+    /// default reports the size alone.
+    fn attrs(&self) -> io::Result<FileAttrs> {
+        Ok(FileAttrs::new(self.size()?, None))
+    }
+}
+
+/// What [`Backing::attrs`] reports: the attributes whose change means the file was written
+/// behind the cache's back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileAttrs {
+    /// The file size in bytes (`st_size`).
+    pub size: u64,
+    /// The last modification time (`st_mtime`, with nanoseconds), if the backing has one.
+    pub mtime: Option<std::time::SystemTime>,
+}
+
+impl FileAttrs {
+    /// Attributes of a file of `size` bytes last modified at `mtime`.
+    pub fn new(size: u64, mtime: Option<std::time::SystemTime>) -> FileAttrs {
+        FileAttrs { size, mtime }
+    }
+
+    /// The attributes `std::fs::Metadata` gives.
+    pub fn from_metadata(m: &std::fs::Metadata) -> FileAttrs {
+        FileAttrs::new(m.len(), m.modified().ok())
+    }
 }
 
 /// A real file read with `pread(2)` and `preadv(2)`: the backing [`FolioCache::open`] uses.
@@ -102,6 +133,10 @@ const IOV_MAX: usize = 1024;
 impl Backing for FileBacking {
     fn size(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn attrs(&self) -> io::Result<FileAttrs> {
+        Ok(FileAttrs::from_metadata(&self.file.metadata()?))
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -273,6 +308,10 @@ impl<B: Backing> Backing for FaultyBacking<B> {
         self.inner.size()
     }
 
+    fn attrs(&self) -> io::Result<FileAttrs> {
+        self.inner.attrs()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.check(offset, buf.len())?;
         self.inner.read_at(buf, offset)
@@ -295,6 +334,10 @@ impl<B: Backing + ?Sized> Backing for std::sync::Arc<B> {
 
     fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
         (**self).read_vectored_at(bufs, offset)
+    }
+
+    fn attrs(&self) -> io::Result<FileAttrs> {
+        (**self).attrs()
     }
 }
 

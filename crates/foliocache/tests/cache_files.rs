@@ -37,10 +37,12 @@ fn cache(budget: usize, mode: InsertMode) -> FolioCache {
     .unwrap()
 }
 
-/// After every handle and guard is gone: no folio left, no bad page, a consistent arena.
-/// (Folios whose file was dropped while they waited in a per-CPU LRU batch are freed when the
-/// batches drain.)
+/// After every handle and guard is gone and the unused inodes are evicted (`drop_caches`):
+/// no folio left, no bad page, a consistent arena. (Folios whose file was dropped while they
+/// waited in a per-CPU LRU batch are freed when the batches drain.)
 fn assert_baseline(cache: &FolioCache) {
+    cache.drop_caches();
+    assert_eq!(cache.stats().inodes, 0, "every inode unused and evicted");
     cache.lru_add_drain_all();
     cache.lru().validate(cache.arena()).expect("LRU consistent");
     let s = cache.stats();
@@ -438,7 +440,7 @@ fn pinned_folios_give_bytes_without_a_copy_and_hold_the_budget() {
 }
 
 #[test]
-fn handles_share_pages_until_the_last_one_closes() {
+fn handles_share_pages_and_the_pages_outlive_the_last_close() {
     let data = content(20 * 4096, 10);
     let f = temp_file(&data);
     let c = cache(1 << 20, InsertMode::Batched);
@@ -454,10 +456,19 @@ fn handles_share_pages_until_the_last_one_closes() {
     drop(a);
     assert_eq!(b.cached_pages(), 20);
     drop(b);
-    assert_baseline(&c);
-    // Reopened later: cold again.
+    assert_eq!(
+        c.stats().unused_inodes,
+        1,
+        "the inode is kept after its last close"
+    );
+    assert_eq!(c.stats().allocated_pages, 20);
+    // Reopened later: still warm, no I/O.
     let a = c.open(f.path()).unwrap();
-    assert_eq!(a.cached_pages(), 0);
+    assert_eq!(a.cached_pages(), 20);
+    assert_eq!(a.read_at(&mut buf, 0).unwrap(), data.len());
+    assert_eq!(c.stats().io_reads, io, "all hits after the reopen");
+    drop(a);
+    assert_baseline(&c);
 }
 
 #[test]

@@ -25,8 +25,10 @@ fn temp_file(data: &[u8]) -> tempfile::NamedTempFile {
     f
 }
 
-/// Closes the books: with every handle gone and the batches drained, nothing is left.
+/// Closes the books: with every handle gone, the unused inodes evicted and the batches
+/// drained, nothing is left.
 fn assert_empty(cache: &FolioCache) {
+    cache.drop_caches();
     let a = cache.validate().unwrap();
     assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
 }

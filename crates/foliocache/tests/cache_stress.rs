@@ -110,7 +110,9 @@ fn readers_race_invalidation_readahead_and_pins() {
         let s = cache.stats();
         assert!(s.hits > 0 && s.misses > 0 && s.sync_readahead > 0, "{s:?}");
         drop(anchor);
-        // Folios truncated while they waited in a per-CPU LRU batch go when the batches drain.
+        // The file's inode, unused now, goes with its pages; folios truncated while they
+        // waited in a per-CPU LRU batch go when the batches drain.
+        cache.drop_caches();
         cache.lru_add_drain_all();
         cache.lru().validate(cache.arena()).unwrap();
         let s = cache.stats();

@@ -49,6 +49,7 @@ fn vm(cache: &FolioCache, name: &str) -> u64 {
 
 /// Closes the books: every file dropped, nothing cached, no shadow node left.
 fn assert_baseline(cache: &FolioCache) {
+    cache.drop_caches();
     let a = cache.validate().unwrap();
     assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
     assert_eq!(vm(cache, "workingset_nodes"), 0, "shadow nodes leaked");

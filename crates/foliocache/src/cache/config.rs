@@ -52,7 +52,14 @@ pub struct Config {
     /// map is (fewer TLB misses on random reads). Default true; ignored where the kernel has
     /// no huge pages to give.
     pub huge_pages: bool,
+    /// Unused inodes (files no handle or guard uses) kept in the inode cache, with their
+    /// pages, for a later `open`; beyond it the least recently used is evicted. Default
+    /// [`DEFAULT_UNUSED_INODES`]; 0 drops a file's pages when its last handle closes.
+    pub unused_inodes: usize,
 }
+
+/// The default of [`Config::unused_inodes`].
+pub const DEFAULT_UNUSED_INODES: usize = 4096;
 
 impl Config {
     /// A configuration with `budget_bytes` of folio data and the defaults: the `locked-bit`
@@ -69,6 +76,7 @@ impl Config {
             lru: LruConfig::default(),
             background_reclaim: false,
             huge_pages: true,
+            unused_inodes: DEFAULT_UNUSED_INODES,
         }
     }
 
@@ -153,6 +161,12 @@ impl Config {
     /// Turns transparent huge pages for the cache's memory on or off.
     pub fn huge_pages(mut self, on: bool) -> Config {
         self.huge_pages = on;
+        self
+    }
+
+    /// Sets how many unused inodes the inode cache keeps ([`Config::unused_inodes`]).
+    pub fn unused_inodes(mut self, n: usize) -> Config {
+        self.unused_inodes = n;
         self
     }
 

@@ -45,6 +45,14 @@ pub enum CacheError {
         /// Pages in the budget.
         budget_pages: u64,
     },
+    /// The path names something the cache cannot hold: not a regular file, or a pseudo-file
+    /// whose size the kernel does not report (`/proc`, `/sys`).
+    Unsupported {
+        /// The path given to `open`.
+        path: PathBuf,
+        /// What it is ("a directory", "a FIFO", "a procfs file ...").
+        kind: &'static str,
+    },
     /// An argument was out of range.
     InvalidArgument {
         /// What was wrong and what is accepted.
@@ -84,6 +92,12 @@ impl fmt::Display for CacheError {
                 "out of memory: the read needs {needed_pages} page(s) but only {free_pages} of the \
                  {budget_pages}-page budget are free and nothing can be evicted; drop pinned folio \
                  guards, close or invalidate files, or give the cache a larger budget"
+            ),
+            CacheError::Unsupported { path, kind } => write!(
+                f,
+                "cannot cache {}: it is {kind}; the cache holds regular files only (read this one \
+                 with std::fs instead)",
+                path.display()
             ),
             CacheError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
         }

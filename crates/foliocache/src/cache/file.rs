@@ -6,32 +6,40 @@ use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
 
+use super::inode::InodeKey;
 use super::stats::Event;
 use super::{CacheError, CacheInner};
-use crate::backing::Backing;
+use crate::backing::{Backing, FileAttrs};
 use crate::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::index::Index;
 use crate::rcu::RcuReadGuard;
 use crate::readahead::{self, RaOutcome, RaRequest, RaState, RaTarget};
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// One file's cached pages: the inode and its `address_space`.
 ///
-/// Shared by every [`CachedFile`] handle of the file; dropped (and its folios freed, as
-/// `truncate_inode_pages_final` does when an inode is evicted) when the last handle and the
-/// last pinned folio are gone.
+/// Shared by every [`CachedFile`] handle of the file and kept by the cache's inode cache
+/// ([`super::inode`]) after the last handle closes; its folios are freed (as
+/// `truncate_inode_pages_final` does when an inode is evicted) when the inode cache evicts
+/// it, or when the cache itself goes away.
 pub(crate) struct Mapping {
-    pub(crate) cache: Arc<CacheInner>,
+    /// The cache, for the counters an eviction folds in (weak: the inode cache holds
+    /// mappings, so a strong reference would be a cycle).
+    pub(crate) cache: std::sync::Weak<CacheInner>,
     /// Mapping id stored in every folio of this file (`folio->mapping`).
     pub(crate) id: u64,
-    /// The path given to `open` (error messages).
+    /// The path given to the `open` that created the inode (error messages).
     pub(crate) path: PathBuf,
-    /// The registry key (canonical path) when opened by path.
-    pub(crate) key: Option<PathBuf>,
+    /// The inode's identity when opened by path; `None` for a custom backing.
+    pub(crate) key: Option<InodeKey>,
     pub(crate) backing: Box<dyn Backing>,
-    /// `i_size`, read at open.
-    pub(crate) size: u64,
+    /// `i_size`.
+    pub(crate) size: AtomicU64,
+    /// The backing file's size and mtime when the cache last looked (revalidation).
+    pub(crate) attrs: Mutex<FileAttrs>,
+    /// `i_count`: open handles and owned guards of this file.
+    pub(crate) users: AtomicUsize,
     /// The page index (`i_pages`).
     pub(crate) pages: Index,
 }
@@ -41,27 +49,52 @@ impl std::fmt::Debug for Mapping {
         f.debug_struct("Mapping")
             .field("id", &self.id)
             .field("path", &self.path)
-            .field("size", &self.size)
+            .field("size", &self.size())
             .finish()
     }
 }
 
 impl Mapping {
-    /// Pages of the file (the last one may be partial).
-    pub(crate) fn nr_pages(&self) -> u64 {
-        self.size.div_ceil(PAGE_SIZE as u64)
+    /// `i_size_read`: the file size in bytes.
+    #[inline]
+    pub(crate) fn size(&self) -> u64 {
+        self.size.load(Ordering::Relaxed)
     }
 
-    /// The readahead target of this mapping.
-    pub(crate) fn ra_target(&self) -> RaTarget<'_> {
+    /// Pages of the file (the last one may be partial).
+    pub(crate) fn nr_pages(&self) -> u64 {
+        self.size().div_ceil(PAGE_SIZE as u64)
+    }
+
+    /// The readahead target of this mapping, in cache `c`.
+    pub(crate) fn ra_target<'m>(&'m self, c: &'m CacheInner) -> RaTarget<'m> {
         RaTarget {
-            cache: &self.cache,
+            cache: c,
             pages: &self.pages,
             backing: &*self.backing,
             mapping: self.id,
-            file_size: self.size,
-            mode: self.cache.config.insert_mode,
+            file_size: self.size(),
+            mode: c.config.insert_mode,
         }
+    }
+
+    /// Revalidation (close-to-open): if the backing file's size or mtime differ from what
+    /// the cache last saw, a write bypassed the cache: drop every cached page and take the
+    /// new size. Returns the pages dropped. Called with no cache-wide lock held.
+    pub(crate) fn revalidate(&self, c: &CacheInner, now: FileAttrs) -> u64 {
+        let mut attrs = self.attrs.lock();
+        if *attrs == now {
+            return 0;
+        }
+        // Size first, then the pages: a reader that saw the old size and raced the truncation
+        // refills from the backing, which already holds the new bytes.
+        self.size.store(now.size, Ordering::Relaxed);
+        let dropped = self.pages.truncate(0, u64::MAX);
+        *attrs = now;
+        drop(attrs);
+        c.counters.add(Event::Invalidated, dropped.pages_freed);
+        c.counters.inc(Event::Revalidations);
+        dropped.pages_freed
     }
 
     fn io_error(&self, offset: u64, source: io::Error) -> CacheError {
@@ -75,21 +108,12 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // The inode is evicted: drop every cached page (nobody can hold one: a pinned folio
-        // keeps the mapping alive) and fold the index's counters into the cache's totals.
+        // The inode is evicted: drop every cached page (an owned guard's folio is detached
+        // and freed by the guard) and fold the index's counters into the cache's totals.
         let dropped = self.pages.truncate(0, u64::MAX);
-        self.cache
-            .counters
-            .add(Event::Invalidated, dropped.pages_freed);
-        self.cache.retire_index_stats(self.pages.stats());
-        if let Some(key) = &self.key {
-            let mut files = self.cache.files.lock();
-            if files
-                .get(key)
-                .is_some_and(|w| std::ptr::eq(w.as_ptr(), self as *const Mapping))
-            {
-                files.remove(key);
-            }
+        if let Some(c) = self.cache.upgrade() {
+            c.counters.add(Event::Invalidated, dropped.pages_freed);
+            c.retire_index_stats(self.pages.stats());
         }
     }
 }
@@ -135,9 +159,9 @@ enum Fast {
 const FAST_READ_MAX: usize = 64 << 10;
 
 impl CachedFile {
-    /// `fd_install`: a new handle on `mapping`, entered in the cache's file table.
-    pub(crate) fn new(mapping: Arc<Mapping>) -> CachedFile {
-        let cache = mapping.cache.clone();
+    /// `fd_install`: a new handle on `mapping`, entered in the cache's file table. The caller
+    /// took the use of the inode this handle owns (put back by the handle's drop).
+    pub(crate) fn new(cache: Arc<CacheInner>, mapping: Arc<Mapping>) -> CachedFile {
         let id = cache.next_handle.fetch_add(1, Ordering::Relaxed);
         let ra_pages = cache.config.ra_pages;
         cache.table.insert_arc(id, mapping);
@@ -175,9 +199,10 @@ impl CachedFile {
         self.with_mapping(|m| m.path.clone())
     }
 
-    /// The file size in bytes (`i_size`, read when the file was first opened).
+    /// The file size in bytes (`i_size`): the size the file had when the cache last looked
+    /// at it (at `open`, or [`CachedFile::refresh`]).
     pub fn len(&self) -> u64 {
-        self.with_mapping(|m| m.size)
+        self.with_mapping(|m| m.size())
     }
 
     /// True for an empty file.
@@ -190,9 +215,34 @@ impl CachedFile {
         self.with_mapping(|m| m.pages.stats().nr_pages)
     }
 
-    /// Another handle on the same cached file, with a fresh readahead stream (`open` again).
+    /// Another handle on the same cached file, with a fresh readahead stream (`dup` with
+    /// its own file position). Unlike [`FolioCache::open`](super::FolioCache::open) it does
+    /// not look at the file again.
     pub fn reopen(&self) -> CachedFile {
-        CachedFile::new(self.mapping())
+        let m = self.mapping();
+        // ORDERING: Relaxed; this handle holds a use, so the count cannot reach zero here.
+        m.users.fetch_add(1, Ordering::Relaxed);
+        CachedFile::new(self.cache.clone(), m)
+    }
+
+    /// Looks at the file again, as [`FolioCache::open`](super::FolioCache::open) does
+    /// (close-to-open revalidation): if its size or modification time changed since the cache
+    /// last looked (a write that bypassed the cache), its cached pages are dropped and
+    /// [`CachedFile::len`] takes the new size. Returns whether the file had changed.
+    ///
+    /// For a file opened with a custom [`Backing`] only the size is compared.
+    pub fn refresh(&self) -> Result<bool, CacheError> {
+        let m = self.mapping();
+        let now = m.backing.attrs().map_err(|source| CacheError::Open {
+            path: m.path.clone(),
+            source,
+        })?;
+        let before = *m.attrs.lock();
+        if before == now {
+            return Ok(false);
+        }
+        m.revalidate(&self.cache, now);
+        Ok(true)
     }
 
     /// `filemap_read` (`pread(2)`): copies the file's bytes at `offset` into `buf` through
@@ -248,10 +298,11 @@ impl CachedFile {
         buf: &mut [u8],
         offset: u64,
     ) -> Fast {
-        if buf.is_empty() || offset >= m.size {
+        let size = m.size();
+        if buf.is_empty() || offset >= size {
             return Fast::Done(0);
         }
-        let end = offset + (buf.len() as u64).min(m.size - offset);
+        let end = offset + (buf.len() as u64).min(size - offset);
         let last = self.last_page();
         let mut pos = offset;
         while pos < end {
@@ -264,9 +315,9 @@ impl CachedFile {
             let Some(data) = folio.data() else {
                 break;
             };
-            m.cache.counters.inc(Event::Hit);
+            self.cache.counters.inc(Event::Hit);
             if Some(folio.index()) != last {
-                m.cache.mark_accessed(&folio);
+                self.cache.mark_accessed(&folio);
             }
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
         }
@@ -284,10 +335,11 @@ impl CachedFile {
 
     /// The full read path: misses, readahead, waiting for folios under I/O.
     fn read_slow(&self, m: &Mapping, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
-        if buf.is_empty() || offset >= m.size {
+        let size = m.size();
+        if buf.is_empty() || offset >= size {
             return Ok(0);
         }
-        let end = offset + (buf.len() as u64).min(m.size - offset);
+        let end = offset + (buf.len() as u64).min(size - offset);
         let last_index = (end - 1) >> PAGE_SHIFT;
         let last = self.last_page();
         let mut pos = offset;
@@ -299,7 +351,7 @@ impl CachedFile {
                 Err(_) => break,
             };
             if Some(folio.index()) != last {
-                m.cache.mark_accessed_after(&folio, filled);
+                self.cache.mark_accessed_after(&folio, filled);
             }
             let data = folio.data().expect("get_page returns uptodate folios");
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
@@ -367,9 +419,9 @@ impl CachedFile {
                 if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
                     return None;
                 }
-                m.cache.counters.inc(Event::Hit);
+                self.cache.counters.inc(Event::Hit);
                 // `FGP_ACCESSED`.
-                m.cache.mark_accessed(&folio);
+                self.cache.mark_accessed(&folio);
                 let valid = valid_bytes(m, &folio);
                 Some((std::ptr::NonNull::from(folio.into_raw()), valid))
             })
@@ -391,7 +443,7 @@ impl CachedFile {
             });
         }
         let (folio, filled) = self.get_page(&m, index, 1)?;
-        m.cache.mark_accessed_after(&folio, filled);
+        self.cache.mark_accessed_after(&folio, filled);
         let valid = valid_bytes(&m, &folio);
         let folio = std::ptr::NonNull::from(folio.into_raw());
         // `m` may go now: this handle keeps the mapping (and the arena) alive for the guard.
@@ -408,7 +460,7 @@ impl CachedFile {
     pub fn readahead(&self, range: Range<u64>) -> Result<usize, CacheError> {
         check_range(&range)?;
         let m = self.mapping();
-        let end = range.end.min(m.size);
+        let end = range.end.min(m.size());
         if range.start >= end {
             return Ok(0);
         }
@@ -422,13 +474,13 @@ impl CachedFile {
                 nr_to_read: nr,
                 lookahead: 0,
             };
-            let out = do_page_cache_ra(&m, req);
+            let out = do_page_cache_ra(&self.cache, &m, req);
             inserted += out.inserted;
             if let Some((offset, e)) = out.error {
                 return Err(m.io_error(offset, e));
             }
             if out.out_of_memory && out.inserted == 0 {
-                return Err(m.cache.out_of_memory(1));
+                return Err(self.cache.out_of_memory(1));
             }
             index += nr as u64;
         }
@@ -449,7 +501,7 @@ impl CachedFile {
         // As `fadvise(POSIX_FADV_DONTNEED)` does: a folio still in a per-CPU LRU batch holds
         // the batch's reference and would look busy, so drain this CPU's batches first, and
         // every CPU's if some folios were still busy.
-        let c = &m.cache;
+        let c = &self.cache;
         c.lru.drain(&c.arena);
         let mut out = m.pages.invalidate(first, last + 1);
         if out.busy > 0 {
@@ -465,12 +517,12 @@ impl CachedFile {
     /// filled for this read, by it or by a concurrent one).
     #[inline]
     fn get_page<'m>(
-        &self,
+        &'m self,
         m: &'m Mapping,
         index: u64,
         req_count: usize,
     ) -> Result<(FolioRef<'m>, bool), CacheError> {
-        let c = &m.cache;
+        let c = &self.cache;
         let mut missed = false;
         loop {
             let folio = match m.pages.lookup(index) {
@@ -519,12 +571,12 @@ impl CachedFile {
     /// (`filemap_create_folio`). Returns the folio, or `None` to look again (raced).
     #[cold]
     fn fill_missing<'m>(
-        &self,
+        &'m self,
         m: &'m Mapping,
         index: u64,
         req_count: usize,
     ) -> Result<Option<FolioRef<'m>>, CacheError> {
-        let c = &m.cache;
+        let c = &self.cache;
         // `page_cache_sync_ra` with readahead off reads just the missing page: no need to
         // take the stream's lock (the window size never changes after open).
         let req = if c.config.ra_pages == 0 {
@@ -536,7 +588,7 @@ impl CachedFile {
         };
         if let Some(req) = req {
             c.counters.inc(Event::SyncRa);
-            let out = do_page_cache_ra(m, req);
+            let out = do_page_cache_ra(&self.cache, m, req);
             if let Some(f) = m.pages.lookup(index) {
                 return Ok(Some(f));
             }
@@ -548,7 +600,7 @@ impl CachedFile {
         }
         // `filemap_create_folio`: just this page.
         c.counters.inc(Event::SinglePageReads);
-        match readahead::read_one(&m.ra_target(), index) {
+        match readahead::read_one(&m.ra_target(&self.cache), index) {
             Ok(Some(f)) => Ok(Some(f)),
             Ok(None) => Ok(None),
             Err(readahead::ReadOneError::OutOfMemory) => Err(c.out_of_memory(1)),
@@ -564,18 +616,21 @@ impl CachedFile {
             self.ra.lock().async_ra(index, req_count, &probe)
         };
         if let Some(req) = req {
-            m.cache.counters.inc(Event::AsyncRa);
+            self.cache.counters.inc(Event::AsyncRa);
             // Errors of readahead are not the reader's: the pages are dropped and a later read
             // of them retries (and reports).
-            let _ = do_page_cache_ra(m, req);
+            let _ = do_page_cache_ra(&self.cache, m, req);
         }
     }
 }
 
 impl Drop for CachedFile {
-    /// `close(2)`: the handle leaves the file table; the mapping goes with its last user.
+    /// `close(2)`: the handle leaves the file table and puts its use of the inode (`iput`),
+    /// which parks the inode in the inode cache if it was the last.
     fn drop(&mut self) {
-        drop(self.cache.table.remove(self.id));
+        if let Some(m) = self.cache.table.remove(self.id) {
+            self.cache.iput(m);
+        }
     }
 }
 
@@ -591,9 +646,9 @@ fn copy_out(buf: &mut [u8], offset: u64, pos: u64, end: u64, folio_index: u64, d
 }
 
 /// `do_page_cache_ra`: clamp to EOF, then instantiate and read.
-fn do_page_cache_ra(m: &Mapping, req: RaRequest) -> RaOutcome {
+fn do_page_cache_ra(c: &CacheInner, m: &Mapping, req: RaRequest) -> RaOutcome {
     match req.clamp_to_eof(m.nr_pages()) {
-        Some(req) => readahead::page_cache_ra_unbounded(&m.ra_target(), req),
+        Some(req) => readahead::page_cache_ra_unbounded(&m.ra_target(c), req),
         None => RaOutcome::default(),
     }
 }
@@ -613,7 +668,7 @@ fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
 /// The file bytes `folio` holds (the part past EOF excluded).
 fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
     let start = folio.index() << PAGE_SHIFT;
-    (m.size.saturating_sub(start)).min(folio.size() as u64) as usize
+    (m.size().saturating_sub(start)).min(folio.size() as u64) as usize
 }
 
 /// What both folio guards hold: one counted reference on an uptodate folio, and how many of
@@ -708,6 +763,7 @@ macro_rules! guard_methods {
             fn drop(&mut self) {
                 // SAFETY: the arena outlives the guard; the reference is put once, here.
                 unsafe { self.pin.release(self.arena()) }
+                self.after_release();
             }
         }
     };
@@ -778,13 +834,20 @@ impl<'f> PinnedFolio<'f> {
         self.file.path()
     }
 
+    /// Nothing to put besides the folio: the handle owns the use of the inode.
+    fn after_release(&mut self) {}
+
     /// A guard that owns its file instead of borrowing the handle: it may outlive the handle
     /// (and every other handle of the file) and move into `'static` tasks. Costs one shared
     /// reference on the file's state, taken here and put when the owned guard drops.
     pub fn into_owned(self) -> OwnedFolio {
         let this = std::mem::ManuallyDrop::new(self);
+        let mapping = this.file.mapping();
+        // ORDERING: Relaxed; the handle holds a use, so the count cannot reach zero here.
+        mapping.users.fetch_add(1, Ordering::Relaxed);
         OwnedFolio {
-            mapping: this.file.mapping(),
+            cache: this.file.cache.clone(),
+            mapping: std::mem::ManuallyDrop::new(mapping),
             pin: Pin {
                 folio: this.pin.folio,
                 valid: this.pin.valid,
@@ -798,7 +861,9 @@ guard_methods!(PinnedFolio<'_>, "PinnedFolio");
 /// A pinned folio that owns a reference on its file ([`PinnedFolio::into_owned`]): valid
 /// after every handle of the file is closed; the folio is freed when the guard drops.
 pub struct OwnedFolio {
-    mapping: Arc<Mapping>,
+    cache: Arc<CacheInner>,
+    /// A use of the inode (`i_count`), put back after the folio (`CacheInner::iput`).
+    mapping: std::mem::ManuallyDrop<Arc<Mapping>>,
     pin: Pin,
 }
 
@@ -810,11 +875,18 @@ unsafe impl Sync for OwnedFolio {}
 impl OwnedFolio {
     /// The arena the folio lives in, kept alive by the mapping we hold.
     fn arena(&self) -> &crate::folio::Arena {
-        &self.mapping.cache.arena
+        &self.cache.arena
     }
 
     fn path(&self) -> PathBuf {
         self.mapping.path.clone()
+    }
+
+    /// Puts the guard's use of the inode (`iput`), after its folio.
+    fn after_release(&mut self) {
+        // SAFETY: taken once, here, from the guard's drop; never used again.
+        let m = unsafe { std::mem::ManuallyDrop::take(&mut self.mapping) };
+        self.cache.iput(m);
     }
 }
 

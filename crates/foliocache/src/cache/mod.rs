@@ -12,13 +12,15 @@
 //! | kernel | here |
 //! |---|---|
 //! | the page allocator, memmap, memory | the cache's [`Arena`]: a fixed memory budget |
-//! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per open path, shared by its handles |
+//! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per file (device, inode number), shared by its handles and kept in the inode cache after the last close ([`inode`]) |
 //! | `struct file` (`f_ra`, `f_pos`) | [`CachedFile`]: one readahead stream per handle |
 //! | the fd table, `fdget` | the cache's [`FileTable`]: handle number -> mapping, behind a per-CPU table reference (seed 003) |
 //! | `pread(2)` | [`CachedFile::read_at`] |
 //! | `filemap_get_folio` + `folio_get` | [`CachedFile::get_folio`] -> [`PinnedFolio`] |
 //! | `readahead(2)` | [`CachedFile::readahead`] |
 //! | `invalidate_mapping_pages` | [`CachedFile::invalidate`] |
+//! | the inode cache, `iput_final`, `prune_icache_sb`, `drop_caches` | the cache's inode cache ([`inode`]): unused files kept up to [`Config::unused_inodes`]; [`FolioCache::drop_caches`] |
+//! | NFS close-to-open revalidation | [`FolioCache::open`], [`CachedFile::refresh`] |
 //! | `folio_add_lru`, `folio_mark_accessed`, direct reclaim | the cache's [`Lru`] (seed 004): every inserted folio is queued for the LRU, every read marks what it used, and an allocation over the budget reclaims cold folios first |
 //! | `workingset_eviction`, `workingset_refault`, the `mm-shadow` shrinker | reclaim leaves a shadow entry in the evicted folio's slot; an insertion that replaces one asks the LRU whether to activate the new folio; shadow-only index nodes beyond a limit proportional to the budget are freed after allocations ([`Config::workingset`]) |
 //! | `/proc/vmstat` | [`FolioCache::stats`], [`FolioCache::lru_stats`] |
@@ -44,10 +46,13 @@
 //!   for the waiters), so no later lookup finds a failed folio and the next read retries.
 //! - A reference taken by a read is put before `read_at` returns; only [`PinnedFolio`] keeps
 //!   one, together with a reference on its file's mapping (so the folio stays cached).
-//! - When the last handle and pinned folio of a file are gone, the file's folios are freed:
-//!   after every handle, guard and file is dropped and the LRU's per-CPU batches are drained
-//!   ([`FolioCache::lru_add_drain_all`]), the arena holds no folio. (A folio truncated while
-//!   it waits in a batch is freed when the batch drains, as in the kernel.)
+//! - A file's folios belong to its inode, not to a handle: they stay cached after the last
+//!   handle and guard are gone, and go with the inode when the inode cache evicts it (beyond
+//!   [`Config::unused_inodes`], or [`FolioCache::drop_caches`]) or when the cache itself is
+//!   dropped. After every handle and guard is dropped, [`FolioCache::drop_caches`] and a
+//!   drain of the LRU's per-CPU batches ([`FolioCache::lru_add_drain_all`]) leave the arena
+//!   with no folio. (A folio truncated while it waits in a batch is freed when the batch
+//!   drains, as in the kernel.)
 //! - The budget is never exceeded. All allocation goes through one hook
 //!   (`CacheInner::alloc_folio`): when the budget is used up it reclaims cold folios from the
 //!   LRU in the allocating thread and retries; only when reclaim frees nothing (everything
@@ -66,25 +71,29 @@
 mod config;
 mod error;
 mod file;
+pub(crate) mod inode;
 mod stats;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use config::{Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, MAX_RA_PAGES};
+pub use config::{
+    Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
+};
 pub use error::CacheError;
 pub use file::{CachedFile, OwnedFolio, PinnedFolio};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 
-use crate::backing::{Backing, FileBacking};
+use crate::backing::{Backing, FileAttrs, FileBacking};
 use crate::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
 use crate::index::{Index, IndexStats, Shadow, ShadowNodes};
 use crate::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks, WorkingsetStats};
 use crate::rcu::Rcu;
-use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use file::Mapping;
+use inode::{Icache, InodeKey};
 
 /// A userspace page cache over real files, with a fixed memory budget.
 ///
@@ -119,8 +128,10 @@ pub(crate) struct CacheInner {
     pub(crate) config: Config,
     pub(crate) arena: Arc<Arena>,
     pub(crate) counters: Counters,
-    /// Open files by canonical path (the inode cache); entries die with their mapping.
-    pub(crate) files: Mutex<HashMap<PathBuf, std::sync::Weak<Mapping>>>,
+    /// The inode cache: every file opened by path, by (device, inode), kept after its last
+    /// close up to [`Config::unused_inodes`]. Declared before `lru`: at teardown its inodes
+    /// truncate their pages while the LRU (whose release hook the final puts run) lives.
+    pub(crate) icache: Mutex<Icache>,
     /// Open handles by number (the file descriptor table): every read resolves its handle
     /// here, under the configured table reference (seed 003).
     pub(crate) table: FileTable<Mapping>,
@@ -260,12 +271,13 @@ impl FolioCache {
             },
             rcu.clone(),
         );
+        let unused_inodes = config.unused_inodes;
         let cache = FolioCache {
             inner: Arc::new(CacheInner {
                 config,
                 arena,
                 counters: Counters::new(),
-                files: Mutex::new(HashMap::new()),
+                icache: Mutex::new(Icache::new(unused_inodes)),
                 table,
                 rcu,
                 next_handle: AtomicU64::new(1),
@@ -292,69 +304,128 @@ impl FolioCache {
         &self.inner.config
     }
 
-    /// `open(2)`: a new handle on the file at `path`.
+    /// `open(2)`: a new handle on the regular file at `path`.
     ///
-    /// Handles of the same file (same canonical path) share its cached pages; each has its own
-    /// readahead stream. The file's size is read when it is first opened; the cache assumes
-    /// the file does not change while it is open (call [`CachedFile::invalidate`] if it did).
+    /// The cache keeps one set of pages per file (per device and inode number, whatever the
+    /// path): handles of the same file share them, each with its own readahead stream, and
+    /// the pages stay cached after the last handle closes (up to [`Config::unused_inodes`]
+    /// unused files, then the least recently used goes), so reopening a table file finds its
+    /// blocks still cached.
+    ///
+    /// Every open looks at the file again (close-to-open consistency, as NFS clients do): a
+    /// path replaced by a `rename` opens the new file, and a file whose size or modification
+    /// time changed behind the cache's back (a write that did not go through it) has its
+    /// cached pages dropped. Between opens the cache trusts its pages; call
+    /// [`CachedFile::refresh`] to look again.
+    ///
+    /// Directories, FIFOs, sockets, devices and pseudo-files whose size the kernel does not
+    /// report (`/proc`, `/sys`) are refused with [`CacheError::Unsupported`]. No cache-wide
+    /// lock is held across the system calls, so a slow `open(2)` stalls no other thread.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<CachedFile, CacheError> {
+        use std::os::unix::fs::MetadataExt;
         let path = path.as_ref();
-        let open_err = |source| CacheError::Open {
-            path: path.to_path_buf(),
-            source,
+        let (file, meta) = open_regular(path)?;
+        let key = InodeKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
         };
-        let key = std::fs::canonicalize(path).map_err(open_err)?;
-        let mut files = self.inner.files.lock();
-        if let Some(m) = files.get(&key).and_then(|w| w.upgrade()) {
-            return Ok(CachedFile::new(m));
-        }
-        let backing = FileBacking::open(&key).map_err(open_err)?;
-        let m = self.new_mapping(path.to_path_buf(), Some(key.clone()), Box::new(backing))?;
-        files.insert(key, Arc::downgrade(&m));
-        Ok(CachedFile::new(m))
+        let attrs = FileAttrs::from_metadata(&meta);
+        let c = &self.inner;
+        let found = c.icache.lock().get(key);
+        let m = match found {
+            Some(m) => {
+                drop(file);
+                m
+            }
+            None => {
+                let backing = FileBacking::from_file(file, path);
+                let fresh =
+                    self.new_mapping(path.to_path_buf(), Some(key), Box::new(backing), attrs)?;
+                let mut icache = c.icache.lock();
+                match icache.get(key) {
+                    // Another thread entered the inode since we looked: use its.
+                    Some(m) => {
+                        drop(icache);
+                        drop(fresh);
+                        m
+                    }
+                    None => {
+                        icache.insert(key, fresh.clone());
+                        fresh
+                    }
+                }
+            }
+        };
+        // Outside the icache lock: a changed file's pages are dropped here.
+        m.revalidate(c, attrs);
+        Ok(CachedFile::new(c.clone(), m))
     }
 
     /// Opens a file whose bytes come from `backing` (a fault-injecting wrapper, an in-memory
     /// buffer, another storage layer); `name` appears in error messages. Every call creates a
-    /// new, unshared file; use [`CachedFile::reopen`] for more handles.
+    /// new, unshared file, which is dropped with its pages when its last handle and guard are
+    /// gone; use [`CachedFile::reopen`] for more handles.
     pub fn open_backing(
         &self,
         name: impl Into<PathBuf>,
         backing: impl Backing + 'static,
     ) -> Result<CachedFile, CacheError> {
         let name = name.into();
-        let m = self.new_mapping(name, None, Box::new(backing))?;
-        Ok(CachedFile::new(m))
+        let attrs = backing.attrs().map_err(|source| CacheError::Open {
+            path: name.clone(),
+            source,
+        })?;
+        let m = self.new_mapping(name, None, Box::new(backing), attrs)?;
+        Ok(CachedFile::new(self.inner.clone(), m))
     }
 
+    /// A new inode with one user (the handle the caller is about to make).
     fn new_mapping(
         &self,
         path: PathBuf,
-        key: Option<PathBuf>,
+        key: Option<InodeKey>,
         backing: Box<dyn Backing>,
+        attrs: FileAttrs,
     ) -> Result<Arc<Mapping>, CacheError> {
-        let size = backing.size().map_err(|source| CacheError::Open {
-            path: path.clone(),
-            source,
-        })?;
         let pages = Index::with_shadow_nodes(
             self.inner.arena.clone(),
             self.inner.rcu.clone(),
             self.inner.lru.shadow_nodes().clone(),
         );
         let m = Arc::new(Mapping {
-            cache: self.inner.clone(),
+            cache: Arc::downgrade(&self.inner),
             id: pages.mapping_id(),
             path,
             key,
             backing,
-            size,
+            size: AtomicU64::new(attrs.size),
+            attrs: Mutex::new(attrs),
+            users: AtomicUsize::new(1),
             pages,
         });
         let mut live = self.inner.live.lock();
         live.retain(|_, w| w.strong_count() > 0);
         live.insert(m.id, Arc::downgrade(&m));
         Ok(m)
+    }
+
+    /// `drop_caches` (`echo 3 > /proc/sys/vm/drop_caches`): evicts every unused inode with
+    /// its pages, then drops every cached page of the files still in use that nobody pins
+    /// and no I/O holds. Returns the pages freed. Pinned folios, and the files of open
+    /// handles, stay.
+    pub fn drop_caches(&self) -> u64 {
+        let c = &self.inner;
+        c.lru.drain_all(&c.arena);
+        let before = c.arena.stats().allocated_pages;
+        let evicted = c.icache.lock().evict_unused();
+        c.counters.add(Event::InodesEvicted, evicted.len() as u64);
+        drop(evicted);
+        for m in c.live_mappings() {
+            let out = m.pages.invalidate(0, u64::MAX);
+            c.counters.add(Event::Invalidated, out.pages_freed);
+        }
+        c.lru.drain_all(&c.arena);
+        before.saturating_sub(c.arena.stats().allocated_pages)
     }
 
     /// A snapshot of the cache's counters and memory use.
@@ -364,8 +435,12 @@ impl FolioCache {
         s.fill_events(&c.counters);
         s.index_lock_acquisitions = c.retired_lock_acquisitions.load(Ordering::Relaxed);
         s.index_pages_inserted = c.retired_pages_inserted.load(Ordering::Relaxed);
-        let live: Vec<_> = c.live.lock().values().filter_map(|w| w.upgrade()).collect();
-        for m in live {
+        {
+            let icache = c.icache.lock();
+            s.inodes = icache.nr_inodes() as u64;
+            s.unused_inodes = icache.nr_unused() as u64;
+        }
+        for m in c.live_mappings() {
             let is = m.pages.stats();
             s.index_lock_acquisitions += is.lock_acquisitions;
             s.index_pages_inserted += is.pages_inserted;
@@ -466,6 +541,36 @@ impl FolioCache {
 }
 
 impl CacheInner {
+    /// `iput`: puts a use of an inode (a closed handle, a dropped owned guard). The last use
+    /// parks the inode in the inode cache (`iput_final`), which may evict the least recently
+    /// used unused inodes; a file opened from a custom backing is not in the inode cache and
+    /// goes with its last reference.
+    pub(crate) fn iput(&self, m: Arc<Mapping>) {
+        // ORDERING: AcqRel; the decrement to zero is re-checked under the icache mutex
+        // (`Icache::park`), where opens take their uses, so it only has to be atomic; AcqRel
+        // orders this user's accesses to the inode before an eviction that follows.
+        if m.users.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let Some(key) = m.key else {
+            return;
+        };
+        let evicted = self.icache.lock().park(key);
+        self.counters
+            .add(Event::InodesEvicted, evicted.len() as u64);
+        // Dropped here, without the lock: an evicted inode truncates its pages.
+        drop(evicted);
+    }
+
+    /// Every mapping alive now (open or cached), for statistics and `drop_caches`.
+    pub(crate) fn live_mappings(&self) -> Vec<Arc<Mapping>> {
+        self.live
+            .lock()
+            .values()
+            .filter_map(|w| w.upgrade())
+            .collect()
+    }
+
     /// The one allocation hook of the cache (`filemap_alloc_folio`): when the budget is used
     /// up, reclaims cold folios in this thread and retries; fails only when reclaim finds
     /// nothing to free (everything pinned, mapped or under I/O).
@@ -534,12 +639,7 @@ impl CacheInner {
             return 0;
         }
         let want = excess.div_ceil(divisor.max(1));
-        let live: Vec<Arc<Mapping>> = self
-            .live
-            .lock()
-            .values()
-            .filter_map(|w| w.upgrade())
-            .collect();
+        let live = self.live_mappings();
         let held: Vec<u64> = live.iter().map(|m| m.pages.stats().shadow_nodes).collect();
         let total: u64 = held.iter().sum();
         let mut freed = 0;
@@ -660,4 +760,103 @@ impl Evict for CacheInner {
         drop(mappings);
         freed
     }
+}
+
+/// Opens `path` for reading and checks that it is a regular file whose size the kernel
+/// reports, returning it with its metadata (`fstat`, not `stat`: the file we opened, whatever
+/// the path names by now).
+///
+/// The open is non-blocking so that a FIFO without a writer is refused instead of blocking
+/// the caller; the flag is cleared again for the file's reads.
+fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), CacheError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    use std::os::unix::io::AsRawFd;
+    let open_err = |source| CacheError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
+    let ft = meta.file_type();
+    let kind = if ft.is_dir() {
+        Some("a directory")
+    } else if ft.is_fifo() {
+        Some("a FIFO")
+    } else if ft.is_socket() {
+        Some("a socket")
+    } else if ft.is_char_device() {
+        Some("a character device")
+    } else if ft.is_block_device() {
+        Some("a block device")
+    } else {
+        pseudo_fs(&file)
+    };
+    if let Some(kind) = kind {
+        return Err(CacheError::Unsupported {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    let fd = file.as_raw_fd();
+    // SAFETY: `fd` is open for the life of `file`; F_GETFL/F_SETFL take and return an int.
+    let cleared = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+    };
+    if !cleared {
+        return Err(open_err(std::io::Error::last_os_error()));
+    }
+    Ok((file, meta))
+}
+
+/// The file systems whose regular files report no true size (their contents are made at
+/// read time: `/proc` files say 0 bytes, `/sys` files 4096), by `statfs(2)` magic number.
+const PSEUDO_FILE_SYSTEMS: [(i64, &str); 6] = [
+    (
+        0x9fa0,
+        "a procfs file (its size is not known before it is read)",
+    ),
+    (
+        0x6265_6572,
+        "a sysfs file (its size is not known before it is read)",
+    ),
+    (
+        0x6462_6720,
+        "a debugfs file (its size is not known before it is read)",
+    ),
+    (
+        0x7472_6163,
+        "a tracefs file (its size is not known before it is read)",
+    ),
+    (
+        0x2768_3e20,
+        "a cgroup file (its size is not known before it is read)",
+    ),
+    (
+        0x6367_7270,
+        "a cgroup2 file (its size is not known before it is read)",
+    ),
+];
+
+/// What kind of pseudo-file `file` is, if it lives on one of [`PSEUDO_FILE_SYSTEMS`].
+fn pseudo_fs(file: &std::fs::File) -> Option<&'static str> {
+    use std::os::unix::io::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `st` is a valid out-pointer for one `statfs`; the fd is open.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful call.
+    let st = unsafe { st.assume_init() };
+    // `f_type`'s integer type differs between targets (`__fsword_t`).
+    #[allow(clippy::unnecessary_cast)]
+    let magic = st.f_type as i64;
+    PSEUDO_FILE_SYSTEMS
+        .iter()
+        .find(|(m, _)| *m == magic)
+        .map(|(_, kind)| *kind)
 }

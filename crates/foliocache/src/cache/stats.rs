@@ -33,9 +33,11 @@ pub(crate) enum Event {
     Invalidated,
     ReadCalls,
     BytesCopied,
+    Revalidations,
+    InodesEvicted,
 }
 
-const NR_EVENTS: usize = Event::BytesCopied as usize + 1;
+const NR_EVENTS: usize = Event::InodesEvicted as usize + 1;
 
 struct Shard([AtomicU64; NR_EVENTS]);
 
@@ -121,8 +123,17 @@ pub struct CacheStats {
     pub io_errors: u64,
     /// Reads that failed with `OutOfMemory`.
     pub out_of_memory: u64,
-    /// Pages dropped by `invalidate` (and by closing a file's last handle).
+    /// Pages dropped by `invalidate`, by revalidation and by evicting inodes.
     pub invalidated_pages: u64,
+    /// Opens (and `refresh` calls) that found a file changed behind the cache's back and
+    /// dropped its pages.
+    pub revalidations: u64,
+    /// Inodes evicted from the inode cache (with their pages).
+    pub inodes_evicted: u64,
+    /// Inodes in the inode cache right now, in use or not.
+    pub inodes: u64,
+    /// Inodes no handle or guard uses right now, kept for a later open.
+    pub unused_inodes: u64,
     /// Index lock acquisitions, over every file this cache has had open (`xa_lock`).
     pub index_lock_acquisitions: u64,
     /// Pages inserted into the indexes, over every file this cache has had open.
@@ -154,6 +165,8 @@ impl CacheStats {
         self.io_errors = c.sum(Event::IoErrors);
         self.out_of_memory = c.sum(Event::OutOfMemory);
         self.invalidated_pages = c.sum(Event::Invalidated);
+        self.revalidations = c.sum(Event::Revalidations);
+        self.inodes_evicted = c.sum(Event::InodesEvicted);
     }
 
     /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
@@ -181,6 +194,10 @@ impl CacheStats {
             io_errors,
             out_of_memory,
             invalidated_pages,
+            revalidations,
+            inodes_evicted,
+            inodes,
+            unused_inodes,
             index_lock_acquisitions,
             index_pages_inserted,
             budget_pages,
@@ -204,6 +221,10 @@ impl CacheStats {
             ("io_errors", io_errors),
             ("out_of_memory", out_of_memory),
             ("invalidated_pages", invalidated_pages),
+            ("revalidations", revalidations),
+            ("inodes_evicted", inodes_evicted),
+            ("inodes", inodes),
+            ("unused_inodes", unused_inodes),
             ("index_lock_acquisitions", index_lock_acquisitions),
             ("index_pages_inserted", index_pages_inserted),
             ("budget_pages", budget_pages),

@@ -443,6 +443,7 @@ fn measure(
     // Everything dropped and drained: no folio may remain, and the lists must be consistent.
     drop(run);
     let accounting = (|| {
+        cache.drop_caches();
         let a = cache.validate()?;
         if a.allocated_pages != 0 {
             return Err(format!(
