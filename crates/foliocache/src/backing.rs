@@ -17,6 +17,13 @@
 //! | [`Backing::size`] | the file size (`i_size_read`), read once when the file is opened |
 //! | [`Backing::read_at`] | one positional read, `pread(2)` semantics: may return fewer bytes than asked, 0 at EOF |
 //! | [`Backing::read_vectored_at`] | one positional scatter read, `preadv(2)` semantics |
+//! | [`Backing::attrs`] | size and modification time (`fstat(2)`), for revalidation at open |
+//! | [`Backing::write_at`] / [`Backing::write_vectored_at`] | positional writes, `pwrite(2)` / `pwritev(2)` semantics (writeback) |
+//! | [`Backing::sync_data`] / [`Backing::sync_all`] | `fdatasync(2)` / `fsync(2)`: make written bytes durable |
+//! | [`Backing::set_len`] | `ftruncate(2)` |
+//!
+//! The write half has defaults for read-only backings: writes and `set_len` fail with
+//! [`io::ErrorKind::Unsupported`], syncs succeed (nothing was written).
 //!
 //! Readahead fills a contiguous run of folios with **one** call of
 //! [`read_run`]: a single vectored read whose buffers are the run's data frames (they are not
@@ -32,7 +39,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, IoSliceMut};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -69,6 +76,51 @@ pub trait Backing: Send + Sync + fmt::Debug {
     fn attrs(&self) -> io::Result<FileAttrs> {
         Ok(FileAttrs::new(self.size()?, None))
     }
+
+    /// Writes `buf` at byte `offset`, with `pwrite(2)` semantics: returns how many bytes were
+    /// written (fewer than `buf.len()` is a short write; the caller writes the rest). Writing
+    /// past the end grows the file. The default refuses: a read-only backing.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let _ = (buf, offset);
+        Err(read_only(self))
+    }
+
+    /// Writes `bufs` in order at byte `offset`, with `pwritev(2)` semantics: writeback hands
+    /// a run of contiguous folios over in one call. The default writes the first non-empty
+    /// buffer only (a legal short write).
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        match bufs.iter().find(|b| !b.is_empty()) {
+            Some(b) => self.write_at(b, offset),
+            None => Ok(0),
+        }
+    }
+
+    /// `fdatasync(2)`: makes the bytes written so far, and the size, durable. The default
+    /// does nothing (a backing that cannot write has nothing to sync).
+    fn sync_data(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// `fsync(2)`: [`Backing::sync_data`] plus the file's other metadata (times). The default
+    /// is `sync_data`.
+    fn sync_all(&self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    /// `ftruncate(2)`: sets the file's size, cutting or extending it with zeros. The default
+    /// refuses: a read-only backing.
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        let _ = size;
+        Err(read_only(self))
+    }
+}
+
+/// The error of a write to a backing that cannot write.
+fn read_only<B: Backing + ?Sized>(b: &B) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{b:?} is read-only: implement Backing::write_at and set_len to write through it"),
+    )
 }
 
 /// What [`Backing::attrs`] reports: the attributes whose change means the file was written
@@ -137,6 +189,56 @@ impl Backing for FileBacking {
 
     fn attrs(&self) -> io::Result<FileAttrs> {
         Ok(FileAttrs::from_metadata(&self.file.metadata()?))
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        loop {
+            match self.file.write_at(buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        let n = bufs.len().min(IOV_MAX);
+        if n == 0 {
+            return Ok(0);
+        }
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off_t"))?;
+        loop {
+            // SAFETY: `IoSlice` is guaranteed ABI-compatible with `struct iovec` on Unix; the
+            // first `n` entries are valid buffers borrowed for the call; the descriptor is open
+            // for the lifetime of `self.file`.
+            let r = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    bufs.as_ptr().cast::<libc::iovec>(),
+                    n as libc::c_int,
+                    offset,
+                )
+            };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.file.sync_all()
+    }
+
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        self.file.set_len(size)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -245,12 +347,21 @@ pub fn read_run(
 /// [`FaultyBacking::heal`]), so a test can show a failed read followed by a successful retry.
 /// The wrapper also counts the reads that reached it, so a test can check that a readahead
 /// window costs one read.
+///
+/// Writes and syncs can fail too: [`FaultyBacking::fail_writes_at`] fails every write whose
+/// range contains a chosen offset (an `EIO` before writing anything), and
+/// [`FaultyBacking::fail_next_syncs`] fails the next syncs with `EIO`.
 #[derive(Debug)]
 pub struct FaultyBacking<B> {
     inner: B,
     bad: Mutex<Vec<u64>>,
     reads: AtomicU64,
     failed: AtomicU64,
+    bad_writes: Mutex<Vec<u64>>,
+    writes: AtomicU64,
+    failed_writes: AtomicU64,
+    syncs: AtomicU64,
+    syncs_to_fail: AtomicU64,
 }
 
 impl<B: Backing> FaultyBacking<B> {
@@ -261,7 +372,72 @@ impl<B: Backing> FaultyBacking<B> {
             bad: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            bad_writes: Mutex::new(Vec::new()),
+            writes: AtomicU64::new(0),
+            failed_writes: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            syncs_to_fail: AtomicU64::new(0),
         }
+    }
+
+    /// Makes every later write that touches byte `offset` fail with `EIO`, writing nothing.
+    pub fn fail_writes_at(&self, offset: u64) {
+        let mut bad = self.bad_writes.lock();
+        if !bad.contains(&offset) {
+            bad.push(offset);
+        }
+    }
+
+    /// Stops failing writes.
+    pub fn heal_writes(&self) {
+        self.bad_writes.lock().clear();
+    }
+
+    /// Makes the next `n` syncs (`sync_data`, `sync_all`) fail with `EIO`.
+    pub fn fail_next_syncs(&self, n: u64) {
+        self.syncs_to_fail.store(n, Ordering::Relaxed);
+    }
+
+    /// Writes that reached this backing (failed ones included).
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Writes this backing failed on purpose.
+    pub fn failed_writes(&self) -> u64 {
+        self.failed_writes.load(Ordering::Relaxed)
+    }
+
+    /// Syncs that reached this backing (failed ones included).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    fn check_write(&self, offset: u64, len: usize) -> io::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let end = offset.saturating_add(len as u64);
+        if self
+            .bad_writes
+            .lock()
+            .iter()
+            .any(|&b| b >= offset && b < end)
+        {
+            self.failed_writes.fetch_add(1, Ordering::Relaxed);
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(())
+    }
+
+    fn check_sync(&self) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        let failing = self
+            .syncs_to_fail
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(())
     }
 
     /// Makes every later read that touches byte `offset` fail.
@@ -321,6 +497,30 @@ impl<B: Backing> Backing for FaultyBacking<B> {
         self.check(offset, bufs.iter().map(|b| b.len()).sum())?;
         self.inner.read_vectored_at(bufs, offset)
     }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.check_write(offset, buf.len())?;
+        self.inner.write_at(buf, offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        self.check_write(offset, bufs.iter().map(|b| b.len()).sum())?;
+        self.inner.write_vectored_at(bufs, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.check_sync()?;
+        self.inner.sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.check_sync()?;
+        self.inner.sync_all()
+    }
+
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        self.inner.set_len(size)
+    }
 }
 
 impl<B: Backing + ?Sized> Backing for std::sync::Arc<B> {
@@ -338,6 +538,26 @@ impl<B: Backing + ?Sized> Backing for std::sync::Arc<B> {
 
     fn attrs(&self) -> io::Result<FileAttrs> {
         (**self).attrs()
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        (**self).write_at(buf, offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        (**self).write_vectored_at(bufs, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        (**self).sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        (**self).sync_all()
+    }
+
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        (**self).set_len(size)
     }
 }
 

@@ -80,11 +80,13 @@ pub mod refcount;
 pub mod seqcount;
 pub mod space;
 pub mod sync;
+pub mod writeback;
 
 #[cfg(not(loom))]
 pub use cache::{
-    CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, OwnedFolio, PinnedFolio,
-    BLOCK_CACHE_INACTIVE_RATIO,
+    CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, OpenOptions, OwnedFolio,
+    PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO,
 };
 pub use readahead::InsertMode;
 pub use refcount::RefStrategy;
+pub use writeback::WbErrorPolicy;

@@ -7,6 +7,7 @@ use crate::filetable::TableRef;
 use crate::lru::LruConfig;
 use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
 use crate::refcount::RefStrategy;
+use crate::writeback::WbErrorPolicy;
 
 /// The largest readahead window accepted, in pages (8 MiB).
 pub const MAX_RA_PAGES: usize = 2048;
@@ -56,6 +57,16 @@ pub struct Config {
     /// pages, for a later `open`; beyond it the least recently used is evicted. Default
     /// [`DEFAULT_UNUSED_INODES`]; 0 drops a file's pages when its last handle closes.
     pub unused_inodes: usize,
+    /// The dirty limit, in percent of the budget (`vm.dirty_ratio`, default 20): a writer
+    /// that would dirty more pages writes dirty pages back first, so reclaim always finds
+    /// clean pages to free.
+    pub dirty_ratio: u32,
+    /// Where a throttled writer stops writing back, in percent of the budget
+    /// (`vm.dirty_background_ratio`, default 10; at most `dirty_ratio`).
+    pub dirty_background_ratio: u32,
+    /// What becomes of pages whose writeback failed ([`WbErrorPolicy`]; default the kernel's:
+    /// they are marked clean and the error is reported to every handle's next sync).
+    pub writeback_errors: WbErrorPolicy,
 }
 
 /// The default of [`Config::unused_inodes`].
@@ -77,6 +88,9 @@ impl Config {
             background_reclaim: false,
             huge_pages: true,
             unused_inodes: DEFAULT_UNUSED_INODES,
+            dirty_ratio: 20,
+            dirty_background_ratio: 10,
+            writeback_errors: WbErrorPolicy::Clean,
         }
     }
 
@@ -170,6 +184,20 @@ impl Config {
         self
     }
 
+    /// Sets the dirty limit and the background threshold, in percent of the budget
+    /// ([`Config::dirty_ratio`], [`Config::dirty_background_ratio`]).
+    pub fn dirty_ratios(mut self, ratio: u32, background: u32) -> Config {
+        self.dirty_ratio = ratio;
+        self.dirty_background_ratio = background;
+        self
+    }
+
+    /// Sets what becomes of pages whose writeback failed ([`Config::writeback_errors`]).
+    pub fn writeback_errors(mut self, policy: WbErrorPolicy) -> Config {
+        self.writeback_errors = policy;
+        self
+    }
+
     /// Sets whether a bad page panics (it is always counted).
     pub fn panic_on_bad_page(mut self, panic: bool) -> Config {
         self.panic_on_bad_page = panic;
@@ -187,6 +215,16 @@ impl Config {
         if self.ra_pages > MAX_RA_PAGES {
             return Err(ConfigError::WindowTooLarge {
                 ra_pages: self.ra_pages,
+            });
+        }
+        if self.dirty_ratio == 0
+            || self.dirty_ratio > 100
+            || self.dirty_background_ratio == 0
+            || self.dirty_background_ratio > self.dirty_ratio
+        {
+            return Err(ConfigError::DirtyRatios {
+                ratio: self.dirty_ratio,
+                background: self.dirty_background_ratio,
             });
         }
         Ok(())
@@ -207,6 +245,13 @@ pub enum ConfigError {
         /// The window given.
         ra_pages: usize,
     },
+    /// The dirty ratios are not `0 < background <= ratio <= 100`.
+    DirtyRatios {
+        /// [`Config::dirty_ratio`].
+        ratio: u32,
+        /// [`Config::dirty_background_ratio`].
+        background: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -217,6 +262,12 @@ impl fmt::Display for ConfigError {
                 "memory budget of {budget_bytes} bytes holds no 4 KiB page: give the cache at least 4096 bytes \
                  (and at least one readahead window, {} bytes by default)",
                 DEFAULT_RA_PAGES * 4096
+            ),
+            ConfigError::DirtyRatios { ratio, background } => write!(
+                f,
+                "dirty ratios {ratio}% (limit) and {background}% (background) are invalid: give \
+                 1 <= background <= limit <= 100 percent of the budget (the kernel's defaults are \
+                 20 and 10)"
             ),
             ConfigError::WindowTooLarge { ra_pages } => write!(
                 f,

@@ -53,6 +53,19 @@ pub enum CacheError {
         /// What it is ("a directory", "a FIFO", "a procfs file ...").
         kind: &'static str,
     },
+    /// A write (or `set_len`) through a handle that was not opened for writing.
+    NotWritable {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Writing the file's data back, or making it durable, failed: reported once to every
+    /// handle that was open when it happened, by its next sync.
+    Writeback {
+        /// The file.
+        path: PathBuf,
+        /// The backing's error (its `errno` as recorded in the file's error sequence).
+        source: io::Error,
+    },
     /// An argument was out of range.
     InvalidArgument {
         /// What was wrong and what is accepted.
@@ -99,6 +112,17 @@ impl fmt::Display for CacheError {
                  with std::fs instead)",
                 path.display()
             ),
+            CacheError::NotWritable { path } => write!(
+                f,
+                "{} was not opened for writing: open it with OpenOptions::write(true) (or append)",
+                path.display()
+            ),
+            CacheError::Writeback { path, source } => write!(
+                f,
+                "writing {} back failed: {source}; data written since the last successful sync \
+                 may be lost: write it again and sync",
+                path.display()
+            ),
             CacheError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
         }
     }
@@ -110,7 +134,9 @@ impl std::error::Error for CacheError {
             CacheError::Config(e) => Some(e),
             CacheError::Arena(e) => Some(e),
             CacheError::Spawn(e) => Some(e),
-            CacheError::Open { source, .. } | CacheError::Io { source, .. } => Some(source),
+            CacheError::Open { source, .. }
+            | CacheError::Io { source, .. }
+            | CacheError::Writeback { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -33,9 +33,27 @@ pub(crate) struct Mapping {
     pub(crate) path: PathBuf,
     /// The inode's identity when opened by path; `None` for a custom backing.
     pub(crate) key: Option<InodeKey>,
-    pub(crate) backing: Box<dyn Backing>,
-    /// `i_size`.
+    /// Where misses read from.
+    pub(crate) backing: Arc<dyn Backing>,
+    /// Where writeback writes to: set by the first handle opened for writing (for a file
+    /// opened by path, that handle's descriptor, opened read-write; for a custom backing, the
+    /// backing itself).
+    pub(crate) writer: Mutex<Option<Arc<dyn Backing>>>,
+    /// `i_size`: stored with Release after the bytes it covers are in the cache, loaded with
+    /// Acquire (`Mapping::size`), so a reader that sees a size can read every byte below it.
     pub(crate) size: AtomicU64,
+    /// The size the backing file has as far as the cache knows (what it had at open, grown by
+    /// writeback, set by `set_len`): below it a short read means the file changed behind
+    /// the cache's back; past it, up to `size`, the file is a hole the cache reads as zeros.
+    pub(crate) disk_size: AtomicU64,
+    /// Set when writeback changed the backing file (its mtime moved because of us):
+    /// revalidation then adopts the new attributes instead of dropping pages.
+    pub(crate) own_writes: crate::sync::AtomicBool,
+    /// `i_rwsem` taken exclusively: writes, `set_len` and appends of this file are serialised,
+    /// as the kernel's buffered writes are; readers never take it.
+    pub(crate) i_rwsem: Mutex<()>,
+    /// Dirty and writeback tags, counts, and the error sequence (`mapping->wb_err`).
+    pub(crate) wb: crate::writeback::WbState,
     /// The backing file's size and mtime when the cache last looked (revalidation).
     pub(crate) attrs: Mutex<FileAttrs>,
     /// `i_count`: open handles and owned guards of this file.
@@ -58,7 +76,10 @@ impl Mapping {
     /// `i_size_read`: the file size in bytes.
     #[inline]
     pub(crate) fn size(&self) -> u64 {
-        self.size.load(Ordering::Relaxed)
+        // ORDERING: Acquire; pairs with the Release stores of `i_size_write` in the write path
+        // (`write_end`, `set_len`): the bytes below a size are in the cache before the size
+        // is published, and a reader loads the size before it looks them up.
+        self.size.load(Ordering::Acquire)
     }
 
     /// Pages of the file (the last one may be partial).
@@ -78,6 +99,12 @@ impl Mapping {
         }
     }
 
+    /// Whether the inode cache may evict this inode: nothing left to write back, and no
+    /// writeback error that no handle has been told of.
+    pub(crate) fn evictable(&self) -> bool {
+        !self.wb.has_unwritten() && !self.wb.err.unseen()
+    }
+
     /// Revalidation (close-to-open): if the backing file's size or mtime differ from what
     /// the cache last saw, a write bypassed the cache: drop every cached page and take the
     /// new size. Returns the pages dropped. Called with no cache-wide lock held.
@@ -86,9 +113,19 @@ impl Mapping {
         if *attrs == now {
             return 0;
         }
+        if self.wb.has_unwritten()
+            || (self.own_writes.swap(false, Ordering::Relaxed)
+                && now.size == self.disk_size.load(Ordering::Relaxed))
+        {
+            // Our own writeback moved the mtime, or our dirty pages are newer than whatever
+            // the file holds: keep the pages, remember what the file looks like now.
+            *attrs = now;
+            return 0;
+        }
         // Size first, then the pages: a reader that saw the old size and raced the truncation
         // refills from the backing, which already holds the new bytes.
-        self.size.store(now.size, Ordering::Relaxed);
+        self.size.store(now.size, Ordering::Release);
+        self.disk_size.store(now.size, Ordering::Relaxed);
         let dropped = self.pages.truncate(0, u64::MAX);
         *attrs = now;
         drop(attrs);
@@ -97,7 +134,7 @@ impl Mapping {
         dropped.pages_freed
     }
 
-    fn io_error(&self, offset: u64, source: io::Error) -> CacheError {
+    pub(super) fn io_error(&self, offset: u64, source: io::Error) -> CacheError {
         CacheError::Io {
             path: self.path.clone(),
             offset,
@@ -110,8 +147,12 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // The inode is evicted: drop every cached page (an owned guard's folio is detached
         // and freed by the guard) and fold the index's counters into the cache's totals.
+        let dirty = self.wb.nr_dirty();
         let dropped = self.pages.truncate(0, u64::MAX);
         if let Some(c) = self.cache.upgrade() {
+            // Pages still dirty here could not be written back (a failure kept them dirty):
+            // they leave the accounting with the file.
+            c.dirty.unreserve(dirty);
             c.counters.add(Event::Invalidated, dropped.pages_freed);
             c.retire_index_stats(self.pages.stats());
         }
@@ -129,12 +170,19 @@ impl Drop for Mapping {
 /// there, under the table reference variant the cache was configured with
 /// ([`Config::file_table`](super::Config::file_table)).
 pub struct CachedFile {
-    cache: Arc<CacheInner>,
+    pub(super) cache: Arc<CacheInner>,
     /// The handle's key in the file table (`fd`).
-    id: u64,
+    pub(super) id: u64,
     ra: Mutex<RaState>,
     /// `ra->prev_pos`: the byte after the previous read of this handle.
     prev_pos: AtomicU64,
+    /// Opened for writing (`FMODE_WRITE`).
+    pub(super) writable: bool,
+    /// Opened with `append` (`O_APPEND`): every write goes to the end of the file.
+    pub(super) append: bool,
+    /// `file->f_wb_err`: this handle's sample of the file's error sequence, advanced when a
+    /// sync reports an error (under this lock, `f_lock`).
+    pub(super) wb_err: Mutex<u32>,
 }
 
 impl std::fmt::Debug for CachedFile {
@@ -164,19 +212,31 @@ impl CachedFile {
     pub(crate) fn new(cache: Arc<CacheInner>, mapping: Arc<Mapping>) -> CachedFile {
         let id = cache.next_handle.fetch_add(1, Ordering::Relaxed);
         let ra_pages = cache.config.ra_pages;
+        // `errseq_sample` at open.
+        let wb_err = mapping.wb.err.sample();
         cache.table.insert_arc(id, mapping);
         CachedFile {
             cache,
             id,
             ra: Mutex::new(RaState::new(ra_pages)),
             prev_pos: AtomicU64::new(0),
+            writable: false,
+            append: false,
+            wb_err: Mutex::new(wb_err),
         }
+    }
+
+    /// The handle's access mode (`f_mode`, `O_APPEND`).
+    pub(crate) fn with_mode(mut self, writable: bool, append: bool) -> CachedFile {
+        self.writable = writable || append;
+        self.append = append;
+        self
     }
 
     /// `fdget`: the mapping this handle resolves to, taken out of the file table (an `Arc`
     /// clone: it may be held across I/O; the table reference is held only for the lookup).
     #[inline]
-    fn mapping(&self) -> Arc<Mapping> {
+    pub(super) fn mapping(&self) -> Arc<Mapping> {
         self.cache
             .table
             .get(self.id)
@@ -222,7 +282,7 @@ impl CachedFile {
         let m = self.mapping();
         // ORDERING: Relaxed; this handle holds a use, so the count cannot reach zero here.
         m.users.fetch_add(1, Ordering::Relaxed);
-        CachedFile::new(self.cache.clone(), m)
+        CachedFile::new(self.cache.clone(), m).with_mode(self.writable, self.append)
     }
 
     /// Looks at the file again, as [`FolioCache::open`](super::FolioCache::open) does
@@ -653,7 +713,7 @@ fn do_page_cache_ra(c: &CacheInner, m: &Mapping, req: RaRequest) -> RaOutcome {
     }
 }
 
-fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
+pub(super) fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
     if range.start > range.end {
         return Err(CacheError::InvalidArgument {
             what: format!(

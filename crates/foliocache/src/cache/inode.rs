@@ -22,7 +22,7 @@
 //! | `iget_locked` / `ilookup` on (`sb`, `i_ino`) | [`Icache::get_or_insert`] on (`st_dev`, `st_ino`) |
 //! | `i_count`, `__iget`, `iput` | `Mapping::users`, taken by every handle and owned guard; `CacheInner::iput` |
 //! | `iput_final` -> `inode_add_lru` | the last user's `iput` parks the inode ([`Icache::park`]) |
-//! | `prune_icache_sb` | [`Icache::park`] evicts the oldest unused inodes beyond the bound; [`FolioCache::drop_caches`](super::FolioCache::drop_caches) evicts every one |
+//! | `prune_icache_sb` | [`Icache::park`] evicts the oldest unused inodes beyond the bound; [`FolioCache::drop_caches`](super::FolioCache::drop_caches) evicts every one; both skip inodes with dirty or writeback pages, or a writeback error no handle has been told of (it waits for the next opener) |
 //! | `evict` -> `truncate_inode_pages_final` | dropping the evicted `Mapping` truncates its index |
 //!
 //! # Revalidation at open (close-to-open)
@@ -130,8 +130,15 @@ impl Icache {
         self.unused.insert(seq, key);
         let mut evicted = Vec::new();
         while self.unused.len() > self.limit {
-            let (_, oldest) = self.unused.pop_first().expect("over the limit: not empty");
-            evicted.extend(self.map.remove(&oldest).map(|s| s.inode));
+            // The oldest that can go: `prune_icache_sb` skips dirty inodes.
+            let victim = self
+                .unused
+                .iter()
+                .find(|(_, k)| self.map.get(k).is_some_and(|s| s.inode.evictable()))
+                .map(|(&seq, &key)| (seq, key));
+            let Some((seq, key)) = victim else { break };
+            self.unused.remove(&seq);
+            evicted.extend(self.map.remove(&key).map(|s| s.inode));
         }
         evicted
     }
@@ -140,9 +147,18 @@ impl Icache {
     /// unlocking).
     #[must_use = "evicted inodes must be dropped outside the inode cache's lock"]
     pub(crate) fn evict_unused(&mut self) -> Vec<Arc<Mapping>> {
-        let keys: Vec<InodeKey> = std::mem::take(&mut self.unused).into_values().collect();
-        keys.iter()
-            .filter_map(|k| self.map.remove(k).map(|s| s.inode))
+        let victims: Vec<(u64, InodeKey)> = self
+            .unused
+            .iter()
+            .filter(|(_, k)| self.map.get(k).is_some_and(|s| s.inode.evictable()))
+            .map(|(&seq, &key)| (seq, key))
+            .collect();
+        victims
+            .into_iter()
+            .filter_map(|(seq, key)| {
+                self.unused.remove(&seq);
+                self.map.remove(&key).map(|s| s.inode)
+            })
             .collect()
     }
 

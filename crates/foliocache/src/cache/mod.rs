@@ -73,6 +73,7 @@ mod error;
 mod file;
 pub(crate) mod inode;
 mod stats;
+mod write;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -84,6 +85,7 @@ pub use error::CacheError;
 pub use file::{CachedFile, OwnedFolio, PinnedFolio};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
+pub use write::OpenOptions;
 
 use crate::backing::{Backing, FileAttrs, FileBacking};
 use crate::filetable::{FileTable, FileTableConfig, Sizing};
@@ -147,6 +149,8 @@ pub(crate) struct CacheInner {
     live: Mutex<HashMap<u64, std::sync::Weak<Mapping>>>,
     /// The LRU and reclaim (seed 004); its final-put hook is installed in `arena`.
     pub(crate) lru: Lru,
+    /// Dirty and writeback page counts and the dirty limits (`writeback`).
+    pub(crate) dirty: crate::writeback::DirtyAccount,
     /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
     kswapd: Option<Arc<Kswapd>>,
     /// Held by the one thread running the shadow-node shrinker.
@@ -157,6 +161,11 @@ impl Drop for CacheInner {
     fn drop(&mut self) {
         if let Some(k) = &self.kswapd {
             k.stop();
+        }
+        // Unmount's `sync_filesystem`: write back and sync every file with dirty pages. No
+        // handle is left to hear of an error here: callers that care sync before dropping.
+        for m in self.live_mappings() {
+            self.flush_before_drop(&m);
         }
         // `lru_add_drain_all` at shutdown: the batches hold references on folios.
         self.lru.drain_all(&self.arena);
@@ -272,6 +281,11 @@ impl FolioCache {
             rcu.clone(),
         );
         let unused_inodes = config.unused_inodes;
+        let dirty = crate::writeback::DirtyAccount::new(
+            arena.nr_pages() as u64,
+            config.dirty_ratio,
+            config.dirty_background_ratio,
+        );
         let cache = FolioCache {
             inner: Arc::new(CacheInner {
                 config,
@@ -285,6 +299,7 @@ impl FolioCache {
                 retired_pages_inserted: AtomicU64::new(0),
                 live: Mutex::new(HashMap::new()),
                 lru,
+                dirty,
                 kswapd,
                 shadow_shrinker: Mutex::new(()),
             }),
@@ -304,7 +319,8 @@ impl FolioCache {
         &self.inner.config
     }
 
-    /// `open(2)`: a new handle on the regular file at `path`.
+    /// `open(2)` for reading: a new handle on the regular file at `path`
+    /// ([`FolioCache::open_with`] with [`OpenOptions::new`]).
     ///
     /// The cache keeps one set of pages per file (per device and inode number, whatever the
     /// path): handles of the same file share them, each with its own readahead stream, and
@@ -315,32 +331,57 @@ impl FolioCache {
     /// Every open looks at the file again (close-to-open consistency, as NFS clients do): a
     /// path replaced by a `rename` opens the new file, and a file whose size or modification
     /// time changed behind the cache's back (a write that did not go through it) has its
-    /// cached pages dropped. Between opens the cache trusts its pages; call
-    /// [`CachedFile::refresh`] to look again.
+    /// cached pages dropped, unless the cache holds dirty pages of it (those are newer). Between
+    /// opens the cache trusts its pages; call [`CachedFile::refresh`] to look again.
     ///
     /// Directories, FIFOs, sockets, devices and pseudo-files whose size the kernel does not
     /// report (`/proc`, `/sys`) are refused with [`CacheError::Unsupported`]. No cache-wide
     /// lock is held across the system calls, so a slow `open(2)` stalls no other thread.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<CachedFile, CacheError> {
+        self.open_with(path, &OpenOptions::new())
+    }
+
+    /// `open(2)` with flags: reading and writing, creating, truncating, appending
+    /// ([`OpenOptions`], as `std::fs::OpenOptions`). Every handle can read; one opened with
+    /// `write` or `append` can also write through the cache ([`CachedFile::write_at`]).
+    ///
+    /// ```
+    /// use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::new(16 << 20))?;
+    /// let log = cache.open_with(dir.path().join("wal"), OpenOptions::new().append(true).create(true))?;
+    /// let at = log.append(b"first record")?;         // returns where it landed
+    /// log.sync_data()?;                                // durable from here on
+    /// assert_eq!((at, log.len()), (0, 12));
+    /// # Ok(()) }
+    /// ```
+    pub fn open_with(
+        &self,
+        path: impl AsRef<Path>,
+        options: &OpenOptions,
+    ) -> Result<CachedFile, CacheError> {
         use std::os::unix::fs::MetadataExt;
         let path = path.as_ref();
-        let (file, meta) = open_regular(path)?;
+        options
+            .check()
+            .map_err(|what| CacheError::InvalidArgument {
+                what: format!("opening {}: {what}", path.display()),
+            })?;
+        let writable = options.writes();
+        let (file, meta) = open_regular(path, options)?;
         let key = InodeKey {
             dev: meta.dev(),
             ino: meta.ino(),
         };
         let attrs = FileAttrs::from_metadata(&meta);
         let c = &self.inner;
+        let backing: Arc<dyn Backing> = Arc::new(FileBacking::from_file(file, path));
         let found = c.icache.lock().get(key);
         let m = match found {
-            Some(m) => {
-                drop(file);
-                m
-            }
+            Some(m) => m,
             None => {
-                let backing = FileBacking::from_file(file, path);
-                let fresh =
-                    self.new_mapping(path.to_path_buf(), Some(key), Box::new(backing), attrs)?;
+                let fresh = self.new_mapping(path.to_path_buf(), Some(key), backing.clone(), attrs);
                 let mut icache = c.icache.lock();
                 match icache.get(key) {
                     // Another thread entered the inode since we looked: use its.
@@ -356,15 +397,25 @@ impl FolioCache {
                 }
             }
         };
+        if writable {
+            // The first writable descriptor of the inode becomes its writeback target.
+            m.writer.lock().get_or_insert_with(|| backing.clone());
+        }
+        drop(backing);
         // Outside the icache lock: a changed file's pages are dropped here.
         m.revalidate(c, attrs);
-        Ok(CachedFile::new(c.clone(), m))
+        let file = CachedFile::new(c.clone(), m).with_mode(writable, options.appends());
+        if options.truncates() {
+            file.set_len(0)?;
+        }
+        Ok(file)
     }
 
     /// Opens a file whose bytes come from `backing` (a fault-injecting wrapper, an in-memory
     /// buffer, another storage layer); `name` appears in error messages. Every call creates a
     /// new, unshared file, which is dropped with its pages when its last handle and guard are
-    /// gone; use [`CachedFile::reopen`] for more handles.
+    /// gone; use [`CachedFile::reopen`] for more handles. The handle can write if the backing
+    /// can ([`Backing::write_at`]); writes to one that cannot fail at writeback.
     pub fn open_backing(
         &self,
         name: impl Into<PathBuf>,
@@ -375,8 +426,10 @@ impl FolioCache {
             path: name.clone(),
             source,
         })?;
-        let m = self.new_mapping(name, None, Box::new(backing), attrs)?;
-        Ok(CachedFile::new(self.inner.clone(), m))
+        let backing: Arc<dyn Backing> = Arc::new(backing);
+        let m = self.new_mapping(name, None, backing.clone(), attrs);
+        *m.writer.lock() = Some(backing);
+        Ok(CachedFile::new(self.inner.clone(), m).with_mode(true, false))
     }
 
     /// A new inode with one user (the handle the caller is about to make).
@@ -384,9 +437,9 @@ impl FolioCache {
         &self,
         path: PathBuf,
         key: Option<InodeKey>,
-        backing: Box<dyn Backing>,
+        backing: Arc<dyn Backing>,
         attrs: FileAttrs,
-    ) -> Result<Arc<Mapping>, CacheError> {
+    ) -> Arc<Mapping> {
         let pages = Index::with_shadow_nodes(
             self.inner.arena.clone(),
             self.inner.rcu.clone(),
@@ -398,7 +451,12 @@ impl FolioCache {
             path,
             key,
             backing,
+            writer: Mutex::new(None),
             size: AtomicU64::new(attrs.size),
+            disk_size: AtomicU64::new(attrs.size),
+            own_writes: AtomicBool::new(false),
+            i_rwsem: Mutex::new(()),
+            wb: crate::writeback::WbState::default(),
             attrs: Mutex::new(attrs),
             users: AtomicUsize::new(1),
             pages,
@@ -406,7 +464,7 @@ impl FolioCache {
         let mut live = self.inner.live.lock();
         live.retain(|_, w| w.strong_count() > 0);
         live.insert(m.id, Arc::downgrade(&m));
-        Ok(m)
+        m
     }
 
     /// `drop_caches` (`echo 3 > /proc/sys/vm/drop_caches`): evicts every unused inode with
@@ -445,6 +503,10 @@ impl FolioCache {
             s.index_lock_acquisitions += is.lock_acquisitions;
             s.index_pages_inserted += is.pages_inserted;
         }
+        s.dirty_pages = c.dirty.dirty();
+        s.writeback_pages_now = c.dirty.writeback();
+        s.dirty_limit_pages = c.dirty.limit;
+        s.dirty_high_water = c.dirty.high_water();
         let a = c.arena.stats();
         s.budget_pages = a.total_pages;
         s.allocated_pages = a.allocated_pages;
@@ -511,7 +573,46 @@ impl FolioCache {
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
         self.lru_add_drain_all();
         self.inner.lru.validate(&self.inner.arena)?;
+        self.validate_dirty()?;
         self.inner.arena.validate()
+    }
+
+    /// The dirty accounting recomputed from scratch: every page tagged dirty holds a dirty
+    /// folio and every dirty folio is tagged, and the cache's dirty count is the sum of the
+    /// files'.
+    fn validate_dirty(&self) -> Result<(), String> {
+        let c = &self.inner;
+        let mut total = 0;
+        for m in c.live_mappings() {
+            let tagged = m.wb.dirty_indices();
+            for &index in &tagged {
+                let ok = m.pages.lookup(index).is_some_and(|f| {
+                    f.index() == index && f.test_flag(crate::folio::flags::PG_DIRTY)
+                });
+                if !ok {
+                    return Err(format!(
+                        "{}: page {index} is tagged dirty but its folio is not dirty or missing",
+                        m.path.display()
+                    ));
+                }
+            }
+            let flagged = m.pages.count_flagged(crate::folio::flags::PG_DIRTY);
+            if flagged != tagged.len() as u64 {
+                return Err(format!(
+                    "{}: {flagged} dirty folios in the index, {} pages tagged dirty",
+                    m.path.display(),
+                    tagged.len()
+                ));
+            }
+            total += flagged;
+        }
+        if total != c.dirty.dirty() {
+            return Err(format!(
+                "the cache counts {} dirty pages, its files hold {total}",
+                c.dirty.dirty()
+            ));
+        }
+        Ok(())
     }
 
     /// `drop_caches`-like reclaim: evicts up to `nr_pages` cold pages now, as an allocation
@@ -553,6 +654,8 @@ impl CacheInner {
             return;
         }
         let Some(key) = m.key else {
+            // A custom backing's file goes with its last user: write it back first.
+            self.flush_before_drop(&m);
             return;
         };
         let evicted = self.icache.lock().park(key);
@@ -560,6 +663,22 @@ impl CacheInner {
             .add(Event::InodesEvicted, evicted.len() as u64);
         // Dropped here, without the lock: an evicted inode truncates its pages.
         drop(evicted);
+    }
+
+    /// Writes back and syncs a file about to be dropped with dirty pages (errors can reach no
+    /// handle; they are counted).
+    fn flush_before_drop(&self, m: &Mapping) {
+        if !m.wb.has_unwritten() {
+            return;
+        }
+        write::writeback_mapping(self, m, 0, u64::MAX, crate::writeback::SyncMode::All);
+        crate::writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
+        let writer = m.writer.lock().clone();
+        if let Some(w) = writer {
+            if w.sync_data().is_err() {
+                self.counters.inc(Event::WritebackErrors);
+            }
+        }
     }
 
     /// Every mapping alive now (open or cached), for statistics and `drop_caches`.
@@ -695,10 +814,28 @@ impl CacheInner {
     }
 }
 
+impl CacheInner {
+    /// `shrink_folio_list` meeting a dirty or writeback folio: never freed before its bytes
+    /// are in the backing file. It is marked for reclaim (`PG_reclaim`) and kept; the dirty
+    /// limit guarantees reclaim finds clean folios meanwhile.
+    fn keep_unwritten(&self, folio: &FolioLocked<'_>) -> bool {
+        use crate::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
+        if folio.flags() & (PG_DIRTY | PG_WRITEBACK) == 0 {
+            return false;
+        }
+        folio.set_flag(PG_RECLAIM);
+        self.counters.inc(Event::ReclaimDirtyKept);
+        true
+    }
+}
+
 impl Evict for CacheInner {
     /// Reclaim's `__remove_mapping`: finds the folio's file by its mapping id and evicts the
     /// folio from that file's index.
     fn evict<'a>(&self, folio: FolioLocked<'a>) -> Result<(), FolioRef<'a>> {
+        if self.keep_unwritten(&folio) {
+            return Err(folio.unlock());
+        }
         let mapping = {
             let live = self.live.lock();
             live.get(&folio.mapping()).and_then(|w| w.upgrade())
@@ -726,6 +863,10 @@ impl Evict for CacheInner {
         // SWAP_CLUSTER_MAX folios, usually of a handful of files).
         let mut groups: Vec<(u64, Vec<FolioLocked<'a>>)> = Vec::new();
         for folio in folios {
+            if self.keep_unwritten(&folio) {
+                kept.push(folio.unlock());
+                continue;
+            }
             let id = folio.mapping();
             match groups.iter_mut().find(|(g, _)| *g == id) {
                 Some((_, v)) => v.push(folio),
@@ -768,15 +909,23 @@ impl Evict for CacheInner {
 ///
 /// The open is non-blocking so that a FIFO without a writer is refused instead of blocking
 /// the caller; the flag is cleared again for the file's reads.
-fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), CacheError> {
+fn open_regular(
+    path: &Path,
+    options: &OpenOptions,
+) -> Result<(std::fs::File, std::fs::Metadata), CacheError> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     use std::os::unix::io::AsRawFd;
     let open_err = |source| CacheError::Open {
         path: path.to_path_buf(),
         source,
     };
+    // Truncation is the cache's (`CachedFile::set_len`): it drops the cached pages too.
     let file = std::fs::OpenOptions::new()
         .read(true)
+        .write(options.writes())
+        .create(options.creates())
+        .create_new(options.creates_new())
+        .mode(options.mode_bits())
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .map_err(open_err)?;

@@ -35,9 +35,21 @@ pub(crate) enum Event {
     BytesCopied,
     Revalidations,
     InodesEvicted,
+    WriteCalls,
+    BytesWritten,
+    WritesInPlace,
+    WritesReplaced,
+    Redirtied,
+    DirtyThrottled,
+    Syncs,
+    WritebackPages,
+    WritebackWrites,
+    WritebackBytes,
+    WritebackErrors,
+    ReclaimDirtyKept,
 }
 
-const NR_EVENTS: usize = Event::InodesEvicted as usize + 1;
+const NR_EVENTS: usize = Event::ReclaimDirtyKept as usize + 1;
 
 struct Shard([AtomicU64; NR_EVENTS]);
 
@@ -134,6 +146,38 @@ pub struct CacheStats {
     pub inodes: u64,
     /// Inodes no handle or guard uses right now, kept for a later open.
     pub unused_inodes: u64,
+    /// `write_at` / `append` calls.
+    pub write_calls: u64,
+    /// Bytes written into the cache by callers.
+    pub bytes_written: u64,
+    /// Page writes done in place (the folio frozen: nobody else held it).
+    pub writes_in_place: u64,
+    /// Page writes done by replacing a folio someone held (a pinned guard, a reader).
+    pub writes_replaced: u64,
+    /// Page writes to pages that were dirty already.
+    pub writes_to_dirty: u64,
+    /// Writers that met the dirty limit and wrote dirty pages back first.
+    pub dirty_throttled: u64,
+    /// `sync_data` / `sync_all` / `sync_range` calls.
+    pub syncs: u64,
+    /// Pages written back to backing files.
+    pub writeback_pages: u64,
+    /// Vectored writes issued by writeback (contiguous dirty pages coalesce into one).
+    pub writeback_writes: u64,
+    /// Bytes written back to backing files.
+    pub writeback_bytes: u64,
+    /// Failed writebacks and syncs (each reported through the files' error sequences).
+    pub writeback_errors: u64,
+    /// Dirty or writeback folios reclaim met and kept (marked for reclaim).
+    pub reclaim_dirty_kept: u64,
+    /// Dirty pages right now.
+    pub dirty_pages: u64,
+    /// Pages under writeback right now.
+    pub writeback_pages_now: u64,
+    /// The dirty limit in pages ([`Config::dirty_ratio`](crate::Config::dirty_ratio)).
+    pub dirty_limit_pages: u64,
+    /// The most dirty + writeback pages seen at once.
+    pub dirty_high_water: u64,
     /// Index lock acquisitions, over every file this cache has had open (`xa_lock`).
     pub index_lock_acquisitions: u64,
     /// Pages inserted into the indexes, over every file this cache has had open.
@@ -167,6 +211,18 @@ impl CacheStats {
         self.invalidated_pages = c.sum(Event::Invalidated);
         self.revalidations = c.sum(Event::Revalidations);
         self.inodes_evicted = c.sum(Event::InodesEvicted);
+        self.write_calls = c.sum(Event::WriteCalls);
+        self.bytes_written = c.sum(Event::BytesWritten);
+        self.writes_in_place = c.sum(Event::WritesInPlace);
+        self.writes_replaced = c.sum(Event::WritesReplaced);
+        self.writes_to_dirty = c.sum(Event::Redirtied);
+        self.dirty_throttled = c.sum(Event::DirtyThrottled);
+        self.syncs = c.sum(Event::Syncs);
+        self.writeback_pages = c.sum(Event::WritebackPages);
+        self.writeback_writes = c.sum(Event::WritebackWrites);
+        self.writeback_bytes = c.sum(Event::WritebackBytes);
+        self.writeback_errors = c.sum(Event::WritebackErrors);
+        self.reclaim_dirty_kept = c.sum(Event::ReclaimDirtyKept);
     }
 
     /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
@@ -198,6 +254,22 @@ impl CacheStats {
             inodes_evicted,
             inodes,
             unused_inodes,
+            write_calls,
+            bytes_written,
+            writes_in_place,
+            writes_replaced,
+            writes_to_dirty,
+            dirty_throttled,
+            syncs,
+            writeback_pages,
+            writeback_writes,
+            writeback_bytes,
+            writeback_errors,
+            reclaim_dirty_kept,
+            dirty_pages,
+            writeback_pages_now,
+            dirty_limit_pages,
+            dirty_high_water,
             index_lock_acquisitions,
             index_pages_inserted,
             budget_pages,
@@ -225,6 +297,22 @@ impl CacheStats {
             ("inodes_evicted", inodes_evicted),
             ("inodes", inodes),
             ("unused_inodes", unused_inodes),
+            ("write_calls", write_calls),
+            ("bytes_written", bytes_written),
+            ("writes_in_place", writes_in_place),
+            ("writes_replaced", writes_replaced),
+            ("writes_to_dirty", writes_to_dirty),
+            ("dirty_throttled", dirty_throttled),
+            ("syncs", syncs),
+            ("writeback_pages", writeback_pages),
+            ("writeback_writes", writeback_writes),
+            ("writeback_bytes", writeback_bytes),
+            ("writeback_errors", writeback_errors),
+            ("reclaim_dirty_kept", reclaim_dirty_kept),
+            ("nr_dirty", dirty_pages),
+            ("nr_writeback", writeback_pages_now),
+            ("dirty_limit_pages", dirty_limit_pages),
+            ("dirty_high_water", dirty_high_water),
             ("index_lock_acquisitions", index_lock_acquisitions),
             ("index_pages_inserted", index_pages_inserted),
             ("budget_pages", budget_pages),

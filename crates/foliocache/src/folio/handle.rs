@@ -118,6 +118,35 @@ impl<'a> FolioRef<'a> {
         }
     }
 
+    /// `folio_wait_writeback`: sleeps until the folio is not under writeback (PG_writeback
+    /// clear). Afterwards the write that was in flight has returned.
+    #[inline]
+    pub fn wait_writeback(&self) {
+        // ORDERING: Acquire; pairs with the Release clear in `FolioRef::end_writeback`.
+        if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_WRITEBACK != 0 {
+            self.arena
+                .waits()
+                .wait_bit(self.folio, super::flags::PG_WRITEBACK, false);
+        }
+    }
+
+    /// `__folio_end_writeback`'s flag half: clears PG_writeback and wakes the threads waiting
+    /// for it (`folio_wake_bit`). The writeback layer owns the bit.
+    #[inline]
+    pub(crate) fn end_writeback(&self) {
+        // ORDERING: Release; pairs with the Acquire in `wait_writeback` and the wait table's
+        // re-load, so a waiter that returns sees the write finished. Same-word RMW order with
+        // the waiter's `fetch_or(PG_WAITERS)`: see wait.rs.
+        let old = self
+            .folio
+            .flags
+            .fetch_and(!super::flags::PG_WRITEBACK, Ordering::Release);
+        debug_assert!(old & super::flags::PG_WRITEBACK != 0);
+        if old & super::flags::PG_WAITERS != 0 {
+            self.arena.waits().wake_bit(self.folio);
+        }
+    }
+
     /// `folio_ref_freeze(folio, 1)`: if this is the only reference, freeze the folio and
     /// become its sole owner (the LRU batch's dead-folio test); otherwise give it back.
     #[inline]
@@ -450,6 +479,42 @@ impl<'a> FrozenFolio<'a> {
             me.folio.unlock_bit(me.arena, 0);
         }
         r
+    }
+
+    /// `folio_ref_unfreeze` for a folio frozen locked, keeping the lock: the holder changed
+    /// the folio while no reference existed (an in-place write) and goes on as its lock
+    /// holder.
+    ///
+    /// # Safety
+    /// As [`FrozenFolio::unfreeze`].
+    ///
+    /// # Panics
+    /// If the folio was not frozen locked, or `count` is 0.
+    pub unsafe fn unfreeze_locked(self, count: u32) -> FolioLocked<'a> {
+        assert!(self.locked, "unfreeze_locked on a folio frozen unlocked");
+        assert!(count > 0, "unfreeze needs at least the caller's reference");
+        let me = ManuallyDrop::new(self);
+        me.folio.refcount.unfreeze(me.arena.strategy(), count);
+        FolioLocked {
+            inner: ManuallyDrop::new(FolioRef::owned(me.arena, me.folio)),
+        }
+    }
+
+    /// Writes `src` into the folio's bytes at `offset`, in place, while it is frozen: no
+    /// reference exists, so no reader holds its bytes, and none can take one until the
+    /// unfreeze (whose Release store publishes these bytes to the next `try_get`). The
+    /// stores are the racy (atomic) copies, so that a lockless peek at the bytes through a
+    /// stale pointer ([`Folio::read_racy`]) is never a data race either.
+    ///
+    /// # Panics
+    /// If the range is not inside the folio.
+    pub fn write_frozen(&self, offset: usize, src: &[u8]) {
+        let end = offset.checked_add(src.len()).expect("range overflows");
+        assert!(end <= self.folio.size(), "write past the folio's end");
+        // SAFETY: the range is inside the folio's frames (checked), mapped for the arena's
+        // life; the frozen count excludes every `&[u8]` reader (they hold references), and
+        // racy readers use atomic loads.
+        unsafe { crate::sync::racy::store(self.arena.frame_ptr(self.folio.pfn).add(offset), src) };
     }
 
     /// Frees the folio through the arena's free path (`free_frozen_pages`), from its current

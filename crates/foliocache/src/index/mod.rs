@@ -1068,6 +1068,49 @@ impl Index {
         removed
     }
 
+    /// `replace_page_cache_folio`: puts the locked folio `new` in the slot of the locked folio
+    /// `old`, under one lock hold, so no lookup finds the page missing in between (a reader
+    /// that did would read the backing file, which may hold older bytes than `old`). `new`
+    /// takes the cache's references and `old`'s mapping and index; `old` leaves the mapping
+    /// and the cache's references on it are put (the caller's keeps it alive). Both must be
+    /// order-0 folios of this index's arena, `new` without a mapping. Returns false, changing
+    /// nothing, if `old` is not in this index or the folios do not qualify.
+    pub fn replace_folio(&self, old: &FolioLocked<'_>, new: &FolioLocked<'_>) -> bool {
+        if old.mapping() != self.id
+            || new.mapping() != 0
+            || new.is_anon()
+            || old.order() != 0
+            || new.order() != 0
+            || !std::ptr::eq(old.arena(), &*self.arena)
+            || !std::ptr::eq(new.arena(), &*self.arena)
+        {
+            return false;
+        }
+        let index = old.index();
+        let g = self.lock(Vec::new());
+        let Some((node, off)) = self.slot_of(index, old.pfn()) else {
+            return false;
+        };
+        // `new`'s identity and the cache's reference before the publishing store, as in
+        // `add_locked`; the caller holds a reference, so `add` is a plain increment.
+        new.refcount().add(self.arena.strategy(), 1);
+        new.set_mapping(self.id, index);
+        // SAFETY: `node` is in the tree and we hold the index lock. The store is Release
+        // (`Node::store`), pairing with lockless readers' Acquire slot loads; a reader that
+        // took a reference on `old` before it fails its re-check (the slot moved on) and
+        // looks again.
+        unsafe { (*node).store(off, Entry::folio(new.pfn())) };
+        old.set_mapping(0, index);
+        drop(g);
+        // The caller's reference keeps `old` alive: this put is never the last one.
+        let last = old.refcount().sub_and_test(self.arena.strategy(), 1);
+        debug_assert!(!last);
+        if last {
+            self.arena.free_won(old);
+        }
+        true
+    }
+
     /// `__remove_mapping` / `remove_mapping` (reclaim and invalidation): if the cache's
     /// references and the caller's are the only ones, freeze the folio under the index lock,
     /// remove it and free it. Otherwise (pinned by a reader, mapped, in an LRU batch...) give
@@ -1310,6 +1353,15 @@ impl Index {
             if locked.mapping() != self.id || locked.index() != index {
                 continue;
             }
+            // `mapping_evict_folio`: invalidation never drops bytes the file does not have yet.
+            if !truncate
+                && locked.flags()
+                    & (crate::folio::flags::PG_DIRTY | crate::folio::flags::PG_WRITEBACK)
+                    != 0
+            {
+                out.busy += 1;
+                continue;
+            }
             let nr = locked.nr_pages() as u64;
             match self.evict_frozen(locked, |_| None) {
                 Ok(frozen) => {
@@ -1342,7 +1394,8 @@ impl Index {
     }
 
     /// `invalidate_mapping_pages`: frees the folios overlapping `start..end` that nobody but
-    /// the cache holds; locked or pinned folios are left in place and counted as `busy`.
+    /// the cache holds; locked, pinned, dirty or writeback folios are left in place and
+    /// counted as `busy`.
     /// Shadow entries in the range are removed, and freed folios leave none.
     pub fn invalidate(&self, start: u64, end: u64) -> RemoveStats {
         self.remove_range(start, end, false)
@@ -1359,6 +1412,23 @@ impl Index {
         let mut s = g.stats;
         s.spare_nodes = g.spare.len() as u64;
         s
+    }
+
+    /// Folios in the index with every bit of `flag` set: a self-check helper (the dirty
+    /// accounting compares it with its tags). Walks the tree under the lock (not counted as
+    /// an acquisition).
+    pub fn count_flagged(&self, flag: u64) -> u64 {
+        let _g = self.locked.lock();
+        let mut n = 0;
+        self.first_in_range::<()>(0, u64::MAX, &mut |_, _, _, _, _, e| {
+            if let Entry::Folio(pfn) = e {
+                if self.arena.folio(pfn).flags() & flag == flag {
+                    n += 1;
+                }
+            }
+            None
+        });
+        n
     }
 
     /// `xa_dump`-style self-check: walks the whole tree under the lock and checks its

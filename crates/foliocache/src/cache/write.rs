@@ -1,0 +1,728 @@
+//! The write side of a cached file: `generic_perform_write` with `write_begin` / `write_end`
+//! (`mm/filemap.c`), `truncate_setsize` + `truncate_pagecache` (`mm/truncate.c`), and the
+//! syncs (`file_write_and_wait_range`, `vfs_fsync_range`, `sync_file_range`), over the
+//! writeback layer ([`crate::writeback`]).
+//!
+//! # A write
+//!
+//! ```text
+//! write_at(buf, pos)            i_rwsem held (writes to one file are serialised, as in Linux)
+//!   for each page the range touches:
+//!     balance_dirty_pages       reserve the page's dirtiness under the dirty limit; if over
+//!                               it, write dirty folios back first (this file's, then others')
+//!     write_begin               the page's folio, locked: found, or created (not read if the
+//!                               write covers it whole or it lies past EOF, else read first),
+//!                               and not under writeback (folio_wait_stable)
+//!     copy                      in place, or into a replacement (below)
+//!     write_end                 mark dirty (tag DIRTY), publish the new i_size, unlock
+//! ```
+//!
+//! # Who may change the bytes of a cached page
+//!
+//! Readers of the cache get plain `&[u8]` slices of folio bytes: the copying read path and
+//! the pinned guards ([`PinnedFolio`](super::PinnedFolio)), each holding a reference. Bytes
+//! a reference holder is reading must not change (in Rust a racing write is undefined
+//! behaviour, not just a torn read), so a write changes an uptodate folio in one of two ways:
+//!
+//! - **In place, frozen.** With the folio locked and not under writeback, the writer freezes
+//!   its refcount at exactly the references it knows of (the index's and its own,
+//!   `folio_ref_freeze`). Success proves no reader holds a reference, and none can take one
+//!   until the unfreeze (lockless lookups spin on a frozen folio, as they do while reclaim
+//!   removes one). The writer stores the new bytes, then unfreezes with a Release store that
+//!   the next reader's Acquire `try_get` pairs with. The freeze takes a few hundred
+//!   nanoseconds of a 4 KiB copy at most.
+//! - **Replaced.** Someone holds a reference (a pinned guard, a concurrent reader, the LRU's
+//!   per-CPU batch): the writer allocates a new folio, copies the old bytes and the new ones
+//!   into it, and puts it in the old one's index slot under one index-lock hold
+//!   ([`Index::replace_folio`](crate::index::Index::replace_folio),
+//!   `replace_page_cache_folio`). Holders of the old folio keep reading the old bytes, a
+//!   consistent snapshot of the page, and the old folio is freed with their last reference.
+//!   The dirty state moves with the page: the index's DIRTY and TOWRITE tags are keyed by
+//!   page, so a sync that tagged the page before the replacement writes the new folio.
+//!
+//! Either way a reader sees a page before or after a write to it, never half of it.
+//!
+//! # Size publication
+//!
+//! `write_end` stores a grown `i_size` with Release after the page's bytes are in the cache
+//! (inserted, unfrozen or replaced), and readers load `i_size` with Acquire before they look
+//! pages up, so a reader that sees the new size finds the bytes under it; a reader that sees
+//! the old size copies nothing past it.
+//!
+//! # Truncation
+//!
+//! `set_len` to a smaller size publishes the size, zeroes the cached tail of the page that
+//! straddles it, cancels the dirtiness of the pages past it after waiting for their
+//! writeback, removes them, and only then truncates the backing file: a `pwritev` of a
+//! removed page that landed after the `ftruncate` would grow the file again with stale bytes.
+
+use std::io;
+use std::ops::Range;
+
+use super::file::{CachedFile, Mapping};
+use super::stats::Event;
+use super::{CacheError, CacheInner};
+use crate::backing::Backing;
+use crate::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
+use crate::index::AddError;
+use crate::sync::{Arc, Ordering};
+use crate::writeback::{self, SyncMode, WbOutcome, WbTarget};
+
+/// How to open a file ([`FolioCache::open_with`](super::FolioCache::open_with)), the
+/// cache's `std::fs::OpenOptions`: every handle reads; `write` or `append` also lets it
+/// write.
+///
+/// ```
+/// use foliocache::OpenOptions;
+/// let mut opts = OpenOptions::new();
+/// opts.write(true).create(true).truncate(true);
+/// ```
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    write: bool,
+    append: bool,
+    truncate: bool,
+    create: bool,
+    create_new: bool,
+    mode: u32,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions::new()
+    }
+}
+
+impl OpenOptions {
+    /// Read-only, the file must exist.
+    pub fn new() -> OpenOptions {
+        OpenOptions {
+            write: false,
+            append: false,
+            truncate: false,
+            create: false,
+            create_new: false,
+            mode: 0o666,
+        }
+    }
+
+    /// Opens for writing too (`O_RDWR`).
+    pub fn write(&mut self, on: bool) -> &mut Self {
+        self.write = on;
+        self
+    }
+
+    /// Every write goes to the end of the file, whatever offset it names (`O_APPEND`);
+    /// implies `write`.
+    pub fn append(&mut self, on: bool) -> &mut Self {
+        self.append = on;
+        self
+    }
+
+    /// Cuts the file to 0 bytes at open, cached pages included (`O_TRUNC`); needs `write`.
+    pub fn truncate(&mut self, on: bool) -> &mut Self {
+        self.truncate = on;
+        self
+    }
+
+    /// Creates the file if it does not exist (`O_CREAT`); needs `write`.
+    pub fn create(&mut self, on: bool) -> &mut Self {
+        self.create = on;
+        self
+    }
+
+    /// Creates the file, failing if it exists (`O_CREAT | O_EXCL`); needs `write`.
+    pub fn create_new(&mut self, on: bool) -> &mut Self {
+        self.create_new = on;
+        self
+    }
+
+    /// The permission bits of a created file, before the umask (default `0o666`).
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+
+    pub(crate) fn writes(&self) -> bool {
+        self.write || self.append
+    }
+
+    pub(crate) fn appends(&self) -> bool {
+        self.append
+    }
+
+    pub(crate) fn truncates(&self) -> bool {
+        self.truncate
+    }
+
+    pub(crate) fn creates(&self) -> bool {
+        self.create
+    }
+
+    pub(crate) fn creates_new(&self) -> bool {
+        self.create_new
+    }
+
+    pub(crate) fn mode_bits(&self) -> u32 {
+        self.mode
+    }
+
+    /// The flag combinations `open(2)` refuses with `EINVAL`.
+    pub(crate) fn check(&self) -> Result<(), &'static str> {
+        if (self.truncate || self.create || self.create_new) && !self.writes() {
+            return Err("truncate, create and create_new need write(true) or append(true)");
+        }
+        Ok(())
+    }
+}
+
+/// The largest file size the write path accepts (`MAX_LFS_FILESIZE`: `off_t`'s range).
+const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+impl CachedFile {
+    /// `pwrite(2)`: copies `buf` into the file at `offset` through the cache, returning the
+    /// bytes written: all of `buf` unless an error stops the write after some pages (the
+    /// error comes with the next call, as with `pwrite`). A handle opened with `append`
+    /// writes at the end of the file instead.
+    ///
+    /// The bytes are in the cache when this returns (every reader sees them), and in the
+    /// backing file after writeback: a sync ([`CachedFile::sync_data`]) makes them durable.
+    /// Writing past the end grows the file; the gap reads as zeros. A page the write covers
+    /// whole is not read first; a partially written page not in the cache is.
+    ///
+    /// ```
+    /// use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("pages.db");
+    /// let cache = FolioCache::new(Config::new(16 << 20))?;
+    /// let db = cache.open_with(&path, OpenOptions::new().write(true).create(true))?;
+    /// db.write_all_at(&[7u8; 4096], 8192)?;           // page 2; pages 0 and 1 read as zeros
+    /// db.sync_data()?;                                 // fdatasync: on disk now
+    /// drop(db);
+    /// let db = cache.open(&path)?;                     // still cached after the close
+    /// let mut page = [0u8; 4096];
+    /// db.read_exact_at(&mut page, 8192)?;
+    /// assert_eq!((page[0], db.len()), (7, 12288));
+    /// # Ok(()) }
+    /// ```
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
+        let m = self.writable_mapping()?;
+        let _w = m.i_rwsem.lock();
+        let pos = if self.append { m.size() } else { offset };
+        self.perform_write(&m, buf, pos)
+    }
+
+    /// Writes all of `buf` at `offset` ([`CachedFile::write_at`] until done), or fails.
+    pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), CacheError> {
+        let mut done = 0;
+        while done < buf.len() {
+            done += self.write_at(&buf[done..], offset + done as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Appends `buf` at the end of the file, atomically with respect to other writers of the
+    /// file (`O_APPEND`), and returns the offset it was written at: a log's record address.
+    pub fn append(&self, buf: &[u8]) -> Result<u64, CacheError> {
+        let m = self.writable_mapping()?;
+        let _w = m.i_rwsem.lock();
+        let pos = m.size();
+        let n = self.perform_write(&m, buf, pos)?;
+        if n != buf.len() {
+            // The part written stays (as with a short `write(2)`); say what happened.
+            return Err(CacheError::InvalidArgument {
+                what: format!(
+                    "append to {} wrote {n} of {} bytes before an error; the rest was not written",
+                    m.path.display(),
+                    buf.len()
+                ),
+            });
+        }
+        Ok(pos)
+    }
+
+    /// `ftruncate(2)` through the cache (`truncate_setsize`): shrinking drops the cached pages
+    /// past the new end (dirty ones too: their data is cut) and zeroes the tail of the page
+    /// that straddles it; growing makes the new bytes read as zeros. The backing file is
+    /// resized at once.
+    pub fn set_len(&self, size: u64) -> Result<(), CacheError> {
+        let m = self.writable_mapping()?;
+        if size > MAX_FILE_SIZE {
+            return Err(too_large(&m, size));
+        }
+        let _w = m.i_rwsem.lock();
+        let writer = m.writer_backing()?;
+        let old = m.size();
+        let c = &self.cache;
+        if size < old {
+            // ORDERING: Release; pairs with `Mapping::size`'s Acquire (module docs).
+            m.size.store(size, Ordering::Release);
+            if size % PAGE_SIZE as u64 != 0 {
+                let tail = (size % PAGE_SIZE as u64) as usize;
+                zero_cached_tail(c, &m, size >> PAGE_SHIFT, tail)?;
+            }
+            let cut = size.div_ceil(PAGE_SIZE as u64);
+            for index in m.wb.unwritten_from(cut) {
+                if let Some(f) = m.pages.lookup(index) {
+                    let f = f.lock();
+                    if f.mapping() == m.id {
+                        writeback::wait_stable(&f);
+                        writeback::cancel_dirty(&f, &m.wb, &c.dirty);
+                    }
+                }
+            }
+            let out = m.pages.truncate(cut, u64::MAX);
+            c.counters.add(Event::Invalidated, out.pages_freed);
+        }
+        writer.set_len(size).map_err(|e| m.write_error(size, e))?;
+        m.disk_size.store(size, Ordering::Relaxed);
+        m.own_writes.store(true, Ordering::Relaxed);
+        if size > old {
+            // ORDERING: Release, as above.
+            m.size.store(size, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// `fdatasync(2)`: writes every page of the file that is dirty when the call starts,
+    /// waits for writes already in flight, and asks the backing to make the data durable
+    /// (`fdatasync`). Returns a writeback error recorded since this handle last looked: from
+    /// this sync, an earlier background writeback, or another handle's sync. Each handle
+    /// hears of each error once; a handle opened later does not, unless no handle has been
+    /// told of it yet.
+    ///
+    /// After an error, assume every byte written since the last successful sync is lost and
+    /// write it again ([`Config::writeback_errors`](super::Config::writeback_errors) says
+    /// whether the cache keeps failed pages dirty to retry them).
+    pub fn sync_data(&self) -> Result<(), CacheError> {
+        self.sync(0..u64::MAX, true)
+    }
+
+    /// `fsync(2)`: [`CachedFile::sync_data`], with the backing's `fsync` (metadata such as
+    /// times too) instead of `fdatasync`.
+    pub fn sync_all(&self) -> Result<(), CacheError> {
+        self.sync(0..u64::MAX, false)
+    }
+
+    /// `sync_file_range` with wait, followed by `fdatasync` (what `vfs_fsync_range` does for
+    /// a range): writes the dirty pages overlapping the byte range `range`, waits for them,
+    /// syncs the backing and reports errors as [`CachedFile::sync_data`] does.
+    pub fn sync_range(&self, range: Range<u64>) -> Result<(), CacheError> {
+        super::file::check_range(&range)?;
+        if range.is_empty() {
+            return self.report_wb_err(&self.mapping());
+        }
+        self.sync(range, true)
+    }
+
+    /// Dirty pages of this file now (written through the cache, not yet written back).
+    pub fn dirty_pages(&self) -> u64 {
+        self.mapping().wb.nr_dirty()
+    }
+
+    /// Pages of this file being written back now.
+    pub fn writeback_pages(&self) -> u64 {
+        self.mapping().wb.nr_writeback()
+    }
+
+    /// The mapping, if this handle may write.
+    fn writable_mapping(&self) -> Result<Arc<Mapping>, CacheError> {
+        let m = self.mapping();
+        if !self.writable {
+            return Err(CacheError::NotWritable {
+                path: m.path.clone(),
+            });
+        }
+        Ok(m)
+    }
+
+    /// `generic_perform_write` from `pos`, under `i_rwsem`.
+    fn perform_write(&self, m: &Mapping, buf: &[u8], pos: u64) -> Result<usize, CacheError> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let end = pos
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE);
+        let Some(end) = end else {
+            return Err(too_large(m, pos.saturating_add(buf.len() as u64)));
+        };
+        let c = &self.cache;
+        c.counters.inc(Event::WriteCalls);
+        let mut at = pos;
+        while at < end {
+            let index = at >> PAGE_SHIFT;
+            let within = (at & (PAGE_SIZE as u64 - 1)) as usize;
+            let n = (PAGE_SIZE - within).min((end - at) as usize);
+            let src = &buf[(at - pos) as usize..][..n];
+            balance_dirty_pages(c, m);
+            match write_page(c, m, index, within, src) {
+                Ok(()) => at += n as u64,
+                Err(e) => {
+                    c.dirty.unreserve(1);
+                    // Some bytes are in: report them; the error comes with the next call.
+                    if at > pos {
+                        break;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        c.counters.add(Event::BytesWritten, at - pos);
+        Ok((at - pos) as usize)
+    }
+
+    /// `vfs_fsync_range` over the byte range `range`: write and wait, sync the backing,
+    /// report.
+    fn sync(&self, range: Range<u64>, datasync: bool) -> Result<(), CacheError> {
+        let m = self.mapping();
+        let c = &self.cache;
+        c.counters.inc(Event::Syncs);
+        let first = range.start >> PAGE_SHIFT;
+        let last = (range.end - 1) >> PAGE_SHIFT;
+        writeback_mapping(c, &m, first, last, SyncMode::All);
+        writeback::wait_writeback_range(&m.pages, &m.wb, first, last);
+        let writer = m.writer.lock().clone();
+        if let Some(w) = writer {
+            let r = if datasync {
+                w.sync_data()
+            } else {
+                w.sync_all()
+            };
+            if let Err(e) = r {
+                c.counters.inc(Event::WritebackErrors);
+                m.wb.err.set(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+        }
+        self.report_wb_err(&m)
+    }
+
+    /// `file_check_and_advance_wb_err`: the error recorded since this handle's sample, once.
+    fn report_wb_err(&self, m: &Mapping) -> Result<(), CacheError> {
+        let mut since = self.wb_err.lock();
+        match m.wb.err.check_and_advance(&mut since) {
+            None => Ok(()),
+            Some(errno) => Err(CacheError::Writeback {
+                path: m.path.clone(),
+                source: io::Error::from_raw_os_error(errno),
+            }),
+        }
+    }
+}
+
+impl Mapping {
+    /// The backing writeback writes to.
+    fn writer_backing(&self) -> Result<Arc<dyn Backing>, CacheError> {
+        self.writer
+            .lock()
+            .clone()
+            .ok_or_else(|| CacheError::NotWritable {
+                path: self.path.clone(),
+            })
+    }
+
+    fn write_error(&self, offset: u64, source: io::Error) -> CacheError {
+        CacheError::Writeback {
+            path: self.path.clone(),
+            source: io::Error::new(source.kind(), format!("at byte {offset}: {source}")),
+        }
+    }
+}
+
+fn too_large(m: &Mapping, size: u64) -> CacheError {
+    CacheError::InvalidArgument {
+        what: format!(
+            "{} would reach {size} bytes, past the largest file size ({MAX_FILE_SIZE} bytes)",
+            m.path.display()
+        ),
+    }
+}
+
+/// One writeback pass over the pages `first..=last` of `m` (the file's writer backing), with
+/// its effects on the mapping: the backing's known size grows, and its attributes are ours.
+pub(crate) fn writeback_mapping(
+    c: &CacheInner,
+    m: &Mapping,
+    first: u64,
+    last: u64,
+    mode: SyncMode,
+) -> WbOutcome {
+    let Some(writer) = m.writer.lock().clone() else {
+        return WbOutcome::default();
+    };
+    let t = WbTarget {
+        pages: &m.pages,
+        backing: &*writer,
+        wb: &m.wb,
+        acct: &c.dirty,
+        size: &m.size,
+        policy: c.config.writeback_errors,
+    };
+    let out = writepages(&t, first, last, mode);
+    if out.writes > 0 {
+        m.own_writes.store(true, Ordering::Relaxed);
+        m.disk_size.fetch_max(out.end, Ordering::Relaxed);
+        c.counters.add(Event::WritebackPages, out.pages);
+        c.counters.add(Event::WritebackWrites, out.writes);
+        c.counters.add(Event::WritebackBytes, out.bytes);
+    }
+    if out.error.is_some() {
+        c.counters.inc(Event::WritebackErrors);
+    }
+    out
+}
+
+fn writepages(t: &WbTarget<'_>, first: u64, last: u64, mode: SyncMode) -> WbOutcome {
+    writeback::writepages(t, first, last, mode)
+}
+
+/// `balance_dirty_pages`, before a page is dirtied: reserves one page of dirtiness under the
+/// dirty limit (given back by the caller if nothing was dirtied). At the limit, writes dirty
+/// folios back in this thread, this file's first, then other files', until the count is
+/// under the background threshold, and tries again.
+fn balance_dirty_pages(c: &CacheInner, m: &Mapping) {
+    let acct = &c.dirty;
+    if acct.try_reserve(1) {
+        return;
+    }
+    c.counters.inc(Event::DirtyThrottled);
+    loop {
+        writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
+        for other in c.live_mappings() {
+            if acct.dirty() < acct.background {
+                break;
+            }
+            if other.id != m.id && other.wb.nr_dirty() > 0 {
+                writeback_mapping(c, &other, 0, u64::MAX, SyncMode::Background);
+            }
+        }
+        if acct.try_reserve(1) {
+            return;
+        }
+        // Other writers took the room first, or their pages are under writeback now.
+        std::thread::yield_now();
+        if acct.try_reserve(1) {
+            return;
+        }
+    }
+}
+
+/// `write_begin` + copy + `write_end` for the part `src` of page `index` starting `within`
+/// bytes into it.
+fn write_page(
+    c: &CacheInner,
+    m: &Mapping,
+    index: u64,
+    within: usize,
+    src: &[u8],
+) -> Result<(), CacheError> {
+    let pos = (index << PAGE_SHIFT) + within as u64;
+    loop {
+        let Some(folio) = m.pages.lookup(index) else {
+            match create_page(c, m, index, within, src)? {
+                Some(folio) => {
+                    write_end(c, m, folio, pos + src.len() as u64);
+                    return Ok(());
+                }
+                None => continue, // raced with another insertion: look again
+            }
+        };
+        let folio = folio.lock();
+        if folio.mapping() != m.id || folio.index() != index || !folio.is_uptodate() {
+            // Truncated, replaced, or a read into it failed and it was removed.
+            continue;
+        }
+        writeback::wait_stable(&folio);
+        // SAFETY: the folio is in our index (checked under its lock: one reference for the
+        // page cache, order 0) and we hold one: 2 is exactly the references we know of.
+        match unsafe { folio.freeze(2) } {
+            Ok(frozen) => {
+                frozen.write_frozen(within, src);
+                // SAFETY: the same two references exist again.
+                let folio = unsafe { frozen.unfreeze_locked(2) };
+                c.counters.inc(Event::WritesInPlace);
+                write_end(c, m, folio, pos + src.len() as u64);
+                return Ok(());
+            }
+            Err(folio) => {
+                // Someone holds it: write a copy and replace it. Allocate unlocked (reclaim
+                // may need this folio's neighbours' locks), then look again.
+                drop(folio);
+                let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+                if let Some(done) = replace_page(c, m, index, within, src, new) {
+                    return done;
+                }
+            }
+        }
+    }
+}
+
+/// The replacement path of [`write_page`]: if page `index` is still cached, uptodate and not
+/// under writeback, copies it into `new` with `src` written over it and replaces it in the
+/// index. `None`: the page changed meanwhile, look again (`new` is freed).
+fn replace_page<'a>(
+    c: &'a CacheInner,
+    m: &'a Mapping,
+    index: u64,
+    within: usize,
+    src: &[u8],
+    new: FolioRef<'a>,
+) -> Option<Result<(), CacheError>> {
+    let old = m.pages.lookup(index)?.lock();
+    if old.mapping() != m.id || old.index() != index || !old.is_uptodate() {
+        return None;
+    }
+    writeback::wait_stable(&old);
+    let mut new = new
+        .try_lock()
+        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    {
+        let bytes = old.data().expect("uptodate");
+        let dst = new.data_mut().expect("a fresh folio is not uptodate");
+        dst.copy_from_slice(bytes);
+        dst[within..within + src.len()].copy_from_slice(src);
+    }
+    new.mark_uptodate();
+    // The page's dirtiness moves to the new folio; its tags are the page's and stay.
+    let was_dirty = old.test_clear_flag(crate::folio::flags::PG_DIRTY);
+    if was_dirty {
+        new.set_flag(crate::folio::flags::PG_DIRTY);
+    }
+    let replaced = m.pages.replace_folio(&old, &new);
+    assert!(replaced, "a locked folio of this index can be replaced");
+    c.add_lru(&new);
+    drop(old);
+    c.counters.inc(Event::WritesReplaced);
+    let pos = (index << PAGE_SHIFT) + within as u64;
+    write_end(c, m, new, pos + src.len() as u64);
+    Some(Ok(()))
+}
+
+/// `write_begin` for a page not in the cache: a new folio holding the page's bytes with `src`
+/// written over them, inserted locked. The page is read from the backing first unless the
+/// write covers it whole or it lies past the end of the data. `None`: another thread inserted
+/// the page meanwhile.
+fn create_page<'a>(
+    c: &'a CacheInner,
+    m: &'a Mapping,
+    index: u64,
+    within: usize,
+    src: &[u8],
+) -> Result<Option<FolioLocked<'a>>, CacheError> {
+    let folio = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+    let mut folio = folio
+        .try_lock()
+        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    let start = index << PAGE_SHIFT;
+    {
+        let data = folio.data_mut().expect("a fresh folio is not uptodate");
+        let covered = within == 0 && src.len() == PAGE_SIZE;
+        // Bytes of this page the file holds: below `i_size`, and in the backing only below
+        // what it is known to hold (past that, up to `i_size`, is a hole: zeros).
+        let valid = m
+            .size()
+            .min(m.disk_size.load(Ordering::Relaxed))
+            .saturating_sub(start)
+            .min(PAGE_SIZE as u64) as usize;
+        if covered || valid == 0 {
+            data.fill(0);
+        } else {
+            c.counters.inc(Event::IoReads);
+            let r = crate::backing::read_run(&*m.backing, &mut [&mut data[..]], start, valid);
+            if let Err(e) = r {
+                c.counters.inc(Event::IoErrors);
+                return Err(m.io_error(start, e));
+            }
+        }
+        data[within..within + src.len()].copy_from_slice(src);
+    }
+    folio.mark_uptodate();
+    match m.pages.add_folio_shadow(&folio, index) {
+        Ok(shadow) => {
+            c.workingset_refault(&folio, shadow);
+            c.add_lru(&folio);
+            Ok(Some(folio))
+        }
+        Err(AddError::Exists { .. }) => Ok(None),
+        Err(e) => unreachable!("inserting a fresh order-0 folio: {e:?}"),
+    }
+}
+
+/// `write_end` (`generic_write_end`): marks the folio dirty, publishes a grown `i_size`
+/// while the folio is still locked, unlocks.
+fn write_end(c: &CacheInner, m: &Mapping, folio: FolioLocked<'_>, end: u64) {
+    if folio.test_flag(crate::folio::flags::PG_DIRTY) {
+        // A write to a dirty page (or a replacement that inherited one): its tags and counts
+        // are in place, and the reservation goes back.
+        c.dirty.unreserve(1);
+        c.counters.inc(Event::Redirtied);
+    } else {
+        writeback::mark_dirty_reserved(&folio, &m.wb, &c.dirty);
+    }
+    if end > m.size.load(Ordering::Relaxed) {
+        // ORDERING: Release; pairs with `Mapping::size`'s Acquire: the page's bytes (frozen
+        // store + unfreeze, replacement or insertion) are visible before the size.
+        m.size.store(end, Ordering::Release);
+    }
+    drop(folio);
+}
+
+/// Zeroes bytes `tail..` of page `index` if it is cached (the truncation's partial page),
+/// with the write protocol; the page's dirtiness does not change (bytes past `i_size` are
+/// never written back, and the file is cut by `ftruncate`).
+fn zero_cached_tail(
+    c: &CacheInner,
+    m: &Mapping,
+    index: u64,
+    tail: usize,
+) -> Result<(), CacheError> {
+    let zeros = [0u8; PAGE_SIZE];
+    loop {
+        let Some(folio) = m.pages.lookup(index) else {
+            return Ok(());
+        };
+        let folio = folio.lock();
+        if folio.mapping() != m.id || folio.index() != index || !folio.is_uptodate() {
+            continue;
+        }
+        writeback::wait_stable(&folio);
+        // SAFETY: as in `write_page`: the index's reference and ours.
+        match unsafe { folio.freeze(2) } {
+            Ok(frozen) => {
+                frozen.write_frozen(tail, &zeros[tail..]);
+                // SAFETY: the same two references exist again.
+                drop(unsafe { frozen.unfreeze_locked(2) });
+                return Ok(());
+            }
+            Err(folio) => {
+                drop(folio);
+                let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+                let Some(old) = m.pages.lookup(index) else {
+                    return Ok(());
+                };
+                let old = old.lock();
+                if old.mapping() != m.id || old.index() != index || !old.is_uptodate() {
+                    continue;
+                }
+                writeback::wait_stable(&old);
+                let mut new = new
+                    .try_lock()
+                    .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+                {
+                    let dst = new.data_mut().expect("fresh");
+                    dst[..tail].copy_from_slice(&old.data().expect("uptodate")[..tail]);
+                    dst[tail..].fill(0);
+                }
+                new.mark_uptodate();
+                if old.test_clear_flag(crate::folio::flags::PG_DIRTY) {
+                    new.set_flag(crate::folio::flags::PG_DIRTY);
+                }
+                let replaced = m.pages.replace_folio(&old, &new);
+                assert!(replaced, "a locked folio of this index can be replaced");
+                c.add_lru(&new);
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! The write path: writes through the cache, dirty pages, writeback, syncs, truncation,
+//! the dirty limit, and what reclaim does with dirty pages.
+
+use std::io::{self, IoSlice};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use foliocache::backing::{Backing, FileAttrs, FileBacking};
+use foliocache::{CacheError, Config, FolioCache, OpenOptions};
+
+const PAGE: usize = 4096;
+
+fn content(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i / PAGE) as u8)
+        .collect()
+}
+
+fn rw() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.write(true).create(true);
+    o
+}
+
+fn cache(budget: usize) -> FolioCache {
+    FolioCache::new(Config::new(budget).panic_on_bad_page(true)).unwrap()
+}
+
+fn read_all(f: &foliocache::CachedFile) -> Vec<u8> {
+    let mut buf = vec![0u8; f.len() as usize];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    buf
+}
+
+/// Everything dropped and evicted: no folio, no dirty page, consistent books.
+fn assert_baseline(c: &FolioCache) {
+    c.drop_caches();
+    let a = c.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0), "{:?}", c.stats());
+    let s = c.stats();
+    assert_eq!((s.inodes, s.dirty_pages, s.writeback_pages_now), (0, 0, 0));
+}
+
+#[test]
+fn write_sync_reopen_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("000001.sst");
+    let c = cache(4 << 20);
+    let data = content(300 * 1024 + 77, 1);
+    let f = c.open_with(&path, &rw()).unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    assert_eq!(f.len(), data.len() as u64);
+    assert_eq!(
+        read_all(&f),
+        data,
+        "reads see the writes before any writeback"
+    );
+    assert_eq!(f.dirty_pages(), 76);
+    c.validate().unwrap();
+    assert_eq!(
+        f.invalidate(0..u64::MAX).unwrap(),
+        0,
+        "dirty pages are not invalidated"
+    );
+    f.sync_data().unwrap();
+    assert_eq!(f.dirty_pages(), 0);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        data,
+        "on disk after the sync"
+    );
+    let s = c.stats();
+    assert_eq!(s.writeback_pages, 76);
+    assert!(s.writeback_writes <= 2, "contiguous pages coalesce: {s:?}");
+    drop(f);
+    let f = c.open(&path).unwrap();
+    assert_eq!(f.cached_pages(), 76, "still cached after the close");
+    assert_eq!(read_all(&f), data);
+    assert!(matches!(
+        f.write_at(b"x", 0),
+        Err(CacheError::NotWritable { .. })
+    ));
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn partial_pages_are_read_first_whole_pages_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = content(8 * PAGE, 2);
+    std::fs::write(&path, &data).unwrap();
+    let c = FolioCache::new(Config::new(1 << 20).readahead_pages(0)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    let reads = c.stats().io_reads;
+    f.write_all_at(&[0xAA; PAGE], 2 * PAGE as u64).unwrap();
+    assert_eq!(
+        c.stats().io_reads,
+        reads,
+        "a whole-page write reads nothing"
+    );
+    f.write_all_at(&[0xBB; 10], 5 * PAGE as u64 + 100).unwrap();
+    assert_eq!(
+        c.stats().io_reads,
+        reads + 1,
+        "a partial write of an uncached page reads it"
+    );
+    let mut expect = data.clone();
+    expect[2 * PAGE..3 * PAGE].fill(0xAA);
+    expect[5 * PAGE + 100..5 * PAGE + 110].fill(0xBB);
+    assert_eq!(read_all(&f), expect);
+    // A write straddling two pages, one cached and one not.
+    f.write_all_at(&[0xCC; 200], 3 * PAGE as u64 - 100).unwrap();
+    expect[3 * PAGE - 100..3 * PAGE + 100].fill(0xCC);
+    assert_eq!(read_all(&f), expect);
+    f.sync_all().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn writes_past_the_end_grow_the_file_and_the_gap_reads_as_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sparse");
+    let c = cache(1 << 20);
+    let f = c.open_with(&path, &rw()).unwrap();
+    assert_eq!(f.len(), 0);
+    f.write_all_at(b"tail", 10 * PAGE as u64 + 5).unwrap();
+    assert_eq!(f.len(), 10 * PAGE as u64 + 9);
+    let mut expect = vec![0u8; 10 * PAGE + 9];
+    expect[10 * PAGE + 5..].copy_from_slice(b"tail");
+    assert_eq!(
+        read_all(&f),
+        expect,
+        "the hole reads as zeros before writeback"
+    );
+    f.write_all_at(b"head", 3).unwrap();
+    expect[3..7].copy_from_slice(b"head");
+    assert_eq!(read_all(&f), expect);
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn set_len_cuts_pages_zeroes_the_tail_and_grows_with_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    let c = cache(1 << 20);
+    let f = c.open_with(&path, &rw()).unwrap();
+    let data = content(10 * PAGE, 3);
+    f.write_all_at(&data, 0).unwrap();
+    // Cut inside page 4, dirty pages included: they must not be written back later.
+    f.set_len(4 * PAGE as u64 + 10).unwrap();
+    assert_eq!(f.len(), 4 * PAGE as u64 + 10);
+    assert_eq!(f.dirty_pages(), 5);
+    assert_eq!(read_all(&f), &data[..4 * PAGE + 10]);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        4 * PAGE as u64 + 10
+    );
+    // Grow again: the bytes past the old end read as zeros, in the cached page too.
+    f.set_len(6 * PAGE as u64).unwrap();
+    let mut expect = data[..4 * PAGE + 10].to_vec();
+    expect.resize(6 * PAGE, 0);
+    assert_eq!(read_all(&f), expect);
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    // Truncate at open.
+    drop(f);
+    let mut o = rw();
+    o.truncate(true);
+    let f = c.open_with(&path, &o).unwrap();
+    assert_eq!((f.len(), f.cached_pages()), (0, 0));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn appends_from_two_threads_never_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal");
+    let c = cache(4 << 20);
+    let mut o = OpenOptions::new();
+    o.append(true).create(true);
+    let log = c.open_with(&path, &o).unwrap();
+    let records: Vec<Vec<(u64, u8)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u8)
+            .map(|t| {
+                let log = log.reopen();
+                s.spawn(move || {
+                    (0..500)
+                        .map(|i| {
+                            let rec = [t * 100 + (i % 100) as u8; 100];
+                            (log.append(&rec).unwrap(), rec[0])
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(log.len(), 1000 * 100);
+    let bytes = read_all(&log);
+    let mut offsets: Vec<u64> = records.iter().flatten().map(|&(o, _)| o).collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert_eq!(offsets.len(), 1000, "every record has its own place");
+    for &(at, b) in records.iter().flatten() {
+        assert!(bytes[at as usize..at as usize + 100]
+            .iter()
+            .all(|&x| x == b));
+    }
+    log.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    drop(log);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_pinned_page_keeps_its_bytes_while_the_page_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let data = content(4 * PAGE, 4);
+    std::fs::write(&path, &data).unwrap();
+    let c = cache(1 << 20);
+    let f = c.open_with(&path, &rw()).unwrap();
+    let pinned = f.get_folio(1).unwrap();
+    f.write_all_at(&[9u8; 64], PAGE as u64 + 10).unwrap();
+    assert_eq!(
+        &pinned[..],
+        &data[PAGE..2 * PAGE],
+        "the guard is a snapshot"
+    );
+    let mut now = [0u8; 80];
+    f.read_exact_at(&mut now, PAGE as u64).unwrap();
+    assert_eq!(&now[..10], &data[PAGE..PAGE + 10]);
+    assert!(now[10..74].iter().all(|&b| b == 9));
+    assert!(c.stats().writes_replaced >= 1);
+    drop(pinned);
+    // Unshared now: a write changes the folio in place.
+    c.lru_add_drain_all();
+    let before = c.stats().writes_in_place;
+    f.write_all_at(&[8u8; 8], PAGE as u64).unwrap();
+    assert_eq!(c.stats().writes_in_place, before + 1);
+    f.sync_data().unwrap();
+    let mut expect = data.clone();
+    expect[PAGE + 10..PAGE + 74].fill(9);
+    expect[PAGE..PAGE + 8].fill(8);
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn dirty_pages_outlive_the_last_handle_and_are_never_evicted_unwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    let c = FolioCache::new(Config::new(1 << 20).unused_inodes(0)).unwrap();
+    let data = content(20 * PAGE, 5);
+    {
+        let f = c.open_with(&path, &rw()).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+    }
+    // Limit 0, yet the dirty inode stays: evicting it would lose its data.
+    assert_eq!(c.stats().inodes, 1);
+    assert_eq!(c.drop_caches(), 0);
+    assert_eq!(c.stats().dirty_pages, 20);
+    let f = c.open(&path).unwrap();
+    assert_eq!(read_all(&f), data);
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+    drop(f);
+    assert_eq!(c.stats().inodes, 0, "clean and unused: evicted at once");
+    assert_baseline(&c);
+}
+
+#[test]
+fn dropping_the_cache_writes_dirty_pages_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d");
+    let data = content(9 * PAGE + 1, 6);
+    {
+        let c = cache(1 << 20);
+        let f = c.open_with(&path, &rw()).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+}
+
+#[test]
+fn reclaim_keeps_dirty_pages_and_frees_clean_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    let big_data = content(256 * PAGE, 7);
+    std::fs::write(&big, &big_data).unwrap();
+    let c = FolioCache::new(Config::new(64 * PAGE).dirty_ratios(50, 25)).unwrap();
+    let w = c.open_with(dir.path().join("w"), &rw()).unwrap();
+    let wdata = content(30 * PAGE, 8);
+    w.write_all_at(&wdata, 0).unwrap();
+    assert_eq!(w.dirty_pages(), 30);
+    // Read four budgets' worth of another file: reclaim runs and runs.
+    let r = c.open(&big).unwrap();
+    assert_eq!(read_all(&r), big_data);
+    assert_eq!(w.dirty_pages(), 30, "no dirty page was dropped");
+    assert_eq!(w.cached_pages(), 30);
+    assert!(c.stats().reclaim_dirty_kept > 0);
+    w.sync_data().unwrap();
+    assert_eq!(std::fs::read(dir.path().join("w")).unwrap(), wdata);
+    drop((w, r));
+    assert_baseline(&c);
+}
+
+#[test]
+fn the_dirty_limit_holds_under_four_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 256 * PAGE;
+    let c = FolioCache::new(Config::new(budget)).unwrap();
+    let limit = c.stats().dirty_limit_pages;
+    assert_eq!(limit, 51, "20% of the budget");
+    let stop = AtomicBool::new(false);
+    let over = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut max = 0;
+            while !stop.load(Ordering::Relaxed) {
+                max = max.max(c.stats().dirty_pages);
+                std::thread::yield_now();
+            }
+            max
+        });
+        let writers: Vec<_> = (0..4u8)
+            .map(|t| {
+                let f = c
+                    .open_with(dir.path().join(format!("w{t}")), &rw())
+                    .unwrap();
+                s.spawn(move || {
+                    // 8x the budget over four writers, 2x each, in 16 KiB writes.
+                    let chunk = vec![t; 4 * PAGE];
+                    for i in 0..(2 * budget / chunk.len()) as u64 {
+                        f.write_all_at(&chunk, i * chunk.len() as u64).unwrap();
+                    }
+                    f.sync_data().unwrap();
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        sampler.join().unwrap()
+    });
+    let s = c.stats();
+    assert!(
+        over <= limit,
+        "sampled {over} dirty pages over the limit {limit}"
+    );
+    assert!(s.dirty_high_water <= limit + s.writeback_pages, "{s:?}");
+    assert!(s.dirty_throttled > 0);
+    assert_eq!(s.out_of_memory, 0);
+    for t in 0..4u8 {
+        let on_disk = std::fs::read(dir.path().join(format!("w{t}"))).unwrap();
+        assert_eq!(on_disk.len(), 2 * budget);
+        assert!(on_disk.iter().all(|&b| b == t));
+    }
+    assert_baseline(&c);
+}
+
+/// A backing whose writes (pwritev) block while `stall` is set, so a test can act while a
+/// writeback is in flight.
+#[derive(Debug)]
+struct Stalling {
+    inner: FileBacking,
+    stall: Arc<AtomicBool>,
+    in_write: Arc<AtomicBool>,
+}
+
+impl Backing for Stalling {
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn attrs(&self) -> io::Result<FileAttrs> {
+        self.inner.attrs()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.write_vectored_at(&[IoSlice::new(buf)], offset)
+    }
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        self.in_write.store(true, Ordering::SeqCst);
+        while self.stall.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let r = self.inner.write_vectored_at(bufs, offset);
+        self.in_write.store(false, Ordering::SeqCst);
+        r
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        self.inner.set_len(size)
+    }
+}
+
+fn stalling(path: &Path) -> (Stalling, Arc<AtomicBool>, Arc<AtomicBool>) {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .unwrap();
+    let stall = Arc::new(AtomicBool::new(false));
+    let in_write = Arc::new(AtomicBool::new(false));
+    (
+        Stalling {
+            inner: FileBacking::from_file(file, path),
+            stall: stall.clone(),
+            in_write: in_write.clone(),
+        },
+        stall,
+        in_write,
+    )
+}
+
+#[test]
+fn a_page_redirtied_during_writeback_is_written_again_and_never_changed_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r");
+    let (b, stall, in_write) = stalling(&path);
+    let c = cache(1 << 20);
+    let f = c.open_backing(&path, b).unwrap();
+    f.write_all_at(&[1u8; PAGE], 0).unwrap();
+    stall.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let syncer = s.spawn(|| f.sync_data().unwrap());
+        while !in_write.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        assert_eq!(f.writeback_pages(), 1);
+        // A writer meets the page under writeback: it waits (stable pages) until the write
+        // in flight returns, so the bytes being written never change under it.
+        let writer = s.spawn(|| f.write_all_at(&[2u8; PAGE], 0).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!writer.is_finished(), "the writer waits for the writeback");
+        stall.store(false, Ordering::SeqCst);
+        syncer.join().unwrap();
+        writer.join().unwrap();
+    });
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        vec![1u8; PAGE],
+        "the first write landed"
+    );
+    assert_eq!(f.dirty_pages(), 1, "redirtied after its writeback");
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), vec![2u8; PAGE]);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_sync_is_not_livelocked_by_a_writer_dirtying_ahead_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    let c = cache(4 << 20);
+    let f = c.open_with(&path, &rw()).unwrap();
+    let first = content(200 * PAGE, 9);
+    f.write_all_at(&first, 0).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let g = f.reopen();
+        let dirtier = s.spawn(|| {
+            let g = g;
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Keep dirtying pages past the ones the sync started with.
+                g.write_all_at(&[0xEE; 64], (200 + i % 400) * PAGE as u64)
+                    .unwrap();
+                i += 1;
+            }
+        });
+        for _ in 0..20 {
+            f.sync_range(0..200 * PAGE as u64).unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        dirtier.join().unwrap();
+    });
+    assert_eq!(&std::fs::read(&path).unwrap()[..200 * PAGE], &first[..]);
+    f.sync_data().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn bad_writes_get_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cache(1 << 20);
+    let f = c.open_with(dir.path().join("x"), &rw()).unwrap();
+    assert!(matches!(
+        f.write_at(b"x", u64::MAX - 1),
+        Err(CacheError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        f.set_len(u64::MAX),
+        Err(CacheError::InvalidArgument { .. })
+    ));
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = 10..5;
+    assert!(matches!(
+        f.sync_range(reversed),
+        Err(CacheError::InvalidArgument { .. })
+    ));
+    let mut o = OpenOptions::new();
+    o.create(true);
+    assert!(matches!(
+        c.open_with(dir.path().join("y"), &o),
+        Err(CacheError::InvalidArgument { .. })
+    ));
+    assert_eq!(f.write_at(&[], 0).unwrap(), 0);
+    drop(f);
+    assert_baseline(&c);
+}
