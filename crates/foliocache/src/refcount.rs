@@ -102,7 +102,7 @@
 //! put ([`RefCount::put_begin`] / [`RefCount::put_end`], the same code `put` runs) and shows that
 //! a free path dispatching on the stalled putter's belief runs X's destructor on a Y folio,
 //! that a scheme freeing on the decrement to 0 alone frees twice, and that ours frees each
-//! lifetime once with the right destructor. `tests/loom_refcount.rs` checks the same under all
+//! lifetime once with the right destructor. `src/loom_tests/refcount.rs` checks the same under all
 //! interleavings of a 2-thread model.
 //!
 //! # Memory ordering

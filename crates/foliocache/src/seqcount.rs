@@ -82,7 +82,7 @@
 //!
 //! The RFC uses fully ordered RMWs and `smp_mb__before_atomic()`; the acquire/release +
 //! fence formulation above is the C++-model translation of the same pairs, and is what the
-//! loom model (`tests/loom_seqcount.rs`) checks. On x86-64 the release fence is free and the
+//! loom model (`src/loom_tests/seqcount.rs`) checks. On x86-64 the release fence is free and the
 //! RMWs are `lock xadd` either way.
 //!
 //! # Is the exclusive path worth it?

@@ -322,7 +322,7 @@ impl<'a> FolioLocked<'a> {
     }
 
     /// A deliberately broken unlock that clears `PG_locked` but never wakes sleepers, for the
-    /// loom model that must catch the lost wake-up (`tests/loom_folio.rs`). Never use it
+    /// loom model that must catch the lost wake-up (`src/loom_tests/folio.rs`). Never use it
     /// elsewhere.
     #[cfg(loom)]
     #[doc(hidden)]
