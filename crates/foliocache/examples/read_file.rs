@@ -31,7 +31,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: usize = args.next().map(|t| t.parse()).transpose()?.unwrap_or(4);
     let expected = Arc::new(std::fs::read(&path)?);
 
-    // A budget large enough for the whole file (eviction comes with the LRU layer).
+    // A budget large enough for the whole file, so nothing is evicted while the threads read
+    // (a smaller budget works too: reclaim evicts to stay within it, as `small_budget` shows).
     let budget = (expected.len() + (4 << 20)).next_multiple_of(4096);
     let cache = FolioCache::new(Config::new(budget))?;
     // Closing a file's last handle drops its pages; keep one open until the statistics.

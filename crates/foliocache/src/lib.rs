@@ -72,6 +72,8 @@ pub mod cache;
 pub mod filetable;
 pub mod folio;
 pub mod index;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub mod lru;
 pub mod percpu_ref;
 pub mod rcu;

@@ -670,7 +670,7 @@ impl Rcu {
     }
 
     /// A deliberately broken `read_lock` without the reader's fence, for the loom model that
-    /// must catch it (`tests/loom_rcu.rs`). Never use it elsewhere.
+    /// must catch it (`src/loom_tests/rcu.rs`). Never use it elsewhere.
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn read_lock_without_fence(&self) -> RcuReadGuard<'_> {

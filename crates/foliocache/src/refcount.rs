@@ -102,7 +102,7 @@
 //! put ([`RefCount::put_begin`] / [`RefCount::put_end`], the same code `put` runs) and shows that
 //! a free path dispatching on the stalled putter's belief runs X's destructor on a Y folio,
 //! that a scheme freeing on the decrement to 0 alone frees twice, and that ours frees each
-//! lifetime once with the right destructor. `tests/loom_refcount.rs` checks the same under all
+//! lifetime once with the right destructor. `src/loom_tests/refcount.rs` checks the same under all
 //! interleavings of a 2-thread model.
 //!
 //! # Memory ordering
@@ -308,6 +308,7 @@ impl RefCount {
 
     /// `folio_try_get`: take a speculative reference unless the folio is free or frozen.
     #[inline]
+    #[must_use = "a failed get means the folio is free or frozen: do not use it; a successful one must be put"]
     pub fn try_get(&self, s: RefStrategy) -> bool {
         match s {
             RefStrategy::CasLoop => CasLoop::try_add(self, 1),
@@ -321,6 +322,7 @@ impl RefCount {
     /// # Panics
     /// If `n` is 0 or above [`MAX_ADD`].
     #[inline]
+    #[must_use = "a failed get means the folio is free or frozen: do not use it; a successful one must be put"]
     pub fn try_add(&self, s: RefStrategy, n: u32) -> bool {
         match s {
             RefStrategy::CasLoop => CasLoop::try_add(self, n),
@@ -351,6 +353,7 @@ impl RefCount {
     /// `folio_put_testzero`: drop one reference; `true` means the caller won and must free the
     /// folio, deciding *from the folio's current state* how (see the module docs).
     #[inline]
+    #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
     pub fn put(&self, s: RefStrategy) -> bool {
         self.sub_and_test(s, 1)
     }
@@ -358,6 +361,7 @@ impl RefCount {
     /// `folio_ref_dec_and_test`: the same operation as [`RefCount::put`], under the kernel's
     /// other name.
     #[inline]
+    #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
     pub fn dec_and_test(&self, s: RefStrategy) -> bool {
         self.put(s)
     }
@@ -367,6 +371,7 @@ impl RefCount {
     /// # Panics
     /// If `n` is 0 or above [`MAX_ADD`].
     #[inline]
+    #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
     pub fn sub_and_test(&self, s: RefStrategy, n: u32) -> bool {
         match s {
             RefStrategy::CasLoop => CasLoop::sub_and_test(self, n),
@@ -392,6 +397,7 @@ impl RefCount {
     /// The second half of [`RefCount::put`]: the seal; `true` = the caller won.
     #[doc(hidden)]
     #[inline]
+    #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
     pub fn put_end(&self, s: RefStrategy, pending: PendingPut) -> bool {
         match s {
             RefStrategy::CasLoop => CasLoop::sub_end(self, pending),
@@ -406,6 +412,7 @@ impl RefCount {
     /// # Panics
     /// If `expected` is 0 or above [`MAX_REFS`].
     #[inline]
+    #[must_use = "`true` means the folio is frozen and the caller owns it: it must unfreeze or free it"]
     pub fn freeze(&self, s: RefStrategy, expected: u32) -> bool {
         match s {
             RefStrategy::CasLoop => CasLoop::freeze(self, expected),
@@ -466,10 +473,12 @@ pub trait RefOps: Copy + Default + Send + Sync + 'static {
     const STRATEGY: RefStrategy;
 
     /// `folio_ref_try_add`: `n` speculative references unless free or frozen.
+    #[must_use = "a failed get means the folio is free or frozen: do not use it; a successful one must be put"]
     fn try_add(rc: &RefCount, n: u32) -> bool;
 
     /// `folio_try_get`.
     #[inline]
+    #[must_use = "a failed get means the folio is free or frozen: do not use it; a successful one must be put"]
     fn try_get(rc: &RefCount) -> bool {
         Self::try_add(rc, 1)
     }
@@ -491,24 +500,28 @@ pub trait RefOps: Copy + Default + Send + Sync + 'static {
     /// The seal half of `sub_and_test`; `true` = the caller won (default: the decrement to 0
     /// already decided it).
     #[inline]
+    #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
     fn sub_end(_rc: &RefCount, pending: PendingPut) -> bool {
         plain_sub_end(pending)
     }
 
     /// `folio_ref_sub_and_test`.
     #[inline]
+    #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
     fn sub_and_test(rc: &RefCount, n: u32) -> bool {
         Self::sub_end(rc, Self::sub_begin(rc, n))
     }
 
     /// `folio_put_testzero`.
     #[inline]
+    #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
     fn put(rc: &RefCount) -> bool {
         Self::sub_and_test(rc, 1)
     }
 
     /// `folio_ref_freeze` (default: today's kernel, CAS `expected -> 0`).
     #[inline]
+    #[must_use = "`true` means the folio is frozen and the caller owns it: it must unfreeze or free it"]
     fn freeze(rc: &RefCount, expected: u32) -> bool {
         freeze_to(rc, expected, 0)
     }
@@ -1022,13 +1035,14 @@ mod tests {
     #[test]
     #[should_panic(expected = "adding or dropping 0 references")]
     fn add_zero_is_refused() {
-        RefCount::frozen().try_add(RefStrategy::Optimistic, 0);
+        let _ = RefCount::frozen().try_add(RefStrategy::Optimistic, 0); // panics
     }
 
     #[test]
     #[should_panic(expected = "adding or dropping 65537 references")]
     fn add_too_many_is_refused() {
-        RefCount::frozen().try_add(RefStrategy::LockedBit, MAX_ADD + 1);
+        let _ = RefCount::frozen().try_add(RefStrategy::LockedBit, MAX_ADD + 1);
+        // panics
     }
 
     #[test]
@@ -1099,15 +1113,15 @@ mod tests {
         match case.as_str() {
             "try_get_cas_loop_at_max" => {
                 rc.init(RefStrategy::CasLoop, MAX_REFS);
-                rc.try_get(RefStrategy::CasLoop);
+                let _ = rc.try_get(RefStrategy::CasLoop); // aborts
             }
             "try_get_optimistic_at_max" => {
                 rc.init(RefStrategy::Optimistic, MAX_REFS);
-                rc.try_get(RefStrategy::Optimistic);
+                let _ = rc.try_get(RefStrategy::Optimistic); // aborts
             }
             "try_get_locked_bit_at_max" => {
                 rc.init(RefStrategy::LockedBit, MAX_REFS);
-                rc.try_get(RefStrategy::LockedBit);
+                let _ = rc.try_get(RefStrategy::LockedBit); // aborts
             }
             "get_locked_bit_at_max" => {
                 rc.init(RefStrategy::LockedBit, MAX_REFS);
@@ -1118,12 +1132,12 @@ mod tests {
                 rc.add(RefStrategy::CasLoop, 3);
             }
             "put_on_frozen_locked_bit" => {
-                rc.put(RefStrategy::LockedBit);
+                let _ = rc.put(RefStrategy::LockedBit); // aborts
             }
             "put_on_zero_cas_loop" => {
                 rc.init(RefStrategy::CasLoop, 1);
                 assert!(rc.put(RefStrategy::CasLoop));
-                rc.put(RefStrategy::CasLoop);
+                let _ = rc.put(RefStrategy::CasLoop); // aborts
             }
             "get_on_frozen_locked_bit" => {
                 rc.get(RefStrategy::LockedBit);

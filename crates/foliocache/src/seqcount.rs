@@ -3,7 +3,7 @@
 //! # What it models
 //!
 //! `include/linux/atomic_seqcount.h` of David Hildenbrand's November 2023 RFC ("precise mapped
-//! shared vs. mapped exclusively detection", never merged; see `shared/research/rmap-id.md`
+//! shared vs. mapped exclusively detection", never merged; see `docs/research/rmap-id.md`
 //! section 3). A classic seqcount (`include/linux/seqlock.h`) lets readers take a consistent
 //! snapshot of several words without a lock, but allows one writer at a time. The rmap-ID
 //! tracking of large folios ([`crate::space`]) needs many writers at once (many threads
@@ -82,7 +82,7 @@
 //!
 //! The RFC uses fully ordered RMWs and `smp_mb__before_atomic()`; the acquire/release +
 //! fence formulation above is the C++-model translation of the same pairs, and is what the
-//! loom model (`tests/loom_seqcount.rs`) checks. On x86-64 the release fence is free and the
+//! loom model (`src/loom_tests/seqcount.rs`) checks. On x86-64 the release fence is free and the
 //! RMWs are `lock xadd` either way.
 //!
 //! # Is the exclusive path worth it?

@@ -28,7 +28,8 @@
 //!   `atomic_or(LOCKED)` or no seal would give): T1 and T3 both free lifetime Y.
 //!
 //! For cas-loop and optimistic the window does not exist: step 3 fails, because their 0 is
-//! final. The loom model `aba_*` in `loom_refcount.rs` checks ours over all interleavings.
+//! final. The loom model `aba_*` in `src/loom_tests/refcount.rs` checks ours over all
+//! interleavings.
 
 #![cfg(not(loom))]
 

@@ -112,10 +112,10 @@ fn folio_boundaries_and_eof() {
     let mut all = vec![0u8; data.len() + 5000];
     assert_eq!(file.read_at(&mut all, 0).unwrap(), data.len());
     assert_eq!(&all[..data.len()], &data[..]);
-    // read_exact_at refuses a range past EOF.
+    // read_exact_at refuses a range past EOF, as read_exact does.
     assert!(matches!(
         file.read_exact_at(&mut [0u8; 200], data.len() as u64 - 100),
-        Err(CacheError::InvalidArgument { .. })
+        Err(CacheError::UnexpectedEof { .. })
     ));
     // Every byte handed out was counted (read_exact_at's 100 bytes were copied too).
     assert_eq!(c.stats().bytes_copied, 3 * 10 + 3 + data.len() as u64 + 100);

@@ -2,7 +2,7 @@
 //! interleaved in one process; seed-shaped tables, JSON results and plots.
 //!
 //! Run `foliocache-lab --help`. Every scenario prints the seed's table shape and, with
-//! `--json PATH`, writes the `foliocache-lab/1` document described in `shared/LAB-RESULTS.md`
+//! `--json PATH`, writes the `foliocache-lab/1` document described in `docs/LAB-RESULTS.md`
 //! and an SVG plot beside it.
 
 pub mod cli;

@@ -1,7 +1,8 @@
 //! The seeds' published figures, quoted as facts beside our measurements in the `all` report.
 //!
-//! Each entry names the seed file it comes from and the hardware it was measured on, so a
-//! reader can put our table and theirs side by side. Nothing here is used in a computation.
+//! Each entry names the seed file it comes from (`docs/SEEDS.md` maps the names to the
+//! upstream threads) and the hardware it was measured on, so a reader can put our table and
+//! theirs side by side. Nothing here is used in a computation.
 
 /// Published figures for one scenario.
 pub struct Published {
@@ -67,7 +68,7 @@ per minute per host; direct reclaim scanning -7%, allocation stalls -5.2%, compa
     },
     Published {
         scenario: "peers",
-        seed: "none: the peers' own READMEs and PRs, collected in shared/research/anchors.md",
+        seed: "none: the peers' own READMEs and PRs, collected in docs/research/anchors.md",
         text: "quick_cache README (mokabench, Intel i9-12900H): ARC trace S3 at 100K capacity, 6 \
 clients, 0.798 s, about 20.6 M reads/s at a 12.84% hit ratio, against Mini Moka's 8.064 s (about \
 2.0 M reads/s, 10.37%); trace DS1 at 8M capacity, 6 clients, about 19.5 M reads/s at 69.3% hits \

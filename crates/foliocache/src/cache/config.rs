@@ -259,9 +259,8 @@ impl fmt::Display for ConfigError {
         match *self {
             ConfigError::BudgetTooSmall { budget_bytes } => write!(
                 f,
-                "memory budget of {budget_bytes} bytes holds no 4 KiB page: give the cache at least 4096 bytes \
-                 (and at least one readahead window, {} bytes by default)",
-                DEFAULT_RA_PAGES * 4096
+                "memory budget of {budget_bytes} bytes holds no 4 KiB page: give the cache at \
+                 least 4096 bytes (one page)"
             ),
             ConfigError::DirtyRatios { ratio, background } => write!(
                 f,

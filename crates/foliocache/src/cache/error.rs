@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use super::config::ConfigError;
+use crate::folio::ArenaError;
 
 /// An error of the [`FolioCache`](super::FolioCache) API.
 #[derive(Debug)]
@@ -71,6 +72,19 @@ pub enum CacheError {
         /// What was wrong and what is accepted.
         what: String,
     },
+    /// [`read_exact_at`](super::CachedFile::read_exact_at) asked for bytes past the end of the
+    /// file (`std::io::Read::read_exact`'s `UnexpectedEof`); the bytes before the end may have
+    /// been copied into the buffer.
+    UnexpectedEof {
+        /// The file.
+        path: PathBuf,
+        /// The first byte asked for.
+        offset: u64,
+        /// The number of bytes asked for.
+        len: usize,
+        /// The file's size in bytes when it was read.
+        file_size: u64,
+    },
 }
 
 impl fmt::Display for CacheError {
@@ -124,6 +138,19 @@ impl fmt::Display for CacheError {
                 path.display()
             ),
             CacheError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            CacheError::UnexpectedEof {
+                path,
+                offset,
+                len,
+                file_size,
+            } => write!(
+                f,
+                "unexpected end of file: a read of {len} bytes at byte {offset} runs past the end \
+                 of {} ({file_size} bytes); read at most {} bytes there, or use read_at, which \
+                 returns a short count at the end",
+                path.display(),
+                file_size.saturating_sub(*offset)
+            ),
         }
     }
 }
@@ -154,6 +181,35 @@ impl From<crate::folio::ArenaError> for CacheError {
     }
 }
 
+/// For callers whose errors are `std::io::Error` (a storage engine's `Read`/`FileExt`-like
+/// layer): the [`io::ErrorKind`] says what happened, and the `CacheError` stays inside as the
+/// inner error, so `err.get_ref()` / `err.into_inner()` and `downcast` give it back.
+///
+/// | `CacheError` | `io::ErrorKind` |
+/// |---|---|
+/// | `Open`, `Io` | the operating system error's own kind (`NotFound` for a missing file) |
+/// | `Spawn`, `Arena` (the mapping failed) | the operating system error's own kind |
+/// | `OutOfMemory` | `OutOfMemory` |
+/// | `UnexpectedEof` | `UnexpectedEof` |
+/// | `InvalidArgument`, `Config`, `Arena` (budget out of range) | `InvalidInput` |
+impl From<CacheError> for io::Error {
+    fn from(e: CacheError) -> Self {
+        let kind = match &e {
+            CacheError::Open { source, .. }
+            | CacheError::Io { source, .. }
+            | CacheError::Spawn(source)
+            | CacheError::Arena(ArenaError::Map(source)) => source.kind(),
+            CacheError::OutOfMemory { .. } => io::ErrorKind::OutOfMemory,
+            CacheError::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
+            CacheError::InvalidArgument { .. }
+            | CacheError::Config(_)
+            | CacheError::Arena(ArenaError::BudgetTooSmall { .. })
+            | CacheError::Arena(ArenaError::BudgetTooLarge { .. }) => io::ErrorKind::InvalidInput,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
 impl CacheError {
     /// True for [`CacheError::OutOfMemory`].
     pub fn is_out_of_memory(&self) -> bool {
@@ -163,5 +219,138 @@ impl CacheError {
     /// True for [`CacheError::Io`].
     pub fn is_io(&self) -> bool {
         matches!(self, CacheError::Io { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backing::{FaultyBacking, MemBacking};
+    use crate::{Config, FolioCache};
+
+    const PAGE: u64 = 4096;
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// Unwraps the `CacheError` an `io::Error` carries.
+    fn inner(e: &io::Error) -> &CacheError {
+        e.get_ref()
+            .and_then(|e| e.downcast_ref::<CacheError>())
+            .expect("the io::Error carries the CacheError")
+    }
+
+    #[test]
+    fn read_exact_at_past_the_end_is_unexpected_eof() {
+        let c = FolioCache::new(Config::new(1 << 20)).unwrap();
+        let file = c
+            .open_backing("/data/short", MemBacking(data(10_000)))
+            .unwrap();
+        let mut buf = [0u8; 200];
+        let e = file.read_exact_at(&mut buf, 9_900).unwrap_err();
+        match &e {
+            CacheError::UnexpectedEof {
+                path,
+                offset,
+                len,
+                file_size,
+            } => {
+                assert_eq!(path.to_str(), Some("/data/short"));
+                assert_eq!((*offset, *len, *file_size), (9_900, 200, 10_000));
+            }
+            other => panic!("expected UnexpectedEof, got {other:?}"),
+        }
+        let msg = e.to_string();
+        assert!(msg.contains("unexpected end of file"), "{msg}");
+        assert!(msg.contains("read at most 100 bytes there"), "{msg}");
+        // The bytes before the end were copied, as read_exact leaves them.
+        assert_eq!(&buf[..100], &data(10_000)[9_900..]);
+        // Past the end altogether.
+        let e = file.read_exact_at(&mut buf, 20_000).unwrap_err();
+        assert!(matches!(
+            e,
+            CacheError::UnexpectedEof {
+                file_size: 10_000,
+                ..
+            }
+        ));
+        assert_eq!(io::Error::from(e).kind(), io::ErrorKind::UnexpectedEof);
+        // An exact read to the last byte succeeds.
+        file.read_exact_at(&mut buf[..100], 9_900).unwrap();
+    }
+
+    /// A read stopped short by an I/O error reports that error, not the end of the file.
+    #[test]
+    fn read_exact_at_reports_the_error_that_stopped_it() {
+        let c = FolioCache::new(Config::new(1 << 20)).unwrap();
+        let backing = Arc::new(FaultyBacking::new(MemBacking(data(16 * PAGE as usize))));
+        let file = c.open_backing("mem", backing.clone()).unwrap();
+        file.readahead(0..4 * PAGE).unwrap();
+        backing.fail_at(4 * PAGE);
+        let mut buf = vec![0u8; 6 * PAGE as usize];
+        let e = file.read_exact_at(&mut buf, 0).unwrap_err();
+        assert!(e.is_io(), "expected the backing's error, got {e:?}");
+        backing.heal();
+        file.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, data(6 * PAGE as usize));
+    }
+
+    /// The message asks for what `Config::validate` checks: one page, whatever the readahead
+    /// window.
+    #[test]
+    fn a_too_small_budget_asks_for_one_page() {
+        let e = FolioCache::new(Config::new(100)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("at least 4096 bytes (one page)"), "{msg}");
+        assert!(!msg.contains("readahead"), "{msg}");
+        let one_page = Config::new(4096).readahead_pages(crate::readahead::DEFAULT_RA_PAGES);
+        one_page.validate().unwrap();
+        FolioCache::new(one_page).unwrap();
+    }
+
+    #[test]
+    fn io_error_kinds_and_the_cache_error_inside() {
+        // A missing file: NotFound, and the CacheError comes back out.
+        let dir = tempfile::tempdir().unwrap();
+        let c = FolioCache::new(Config::new(1 << 20)).unwrap();
+        let e = io::Error::from(c.open(dir.path().join("missing")).unwrap_err());
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(matches!(inner(&e), CacheError::Open { .. }));
+        assert!(e.to_string().starts_with("cannot open"), "{e}");
+        let back = e.into_inner().unwrap().downcast::<CacheError>().unwrap();
+        assert!(back.source().is_some(), "the OS error is still the source");
+
+        // A bad argument or configuration: InvalidInput.
+        let e = io::Error::from(FolioCache::new(Config::new(100)).unwrap_err());
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(matches!(inner(&e), CacheError::Config(_)));
+        let bad = CacheError::InvalidArgument {
+            what: "page 9 of a 2-page file".into(),
+        };
+        assert_eq!(io::Error::from(bad).kind(), io::ErrorKind::InvalidInput);
+
+        // Out of memory: OutOfMemory.
+        let oom = CacheError::OutOfMemory {
+            needed_pages: 4,
+            free_pages: 0,
+            budget_pages: 16,
+        };
+        let e = io::Error::from(oom);
+        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory);
+        assert!(inner(&e).is_out_of_memory());
+
+        // An I/O error: the backing's own kind.
+        let failed = CacheError::Io {
+            path: "/data/x".into(),
+            offset: 0,
+            source: io::Error::from(io::ErrorKind::PermissionDenied),
+        };
+        let e = io::Error::from(failed);
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(inner(&e).is_io());
     }
 }

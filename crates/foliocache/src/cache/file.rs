@@ -438,19 +438,25 @@ impl CachedFile {
         }
     }
 
-    /// Reads exactly `buf.len()` bytes at `offset`, or fails (`InvalidArgument` if the range
-    /// runs past EOF).
+    /// Reads exactly `buf.len()` bytes at `offset`, or fails: [`CacheError::UnexpectedEof`] if
+    /// the range runs past the end of the file, the read's own error if one stopped it short
+    /// (as `std::io::Read::read_exact` does).
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<(), CacheError> {
-        let n = self.read_at(buf, offset)?;
-        if n != buf.len() {
-            return Err(CacheError::InvalidArgument {
-                what: format!(
-                    "read of {} bytes at {offset} runs past the end of {} ({} bytes)",
-                    buf.len(),
-                    self.path().display(),
-                    self.len()
-                ),
-            });
+        let mut done = 0;
+        while done < buf.len() {
+            // A short count is the end of the file or an error after some bytes were copied
+            // (pread's rule); the next call returns 0 for the first, the error for the second.
+            match self.read_at(&mut buf[done..], offset + done as u64)? {
+                0 => {
+                    return Err(CacheError::UnexpectedEof {
+                        path: self.path(),
+                        offset,
+                        len: buf.len(),
+                        file_size: self.len(),
+                    })
+                }
+                n => done += n,
+            }
         }
         Ok(())
     }

@@ -39,6 +39,7 @@ impl<'a> FolioRef<'a> {
 
     /// Leaks the reference (no put) and returns the header; undo with [`FolioRef::from_raw`].
     /// The way to keep a reference in a structure (an LRU batch, a page table).
+    #[must_use = "keep the leaked reference and give it back with `from_raw`, or the folio leaks"]
     #[inline]
     pub fn into_raw(self) -> &'a Folio {
         let folio = self.folio;
@@ -234,6 +235,7 @@ impl<'a> FolioLocked<'a> {
 
     /// Leaks the lock and the reference (no unlock, no put), e.g. to hand a folio under I/O
     /// to another structure; undo with [`FolioLocked::from_raw_locked`].
+    #[must_use = "keep the leaked folio and give it back with `from_raw_locked`, or it stays locked"]
     #[inline]
     pub fn into_raw_locked(self) -> &'a Folio {
         let folio = self.inner.folio;
@@ -351,7 +353,7 @@ impl<'a> FolioLocked<'a> {
     }
 
     /// A deliberately broken unlock that clears `PG_locked` but never wakes sleepers, for the
-    /// loom model that must catch the lost wake-up (`tests/loom_folio.rs`). Never use it
+    /// loom model that must catch the lost wake-up (`src/loom_tests/folio.rs`). Never use it
     /// elsewhere.
     #[cfg(loom)]
     #[doc(hidden)]

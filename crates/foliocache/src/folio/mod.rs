@@ -95,7 +95,7 @@
 //! (flags, mapping, lock) and at allocation (a free folio written through a stale pointer)
 //! counted without panicking when `panic_on_bad_page` is off and panicking when it is on, the
 //! byte-access discipline, sleeping lock waiters, and a 4-thread alloc/free stress followed by
-//! [`Arena::validate`]. `tests/loom_folio.rs` model-checks the lock and wait table (no lost
+//! [`Arena::validate`]. `src/loom_tests/folio.rs` model-checks the lock and wait table (no lost
 //! wake-up; a broken unlock that skips the wake-up is caught as a deadlock).
 //!
 //! # Extending the header

@@ -434,7 +434,7 @@ impl Index {
     }
 
     /// The lookup without the re-check, for the loom model that must catch it
-    /// (`tests/loom_index.rs`). Never use it elsewhere.
+    /// (`src/loom_tests/index.rs`). Never use it elsewhere.
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn lookup_without_recheck(&self, index: u64) -> Option<FolioRef<'_>> {

@@ -58,7 +58,7 @@
 //! canonical slot of a sibling, the re-check), means "not cached", and a re-check that finds
 //! a value where the folio was fails like one that finds an empty slot. A folio is replaced
 //! by its shadow only after the freeze succeeded, and a shadow by a folio with the same
-//! Release store that publishes any folio (`tests/loom_workingset.rs`).
+//! Release store that publishes any folio (`src/loom_tests/workingset.rs`).
 
 use super::node::{Entry, Meta, Node, CHUNK_SHIFT, FANOUT, VALUE_BITS};
 use super::{Index, Locked};

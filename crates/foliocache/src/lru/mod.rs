@@ -96,7 +96,7 @@
 //! `try_get` came first (the freeze sees 2, fails, the folio is added to the LRU, and the
 //! lookup's re-check drops its reference, which may be the final put and unlinks it again), or
 //! the freeze came first (the `try_get` fails and the lookup retries). Modelled by
-//! `tests/loom_lru.rs`, with a weakened filter the model must catch (a load of the count,
+//! `src/loom_tests/lru.rs`, with a weakened filter the model must catch (a load of the count,
 //! then a put as if it were the last: check-then-act instead of one CAS).
 //!
 //! **Draining every CPU.** [`Lru::drain_all`] runs before an explicit [`Lru::reclaim`], when

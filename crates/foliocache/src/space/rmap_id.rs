@@ -2,7 +2,7 @@
 //!
 //! # What it models
 //!
-//! `mm/rmap_id.c` of the November 2023 RFC (`shared/research/rmap-id.md` sections 2 and 4):
+//! `mm/rmap_id.c` of the November 2023 RFC (`docs/research/rmap-id.md` sections 2 and 4):
 //! every address space gets a unique *rmap ID* below 2^24 (`mm->mm_rmap_id`, from an IDA,
 //! freed when the space is dropped and reused later), and from it one *sub-ID* per rmap value
 //! word of a large folio. Mapping or unmapping `n` pages of a folio by space `S` adds

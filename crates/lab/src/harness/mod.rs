@@ -9,7 +9,7 @@
 //! - [`Interleaver`]: runs every variant once per round, rounds repeated `runs` times
 //!   (A B A B ...), so the drift of a noisy machine hits every variant alike, and keeps the
 //!   samples;
-//! - [`Report`]: the `foliocache-lab/1` JSON document of `shared/LAB-RESULTS.md`, with rows
+//! - [`Report`]: the `foliocache-lab/1` JSON document of `docs/LAB-RESULTS.md`, with rows
 //!   (median, min, max of the samples), comparisons and checks;
 //! - [`Table`] and [`seed_table`]: the human table in the seed's shape
 //!   (`#threads | vanilla | patched | boost (%)`);

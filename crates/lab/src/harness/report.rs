@@ -1,4 +1,4 @@
-//! The `foliocache-lab/1` JSON document (see `shared/LAB-RESULTS.md`).
+//! The `foliocache-lab/1` JSON document (see `docs/LAB-RESULTS.md`).
 
 use std::path::Path;
 

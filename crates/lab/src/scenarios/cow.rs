@@ -39,7 +39,7 @@
 //! where every copy-on-write decision is checked against a scan as it is made. The arena
 //! must be back at its baseline after every sample.
 //!
-//! Stable names (see `shared/LAB-RESULTS.md`):
+//! Stable names (see `docs/LAB-RESULTS.md`):
 //!
 //! | kind | names |
 //! |---|---|

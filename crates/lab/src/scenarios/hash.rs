@@ -25,7 +25,7 @@
 //! (~100 ns and more); ours is a userspace lookup of ~20 ns dominated by the bucket mutex, so
 //! the same absolute reference cost weighs several times more here than in the seed's table.
 //!
-//! Stable names (see `shared/LAB-RESULTS.md`):
+//! Stable names (see `docs/LAB-RESULTS.md`):
 //!
 //! | kind | names |
 //! |---|---|

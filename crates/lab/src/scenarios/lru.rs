@@ -23,7 +23,7 @@
 //! | `filtered-active` | the seed | add as active (MGLRU's fault path): the condition of the seed's "Bad page state" |
 //! | `naive-active` (only with `--with-naive`) | the seed's first version: no flag sanitation | add as active: shows the bad pages |
 //!
-//! Stable names (see `shared/LAB-RESULTS.md`):
+//! Stable names (see `docs/LAB-RESULTS.md`):
 //!
 //! | kind | names |
 //! |---|---|

@@ -13,7 +13,7 @@
 //! each primitive; (b) the seed's table shape, `#threads | cas-loop (vanilla) | locked-bit
 //! (patched) | boost (%) | optimistic`, for `ops_per_sec`.
 //!
-//! Stable names (see `shared/LAB-RESULTS.md`):
+//! Stable names (see `docs/LAB-RESULTS.md`):
 //!
 //! | kind | names |
 //! |---|---|

@@ -39,7 +39,7 @@
 //! content (a generated file's words are a function of their offset); one read in 256 checks
 //! the whole block (a user's file: against a direct `pread` of the same block).
 //!
-//! Stable names (see `shared/LAB-RESULTS.md`):
+//! Stable names (see `docs/LAB-RESULTS.md`):
 //!
 //! | kind | names |
 //! |---|---|
@@ -79,7 +79,7 @@ use contenders::{Kind, Reader};
 use workload::{Content, Mix, BLOCK};
 
 /// Not a seed: this scenario answers the issue's question "is it faster than what I use
-/// today" (`shared/research/anchors.md` lists the peers).
+/// today" (`docs/research/anchors.md` lists the peers).
 pub const SEED: &str = "none (peers: quick_cache, moka, the kernel page cache)";
 
 /// The scenario name (subcommand).

@@ -1,11 +1,10 @@
 //! Loom models of `percpu_ref`: gets and puts racing with the switch to atomic mode, kill,
 //! wait-for-zero and re-arm, for both fast-path variants; and a weakened switch (no grace
 //! period before the fold) that the model must catch.
-#![cfg(loom)]
 
-use foliocache::percpu_ref::{PercpuRef, RefVariant};
-use foliocache::rcu::Rcu;
-use foliocache::sync::{thread, Arc, AtomicBool, Ordering};
+use crate::percpu_ref::{PercpuRef, RefVariant};
+use crate::rcu::Rcu;
+use crate::sync::{thread, Arc, AtomicBool, Ordering};
 
 fn new_ref(v: RefVariant) -> Arc<PercpuRef> {
     Arc::new(PercpuRef::new(Arc::new(Rcu::new()), v))
@@ -185,7 +184,7 @@ fn fold_without_grace_period_is_caught_percpu_fast() {
 /// fold counts exactly its own generation's per-thread references.
 #[test]
 fn generations_share_one_counter_set() {
-    use foliocache::percpu_ref::PercpuCounters;
+    use crate::percpu_ref::PercpuCounters;
     loom::model(|| {
         let c = Arc::new(PercpuCounters::new(Arc::new(Rcu::new())));
         let a = Arc::new(PercpuRef::with_counters(c.clone(), RefVariant::PercpuFast));

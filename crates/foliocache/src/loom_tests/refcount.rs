@@ -1,7 +1,7 @@
 //! Loom models of the folio refcount, every strategy.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p foliocache
-//! --test loom_refcount`. Each model is generic over [`RefOps`] and instantiated for
+//! --lib loom_tests::refcount`. Each model is generic over [`RefOps`] and instantiated for
 //! [`CasLoop`], [`Optimistic`] and [`LockedBit`]:
 //!
 //! | model | what it proves |
@@ -20,11 +20,9 @@
 //! Folio memory is modelled by `UnsafeCell`s, so every missing happens-before edge is a loom
 //! causality error, not just a wrong value.
 
-#![cfg(loom)]
-
-use foliocache::refcount::weakened::{LockedBitRelaxedGet, LockedBitRelaxedSeal};
-use foliocache::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, LOCKED, WIPE_LIMIT};
-use foliocache::sync::{model, thread, Arc, AtomicU32, Mutex, Ordering, UnsafeCell};
+use crate::refcount::weakened::{LockedBitRelaxedGet, LockedBitRelaxedSeal};
+use crate::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, LOCKED, WIPE_LIMIT};
+use crate::sync::{model, thread, Arc, AtomicU32, Mutex, Ordering, UnsafeCell};
 
 const LIVE: u32 = 1;
 

@@ -18,13 +18,12 @@
 //!    which must agree). The space's page-table lock serialises fault and fork as the
 //!    kernel's mmap lock does; weakened: the fault path without the lock can reuse the folio
 //!    the child is about to map: caught.
-#![cfg(loom)]
 
-use foliocache::refcount::{RefCount, RefStrategy};
-use foliocache::seqcount::Flaw;
-use foliocache::space::rmap::{FolioRmap, Tracking};
-use foliocache::space::rmap_id::RmapId;
-use foliocache::sync::{thread, Arc, Mutex, UnsafeCell};
+use crate::refcount::{RefCount, RefStrategy};
+use crate::seqcount::Flaw;
+use crate::space::rmap::{FolioRmap, Tracking};
+use crate::space::rmap_id::RmapId;
+use crate::sync::{thread, Arc, Mutex, UnsafeCell};
 
 const ORDER: u32 = 2;
 const S: RmapId = RmapId::new(1);

@@ -1,4 +1,4 @@
-//! Loom models of the atomic seqcount (`foliocache::seqcount`).
+//! Loom models of the atomic seqcount (`crate::seqcount`).
 //!
 //! Two protected words `a` and `b`; every writer adds the same amount to both inside one
 //! section, so every consistent snapshot has `a == b`. The models check:
@@ -18,11 +18,10 @@
 //! snapshot.
 //!
 //! Run: `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test --release -p foliocache
-//! --test loom_seqcount`.
-#![cfg(loom)]
+//! --lib loom_tests::seqcount`.
 
-use foliocache::seqcount::{Flaw, SeqCount, STEP};
-use foliocache::sync::{thread, Arc, AtomicU64, Ordering};
+use crate::seqcount::{Flaw, SeqCount, STEP};
+use crate::sync::{thread, Arc, AtomicU64, Ordering};
 
 struct Shared {
     seq: SeqCount,

@@ -7,16 +7,12 @@
 //! lookup that kept the wrong life is visible as the wrong `private` tag. A deliberately
 //! wrong eviction, which publishes the shadow before it tries the freeze, must be caught: a
 //! reader holding the folio sees it vanish from the index although it stays cached.
-#![cfg(loom)]
 
-#[path = "support/index_world.rs"]
-mod index_world;
-
-use foliocache::folio::FolioRef;
-use foliocache::index::{Index, Shadow};
-use foliocache::refcount::RefStrategy;
-use foliocache::sync::{thread, Ordering};
-use index_world::{cache_first, world, World, FIRST, SECOND};
+use super::index_world::{cache_first, world, World, FIRST, SECOND};
+use crate::folio::FolioRef;
+use crate::index::{Index, Shadow};
+use crate::refcount::RefStrategy;
+use crate::sync::{thread, Ordering};
 
 fn shadow() -> Shadow {
     Shadow::new(0x5ad).unwrap()
@@ -84,7 +80,7 @@ fn lookup_vs_shadow_replacement_and_refault() {
 /// A reader that holds the folio keeps it cached: reclaim's freeze fails and the slot never
 /// changes, so a second lookup by the same reader finds the same folio. `evict` is the
 /// reclaimer under test.
-fn pinned_folio_stays_visible(evict: fn(&Index, foliocache::folio::FolioLocked<'_>) -> bool) {
+fn pinned_folio_stays_visible(evict: fn(&Index, crate::folio::FolioLocked<'_>) -> bool) {
     loom::model(move || {
         let w = world(1, RefStrategy::LockedBit);
         let pfn = cache_first(&w);

@@ -4,10 +4,9 @@
 //! poison value through `with_mut` after the grace period. If a reader's access were not
 //! ordered before the free, loom reports a causality violation (a use-after-free in real
 //! memory); the readers also assert they never see the poison.
-#![cfg(loom)]
 
-use foliocache::rcu::Rcu;
-use foliocache::sync::{thread, Arc, AtomicBool, Ordering, UnsafeCell};
+use crate::rcu::Rcu;
+use crate::sync::{thread, Arc, AtomicBool, Ordering, UnsafeCell};
 
 const LIVE: u64 = 42;
 const FREED: u64 = 0xdead;

@@ -4,10 +4,9 @@
 //! drain the old table's reference, copy the lists, publish, free after the grace periods);
 //! and a weakened `remove` (value handed back without the grace period) that the model
 //! must catch.
-#![cfg(loom)]
 
-use foliocache::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
-use foliocache::sync::{thread, Arc, AtomicBool, Ordering};
+use crate::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
+use crate::sync::{thread, Arc, AtomicBool, Ordering};
 
 /// A value whose owner marks it reused once the table handed it back.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Loom models of the LRU's drain-time dead-folio filter (seed 004).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p foliocache
-//! --test loom_lru`. The models use the real [`Arena`] and [`Lru`]; a one-slot "index" (an
+//! --lib loom_tests::lru`. The models use the real [`Arena`] and [`Lru`]; a one-slot "index" (an
 //! atomic holding the folio's pfn + 1) stands in for the page cache, read the way
 //! `filemap_get_entry` reads it: load, `try_get`, re-check.
 //!
@@ -15,12 +15,10 @@
 //! freeze's single CAS). A lookup's `try_get` between the two makes it free a folio the lookup
 //! holds; the holder's put then frees it a second time, which the arena refuses.
 
-#![cfg(loom)]
-
-use foliocache::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
-use foliocache::lru::{DrainFilter, Lru, LruConfig};
-use foliocache::refcount::RefStrategy;
-use foliocache::sync::{model, thread, Arc, AtomicU32, Ordering};
+use crate::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
+use crate::lru::{DrainFilter, Lru, LruConfig};
+use crate::refcount::RefStrategy;
+use crate::sync::{model, thread, Arc, AtomicU32, Ordering};
 
 fn setup(filter: DrainFilter, s: RefStrategy) -> (Arc<Arena>, Arc<Lru>) {
     let mut c = ArenaConfig::new(2 * PAGE_SIZE, s);

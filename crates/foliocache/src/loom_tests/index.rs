@@ -5,16 +5,12 @@
 //! The arena has one or two frames, so a freed folio's frame is reused at once: a lookup that
 //! keeps a reference to the wrong life of a frame is visible as the wrong `private` tag. The
 //! index runs with 4-slot nodes under loom.
-#![cfg(loom)]
 
-#[path = "support/index_world.rs"]
-mod index_world;
-
-use foliocache::folio::{FolioLocked, FolioRef};
-use foliocache::index::Index;
-use foliocache::refcount::RefStrategy;
-use foliocache::sync::{thread, Ordering};
-use index_world::{cache_first, world, World, FIRST, SECOND};
+use super::index_world::{cache_first, world, World, FIRST, SECOND};
+use crate::folio::{FolioLocked, FolioRef};
+use crate::index::Index;
+use crate::refcount::RefStrategy;
+use crate::sync::{thread, Ordering};
 
 /// The reader: a lookup of index 0 started after the removal completed finds nothing; a
 /// folio it does return is the cached one, and stays alive (not freed, not reused) while held.

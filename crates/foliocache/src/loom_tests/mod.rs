@@ -1,0 +1,26 @@
+//! The loom models: every concurrent protocol of the crate explored under
+//! `RUSTFLAGS="--cfg loom"`, each beside a deliberately weakened variant the model must catch.
+//!
+//! They live in the library's unit-test build, not in `tests/`, because loom is a
+//! dev-dependency: the [`sync`](crate::sync) shim can only switch to loom in a build that has
+//! the dev-dependencies, so that loom never reaches a downstream user's `Cargo.lock`. Run them
+//! all with
+//!
+//! ```text
+//! LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test --release -p foliocache --lib
+//! ```
+//!
+//! or one file with a filter, e.g. `... --lib loom_tests::refcount`. The models use only the
+//! crate's public API (`crate::` paths), as the integration tests they once were did.
+
+mod cow_reuse;
+mod filetable;
+mod folio;
+mod index;
+mod index_world;
+mod lru;
+mod percpu_ref;
+mod rcu;
+mod refcount;
+mod seqcount;
+mod workingset;
