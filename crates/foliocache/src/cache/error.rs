@@ -187,7 +187,9 @@ impl From<crate::folio::ArenaError> for CacheError {
 ///
 /// | `CacheError` | `io::ErrorKind` |
 /// |---|---|
-/// | `Open`, `Io` | the operating system error's own kind (`NotFound` for a missing file) |
+/// | `Open`, `Io`, `Writeback` | the operating system error's own kind (`NotFound` for a missing file) |
+/// | `Unsupported` (a directory, a FIFO...) | `Unsupported` |
+/// | `NotWritable` | `PermissionDenied` |
 /// | `Spawn`, `Arena` (the mapping failed) | the operating system error's own kind |
 /// | `OutOfMemory` | `OutOfMemory` |
 /// | `UnexpectedEof` | `UnexpectedEof` |
@@ -197,10 +199,13 @@ impl From<CacheError> for io::Error {
         let kind = match &e {
             CacheError::Open { source, .. }
             | CacheError::Io { source, .. }
+            | CacheError::Writeback { source, .. }
             | CacheError::Spawn(source)
             | CacheError::Arena(ArenaError::Map(source)) => source.kind(),
             CacheError::OutOfMemory { .. } => io::ErrorKind::OutOfMemory,
             CacheError::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
+            CacheError::Unsupported { .. } => io::ErrorKind::Unsupported,
+            CacheError::NotWritable { .. } => io::ErrorKind::PermissionDenied,
             CacheError::InvalidArgument { .. }
             | CacheError::Config(_)
             | CacheError::Arena(ArenaError::BudgetTooSmall { .. })
