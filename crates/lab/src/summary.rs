@@ -6,14 +6,15 @@
 //! which links each scenario's SVG file, and `report.html` ([`html`]), one self-contained
 //! page (CSS and every figure inline, no external file, no script) that reads offline and
 //! survives being mailed or attached to an issue. The HTML's tables are the scenarios' own
-//! tables, cell for cell; its figures are [`crate::harness::figure`] of the metric each
+//! tables, cell for cell, except that numbers in scientific notation read with an SI prefix
+//! (`1.697e8` becomes `170 M`); its figures are [`crate::harness::figure`] of the metric each
 //! scenario plots.
 
 use std::fmt::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::{esc, figure, LabError, LabResult, Report, Table};
+use crate::harness::{esc, figure, LabError, LabResult, Report, Table, Unit};
 
 /// How the `all` run went, beside the reports.
 #[derive(Debug, Default)]
@@ -387,7 +388,7 @@ fn table_html(t: &Table, class: &str) -> String {
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for l in lines.skip(1) {
-        let mut cells = split(l);
+        let mut cells: Vec<String> = split(l).into_iter().map(human_cell).collect();
         cells.resize(header.len().max(cells.len()), String::new());
         out.push_str("<tr>");
         for c in &cells {
@@ -404,6 +405,15 @@ fn table_html(t: &Table, class: &str) -> String {
     }
     out.push_str("</tbody>\n</table>\n");
     out
+}
+
+/// A cell in scientific notation (`1.697e8`, as the text tables print large numbers) with
+/// an SI prefix instead (`170 M`); any other cell as it is.
+fn human_cell(c: String) -> String {
+    match c.parse::<f64>() {
+        Ok(v) if c.contains(['e', 'E']) => Unit::Plain.format(v),
+        _ => c,
+    }
 }
 
 /// The inline markdown the report's prose uses (`code`, **bold**) as escaped HTML.

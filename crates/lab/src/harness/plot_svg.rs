@@ -21,7 +21,10 @@
 //! Axes are made for reading: thread axes tick at integers only (powers of two on a log2 axis
 //! once the counts span 16x, as `--threads 1:64:x2` asks); value axes and labels carry human
 //! units chosen from the metric's name ([`Unit`]): `M ops/s`, `k pages/s`, `ns`, `µs`, `%`,
-//! `MiB`, never `1.00e8`.
+//! `MiB`, never `1.00e8`. A boost axis whose ratios span more than [`BOOST_SPAN`] (a COW
+//! action eighty times faster beside others a few percent apart) places each boost by the
+//! log2 of its ratio, ticks at whole doublings (`0 %`, `+100 %`, `+300 %`), so a halving
+//! and a doubling sit equally far from zero and the small ones stay visible.
 //!
 //! The SVG is written by hand rather than through `plotters`: grouped bars, log axes with
 //! chosen ticks, overlaid reference points and per-element classes were each a fight with
@@ -44,6 +47,24 @@ pub const LOG_SPAN: f64 = 20.0;
 
 /// More variants than this are drawn as grouped bars rather than lines.
 pub const MAX_LINES: usize = 4;
+
+/// Boosts whose ratios (1 included) span more than this factor go on a log-ratio axis.
+pub const BOOST_SPAN: f64 = 8.0;
+
+/// The factor the ratios of `boosts` span, 1 included; 0 if a ratio is not positive (a
+/// candidate that did nothing), which no log axis can place.
+fn boosts_span(boosts: &[f64]) -> f64 {
+    let (mut lo, mut hi) = (1.0f64, 1.0f64);
+    for b in boosts.iter().filter(|b| b.is_finite()) {
+        let r = 1.0 + b / 100.0;
+        if r <= 0.0 {
+            return 0.0;
+        }
+        lo = lo.min(r);
+        hi = hi.max(r);
+    }
+    hi / lo
+}
 
 /// A panel's width in SVG user units.
 const PANEL_W: f64 = 900.0;
@@ -224,6 +245,9 @@ enum Scale {
     Linear,
     Log10,
     Log2,
+    /// Boosts in percent placed by the log2 of their ratio: +100 % sits as far above 0 as
+    /// -50 % below it.
+    LogRatio,
 }
 
 /// A continuous axis: its domain, scale and ticks.
@@ -242,6 +266,7 @@ impl Axis {
             Scale::Linear => x,
             Scale::Log10 => x.max(f64::MIN_POSITIVE).log10(),
             Scale::Log2 => x.max(f64::MIN_POSITIVE).log2(),
+            Scale::LogRatio => (1.0 + x / 100.0).max(f64::MIN_POSITIVE).log2(),
         };
         let span = t(self.hi) - t(self.lo);
         if span > 0.0 {
@@ -309,6 +334,31 @@ impl Axis {
             scale: Scale::Log10,
             lo: 10f64.powi(a),
             hi: 10f64.powi(b),
+            ticks,
+        }
+    }
+
+    /// A boost axis placed by log2 of the ratio, ticks at whole doublings and halvings
+    /// (`-50 %`, `0 %`, `+100 %`, `+300 %` ...), at most ten of them. `values` are boosts in
+    /// percent, each above -100 %.
+    fn log_ratio(values: impl IntoIterator<Item = f64>) -> Axis {
+        let (mut lo, mut hi) = (0.0f64, 0.0f64);
+        for v in values.into_iter().filter(|v| v.is_finite()) {
+            let r = (1.0 + v / 100.0).log2();
+            lo = lo.min(r);
+            hi = hi.max(r);
+        }
+        let (a, b) = (lo.floor() as i32, hi.ceil().max(lo.floor() + 1.0) as i32);
+        let step = ((b - a) as usize).div_ceil(9).max(1);
+        let boost = |e: i32| (2f64.powi(e) - 1.0) * 100.0;
+        let ticks = (a..=b)
+            .filter(|e| (e - a) as usize % step == 0 || *e == 0)
+            .map(boost)
+            .collect();
+        Axis {
+            scale: Scale::LogRatio,
+            lo: boost(a),
+            hi: boost(b),
             ticks,
         }
     }
@@ -423,6 +473,22 @@ struct Panel {
     y_label: String,
     unit: Unit,
     body: Body,
+}
+
+impl Panel {
+    /// Whether the x axis names categories (benchmarks) rather than thread counts.
+    fn categories(&self) -> bool {
+        matches!(self.body, Body::Bars { threads: false, .. })
+    }
+
+    /// The panel's height: category names slant below the axis and take more room.
+    fn height(&self) -> f64 {
+        if self.categories() {
+            PANEL_H + 40.0
+        } else {
+            PANEL_H
+        }
+    }
 }
 
 /// The extra fields of a row or comparison include every field of `filter`.
@@ -631,7 +697,7 @@ fn boost_panel(
             filter_text(filter)
         ),
         x_label: "threads".into(),
-        y_label: "boost (%), above 0 = candidate better".into(),
+        y_label: "boost (%), above 0 = better".into(),
         unit: Unit::Boost,
         body: Body::Lines { series, levels },
     }
@@ -852,7 +918,7 @@ fn category_panels(
                 if threads == 1 { "" } else { "s" }
             ),
             x_label: key.to_string(),
-            y_label: "boost (%), above 0 = candidate better".into(),
+            y_label: "boost (%), above 0 = better".into(),
             unit: Unit::Boost,
             body: Body::Bars {
                 groups,
@@ -930,13 +996,15 @@ fn render_panel(out: &mut String, p: &Panel, y0: f64) {
         && positive.1 / positive.0 > LOG_SPAN
     {
         Axis::log10(values.iter().copied())
+    } else if p.unit == Unit::Boost && boosts_span(&values) > BOOST_SPAN {
+        Axis::log_ratio(values.iter().copied())
     } else {
         Axis::linear(values.iter().copied())
     };
-    let y_label = if y.scale == Scale::Log10 {
-        format!("{} (log scale)", p.y_label)
-    } else {
-        p.y_label.clone()
+    let y_label = match y.scale {
+        Scale::Log10 => format!("{} (log scale)", p.y_label),
+        Scale::LogRatio => format!("{} (log-ratio scale)", p.y_label),
+        _ => p.y_label.clone(),
     };
     let ypos = |v: f64| b - y.frac(v).clamp(0.0, 1.0) * h;
     for tick in &y.ticks {
@@ -964,11 +1032,7 @@ fn render_panel(out: &mut String, p: &Panel, y0: f64) {
         out,
         r#"<text class="x-label" x="{}" y="{}" font-size="13" text-anchor="middle">{}</text>"#,
         (l + r) / 2.0,
-        if matches!(p.body, Body::Bars { threads: false, .. }) {
-            b + 62.0
-        } else {
-            b + 40.0
-        },
+        if p.categories() { b + 98.0 } else { b + 40.0 },
         esc(&p.x_label)
     );
     let _ = writeln!(
@@ -1144,13 +1208,18 @@ fn render_panel(out: &mut String, p: &Panel, y0: f64) {
                     );
                 }
                 let _ = writeln!(out, "</g>");
-                legend.push((marker_name.clone(), 8, Swatch::Hollow));
+                legend.push((
+                    marker_name.clone(),
+                    bars[markers[0].1].color,
+                    Swatch::Hollow,
+                ));
             }
         }
     }
     let _ = writeln!(out, r#"<g class="legend">"#);
-    for (k, (name, color, sw)) in legend.iter().enumerate() {
-        let (lx, ly) = (r + 14.0, t + 8.0 + 18.0 * k as f64);
+    let mut ly = t + 8.0;
+    for (name, color, sw) in &legend {
+        let lx = r + 14.0;
         let c = PALETTE[*color];
         let _ = match sw {
             Swatch::Line => writeln!(
@@ -1176,15 +1245,45 @@ fn render_panel(out: &mut String, p: &Panel, y0: f64) {
                 ly - 5.0
             ),
         };
-        let _ = writeln!(
+        let lines = wrap(name, LEGEND_CHARS);
+        let _ = write!(
             out,
-            r#"<text class="legend-entry" x="{}" y="{}" font-size="11">{}</text>"#,
+            r#"<text class="legend-entry" x="{}" y="{}" font-size="11">"#,
             lx + 28.0,
-            ly + 4.0,
-            esc(name)
+            ly + 4.0
         );
+        for (i, line) in lines.iter().enumerate() {
+            let dy = if i == 0 { 0 } else { 13 };
+            let _ = write!(
+                out,
+                r#"<tspan x="{}" dy="{dy}">{}</tspan>"#,
+                lx + 28.0,
+                esc(line)
+            );
+        }
+        let _ = writeln!(out, "</text>");
+        ly += 18.0 + 13.0 * (lines.len() - 1) as f64;
     }
     let _ = writeln!(out, "</g>\n</g>");
+}
+
+/// The characters a legend line holds beside the plot area.
+const LEGEND_CHARS: usize = 42;
+
+/// `s` broken at spaces into lines of at most `width` characters (a longer word stands
+/// alone on its line).
+fn wrap(s: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in s.split(' ') {
+        match lines.last_mut() {
+            Some(l) if l.chars().count() + 1 + word.chars().count() <= width => {
+                l.push(' ');
+                l.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines
 }
 
 /// The figure of `report` as SVG markup: the boost panel, `metric` per variant over rows
@@ -1200,7 +1299,7 @@ pub fn figure(report: &Report, metric: &str, extra: &Map<String, Value>) -> LabR
         panels.extend(values_panel(report, "hit_ratio", extra, true));
     }
     panels.extend(category_panels(report, extra, seed));
-    let height = PANEL_H * panels.len() as f64;
+    let height: f64 = panels.iter().map(Panel::height).sum();
     let titles: Vec<&str> = panels.iter().map(|p| p.title.as_str()).collect();
     let mut out = String::new();
     let _ = writeln!(
@@ -1218,8 +1317,10 @@ pub fn figure(report: &Report, metric: &str, extra: &Map<String, Value>) -> LabR
         out,
         r#"<rect x="0" y="0" width="{PANEL_W}" height="{height}" fill="white"/>"#
     );
-    for (i, p) in panels.iter().enumerate() {
-        render_panel(&mut out, p, PANEL_H * i as f64);
+    let mut y0 = 0.0;
+    for p in &panels {
+        render_panel(&mut out, p, y0);
+        y0 += p.height();
     }
     out.push_str("</svg>\n");
     Ok(out)
@@ -1263,6 +1364,37 @@ mod tests {
         assert_eq!(sig3(0.30000000000000004), "0.3");
         assert_eq!(sig3(-0.0), "0");
         assert_eq!(metric_words("p99_latency_ns"), "p99 latency");
+    }
+
+    #[test]
+    fn wide_boosts_go_on_a_log_ratio_axis() {
+        assert_eq!(boosts_span(&[20.0, -10.0]), 1.2 / 0.9);
+        assert_eq!(boosts_span(&[-100.0, 5.0]), 0.0);
+        let a = Axis::log_ratio([-30.0, 5.0, 7_900.0]);
+        assert_eq!(a.scale, Scale::LogRatio);
+        assert_eq!(a.ticks.first(), Some(&-50.0));
+        assert!(
+            a.ticks.contains(&0.0) && a.ticks.contains(&100.0),
+            "{:?}",
+            a.ticks
+        );
+        assert!(a.hi >= 7_900.0 && a.ticks.len() <= 10, "{:?}", a.ticks);
+        // Doubling and halving sit equally far from zero.
+        let (up, down) = (a.frac(100.0) - a.frac(0.0), a.frac(0.0) - a.frac(-50.0));
+        assert!((up - down).abs() < 1e-12);
+    }
+
+    #[test]
+    fn legends_wrap_at_spaces() {
+        assert_eq!(wrap("a bb ccc", 4), vec!["a bb", "ccc"]);
+        assert_eq!(
+            wrap("seed, 32-vCPU Ice Lake: batched vs single: p99 latency", 42).len(),
+            2
+        );
+        assert_eq!(
+            wrap("unbreakable-very-long-name", 5),
+            vec!["unbreakable-very-long-name"]
+        );
     }
 
     #[test]
