@@ -8,7 +8,8 @@
 //!    pair, with the seed's published points ([`crate::published`]) overlaid as hollow circles
 //!    on a dashed line of the same colour, or as a dashed level where the seed gives no thread
 //!    count. This is the seed's own table shape (`#threads | vanilla | patched | boost (%)`)
-//!    drawn, and the one to read first.
+//!    drawn, and the one to read first. Baselines whose boosts differ in magnitude by more
+//!    than [`MAGNITUDE_SPLIT`] get a panel each.
 //! 2. **Measured values.** The plotted metric per variant against threads: lines with
 //!    min-max whiskers, or grouped bars per thread count when there are more than
 //!    [`MAX_LINES`] variants (the `peers` contenders). When one variant would flatten the
@@ -42,7 +43,7 @@ use serde_json::{Map, Value};
 use super::{Comparison, LabError, LabResult, Report};
 use crate::published::{self, Point, Published};
 
-/// Medians spanning more than this factor go on a log axis, as grouped bars.
+/// Measured values spanning more than this factor go on a log10 axis.
 pub const LOG_SPAN: f64 = 20.0;
 
 /// More variants than this are drawn as grouped bars rather than lines.
@@ -73,7 +74,7 @@ const PANEL_H: f64 = 380.0;
 /// The plot area inside a panel: left, top, right, bottom edges.
 const AREA: (f64, f64, f64, f64) = (100.0, 44.0, 580.0, 310.0);
 
-/// The colours of the series, in order (colour-blind-safe qualitative palette).
+/// The colours of the series, in order (the common ten-colour qualitative palette).
 const PALETTE: [&str; 10] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#7f7f7f", "#bcbd22",
@@ -578,7 +579,7 @@ fn boost_panels(
     };
     // Baselines in order of first appearance, each with its largest boost (10 % at least,
     // so noise around zero splits nothing).
-    let mut parts: Vec<(&str, f64, Vec<Group<'_>>)> = Vec::new();
+    let mut parts: Vec<(String, f64, Vec<Group<'_>>)> = Vec::new();
     for g in groups {
         let mag =
             g.4.iter()
@@ -590,10 +591,10 @@ fn boost_panels(
                 p.1 = p.1.max(mag);
                 p.2.push(g);
             }
-            None => parts.push((report_str(report, &g.1), mag, vec![g])),
+            None => parts.push((g.1.clone(), mag, vec![g])),
         }
     }
-    let mut panels: Vec<(f64, Vec<&str>, Vec<Group<'_>>)> = Vec::new();
+    let mut panels: Vec<(f64, Vec<String>, Vec<Group<'_>>)> = Vec::new();
     for (base, mag, gs) in parts {
         match panels.last_mut() {
             Some(p) if p.0.max(mag) / p.0.min(mag) <= MAGNITUDE_SPLIT => {
@@ -608,35 +609,26 @@ fn boost_panels(
     panels
         .into_iter()
         .map(|(_, bases, gs)| {
-            let against = if split {
+            let heading = if split {
                 format!("boost over {}", bases.join(", "))
             } else {
                 "boost of candidate over baseline".to_string()
             };
-            boost_panel(report, filter, seed, &gs, &against, &theirs)
+            boost_panel(report, filter, seed, &gs, &heading, &theirs)
         })
         .collect()
-}
-
-/// The baseline's name as stored in the report (so the panels borrow from it).
-fn report_str<'a>(report: &'a Report, name: &str) -> &'a str {
-    report
-        .comparisons
-        .iter()
-        .find(|c| c.baseline == name)
-        .map_or("", |c| c.baseline.as_str())
 }
 
 /// Boosts against different baselines more than this factor apart get their own panels.
 pub const MAGNITUDE_SPLIT: f64 = 5.0;
 
-/// One boost panel over `groups`.
+/// One boost panel over `groups`, titled `heading`; `theirs` finds a group's seed points.
 fn boost_panel(
     report: &Report,
     filter: &Map<String, Value>,
     seed: Option<&Published>,
     groups: &[Group<'_>],
-    against: &str,
+    heading: &str,
     theirs: &dyn Fn(&Group<'_>) -> Vec<&'static Point>,
 ) -> Panel {
     let one_metric = groups.iter().all(|g| g.2 == groups[0].2);
@@ -692,7 +684,7 @@ fn boost_panel(
     };
     Panel {
         title: format!(
-            "{}: {against}, {metric}{}",
+            "{}: {heading}, {metric}{}",
             report.scenario,
             filter_text(filter)
         ),
