@@ -499,6 +499,38 @@ fn a_seed_figure_without_threads_is_a_reference_level() {
 }
 
 #[test]
+fn one_thread_count_still_gives_a_readable_axis() {
+    let mut r = Report::new("lru", "004_cf50064fd6b281c5.txt", json!({}));
+    let mut il = Interleaver::new();
+    add3(&mut il, "vanilla", 1, "ops_per_sec", 3.1e5);
+    add3(&mut il, "filtered", 1, "ops_per_sec", 3.3e5);
+    add3(&mut il, "vanilla", 1, "lock_acquisitions_per_folio", 1.02);
+    add3(&mut il, "filtered", 1, "lock_acquisitions_per_folio", 0.93);
+    let none = Map::new();
+    r.add_rows(&il, &none);
+    r.compare("vanilla", "filtered", 1, "ops_per_sec", &none);
+    r.compare(
+        "vanilla",
+        "filtered",
+        1,
+        "lock_acquisitions_per_folio",
+        &none,
+    );
+    r.plot = Some(("ops_per_sec".into(), none));
+    let panels = check_figure(&figure_of(&r));
+    assert_eq!(panels.len(), 2);
+    assert_eq!(
+        panels[0].measured.len(),
+        2,
+        "one series per compared metric"
+    );
+    for p in &panels {
+        assert_eq!(p.thread_ticks, vec![1], "{}", p.title);
+    }
+    assert!(panels[1].y_ticks.iter().any(|t| t.ends_with("k ops/s")));
+}
+
+#[test]
 fn report_html_inlines_every_figure_and_every_table() {
     let reports = [
         ("pread", pread_report()),
