@@ -196,6 +196,7 @@ fn run_all(a: &AllArgs) -> LabResult<i32> {
     let path = a.out.join("report.md");
     std::fs::write(&path, summary)
         .map_err(|e| crate::lab_err!("writing {}: {e}", path.display()))?;
+    crate::summary::write_html(&reports, &info)?;
     let failed: Vec<_> = reports
         .iter()
         .flat_map(|(n, r)| {

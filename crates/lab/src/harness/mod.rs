@@ -13,7 +13,8 @@
 //!   (median, min, max of the samples), comparisons and checks;
 //! - [`Table`] and [`seed_table`]: the human table in the seed's shape
 //!   (`#threads | vanilla | patched | boost (%)`);
-//! - [`plot`]: an SVG of a metric against threads, one line per variant;
+//! - [`plot`] and [`figure`]: a scenario's SVG figure, the boost of each comparison against
+//!   threads with the seed's published points, then the measured values;
 //! - [`Progress`]: a progress bar on stderr for runs longer than a couple of seconds.
 
 mod args;
@@ -25,7 +26,7 @@ mod stats;
 mod table;
 
 pub use args::{parse_duration, parse_threads, CommonArgs, Settings};
-pub use plot_svg::plot;
+pub use plot_svg::{esc, figure, plot, Unit};
 pub use progress::Progress;
 pub use report::{Check, Comparison, Machine, Report, Row, SCHEMA};
 pub use run::{per_sec, run_threads, Interleaver, ThreadRun, CHECK_EVERY};
@@ -98,5 +99,6 @@ pub fn emit(
         }
     }
     report.tables = tables.to_vec();
+    report.plot = plot_metric.map(|(m, e)| (m.to_string(), e.clone()));
     Ok(report)
 }

@@ -40,6 +40,10 @@ pub struct Report {
     /// of the JSON.
     #[serde(skip)]
     pub tables: Vec<(String, super::Table)>,
+    /// The metric and row filter the scenario plots (set by [`super::emit`]), for the `all`
+    /// report's inline figures; not part of the JSON.
+    #[serde(skip)]
+    pub plot: Option<(String, Map<String, Value>)>,
 }
 
 /// The machine a report was measured on.
@@ -139,6 +143,7 @@ impl Report {
             checks: Vec::new(),
             stats: None,
             tables: Vec::new(),
+            plot: None,
         }
     }
 
