@@ -686,6 +686,9 @@ mod tests {
                 threads: Some(crate::harness::parse_threads("1,2").unwrap()),
                 runs: Some(1),
                 quick: true,
+                // At 2 MiB an anon-cow sample lasts microseconds: far too short for the
+                // harness's CPU bound on rates to judge (a window under 100 ms is not judged).
+                duration: Some(Duration::from_millis(50)),
                 no_pin: true,
                 no_progress: true,
                 ..CommonArgs::default()
