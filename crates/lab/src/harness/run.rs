@@ -214,20 +214,23 @@ mod tests {
     #[test]
     fn workers_start_and_stop_with_the_clock() {
         let duration = Duration::from_millis(30);
-        let run = run_threads(8, false, duration, |_, stop| {
+        let slow_stop = Duration::from_millis(500);
+        let run = run_threads(8, false, duration, move |_, stop| {
             let entered = Instant::now();
             while !stop.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
             }
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(slow_stop);
             entered
         });
+        let returned = Instant::now();
         for entered in &run.results {
             assert!(*entered >= run.started, "a worker began before the clock");
         }
         assert!(run.elapsed >= duration);
+        // The window ended when the stop was raised: at least `slow_stop` before the join.
         assert!(
-            run.elapsed < duration + Duration::from_millis(250),
+            returned - (run.started + run.elapsed) >= slow_stop,
             "the window includes the join: {:?}",
             run.elapsed
         );
