@@ -85,7 +85,24 @@ pub fn main() -> i32 {
     }
 }
 
+/// The common options of a scenario subcommand (`None` for `all` and `validate`).
+fn common_of(cmd: &Command) -> Option<&CommonArgs> {
+    match cmd {
+        Command::Refcount(a) => Some(&a.common),
+        Command::Pread(a) => Some(&a.common),
+        Command::Readseq(a) => Some(&a.common),
+        Command::Cow(a) => Some(&a.common),
+        Command::Hash(a) => Some(&a.common),
+        Command::Lru(a) => Some(&a.common),
+        Command::Peers(a) => Some(&a.common),
+        Command::All(_) | Command::Validate { .. } => None,
+    }
+}
+
 fn run(cli: Cli) -> LabResult<i32> {
+    if let Some(common) = common_of(&cli.command) {
+        common.check().map_err(crate::harness::LabError)?;
+    }
     match cli.command {
         Command::All(a) => run_all(&a),
         Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
@@ -97,8 +114,16 @@ fn run(cli: Cli) -> LabResult<i32> {
         Command::Peers(a) => Ok(exit_code(crate::scenarios::peers::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
+            // Every file is checked and reported, a bad one does not hide the ones after it.
             for f in &files {
-                let (report, problems) = Report::validate_file(f)?;
+                let (report, problems) = match Report::validate_file(f) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        bad += 1;
+                        println!("{e}");
+                        continue;
+                    }
+                };
                 let failed: Vec<_> = report.checks.iter().filter(|c| !c.ok).collect();
                 if problems.is_empty() && (!strict || failed.is_empty()) {
                     println!(
@@ -147,6 +172,7 @@ fn run_all(a: &AllArgs) -> LabResult<i32> {
     }
     std::fs::create_dir_all(&a.out)
         .map_err(|e| crate::lab_err!("creating {}: {e}", a.out.display()))?;
+    crate::harness::check_writable(&a.out.join("report.md")).map_err(crate::harness::LabError)?;
     let selected: Vec<_> = REGISTRY
         .iter()
         .filter(|e| a.only.is_empty() || a.only.iter().any(|n| n == e.name))

@@ -1,24 +1,35 @@
 //! The options every scenario takes, and their parsing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+
+use super::run::MAX_THREADS;
+
+/// The longest one measurement may run: `--duration` rejects more (a typo such as `1e20` is
+/// caught before any work starts, instead of overflowing a `Duration`).
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// The most repetitions `--runs` accepts.
+pub const MAX_RUNS: usize = 1000;
 
 /// Options shared by every scenario (flattened into each subcommand).
 #[derive(Args, Clone, Debug, Default)]
 pub struct CommonArgs {
     /// Thread counts to measure: a list `1,2,4`, a range `1-8` (every count), or a
-    /// geometric range `1:64:x2` (1, 2, 4 ... 64). Default: 1 and the number of CPUs.
+    /// geometric range `1:64:x2` (1, 2, 4 ... 64); at most 1024 threads. Default: 1 and the
+    /// number of CPUs.
     #[arg(long, short = 't', value_parser = parse_threads)]
     pub threads: Option<ThreadList>,
 
-    /// How long one measurement runs (`500ms`, `2s`, `1.5s`). Default 1s, or 200ms with --quick.
+    /// How long one measurement runs (`500ms`, `2s`, `1.5s`, at most 1h). Default 1s, or 200ms
+    /// with --quick.
     #[arg(long, short = 'd', value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
-    /// Repetitions of every measurement; the table shows their median. Default 5.
-    #[arg(long, short = 'r')]
+    /// Repetitions of every measurement (1 to 1000); the table shows their median. Default 5.
+    #[arg(long, short = 'r', value_parser = parse_runs)]
     pub runs: Option<usize>,
 
     /// Short runs with small sizes: a smoke test or a first look, not a result to quote.
@@ -70,6 +81,15 @@ pub struct Settings {
 }
 
 impl CommonArgs {
+    /// Checks what can be checked before a run starts (the result file is writable), so a
+    /// bad option fails in a second rather than after the whole measurement.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.json {
+            Some(p) => check_writable(p),
+            None => Ok(()),
+        }
+    }
+
     /// Fills in the defaults. `max_threads_default` caps the default thread list (scenarios
     /// whose threads each need a lot of memory may ask for fewer).
     pub fn settings(&self) -> Settings {
@@ -88,7 +108,7 @@ impl CommonArgs {
             } else {
                 Duration::from_secs(1)
             }),
-            runs: self.runs.unwrap_or(5).max(1),
+            runs: self.runs.unwrap_or(5).clamp(1, MAX_RUNS),
             quick: self.quick,
             json: self.json.clone(),
             pin: !self.no_pin,
@@ -128,8 +148,10 @@ pub fn parse_threads(s: &str) -> Result<ThreadList, String> {
         if n == 0 {
             return Err(bad("thread counts start at 1"));
         }
-        if n > 4096 {
-            return Err(bad("more than 4096 threads"));
+        if n > MAX_THREADS {
+            return Err(bad(&format!(
+                "{n} is above the lab's cap of {MAX_THREADS} threads per measurement"
+            )));
         }
         Ok(n)
     };
@@ -184,9 +206,12 @@ pub fn parse_threads(s: &str) -> Result<ThreadList, String> {
 /// Parses a duration: `250ms`, `2s`, `1.5s`, `1m`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&t[..i], &t[i..]),
-        None => (t, "s"),
+    // The unit is the trailing run of letters, so an exponent (`1e3ms`, `1e20`) stays in the
+    // number.
+    let split = t.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len();
+    let (num, unit) = match &t[split..] {
+        "" => (t, "s"),
+        unit => (&t[..split], unit),
     };
     let v: f64 = num
         .trim()
@@ -201,7 +226,67 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("duration `{s}` must be positive"));
     }
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!(
+            "duration `{s}` is above the cap of {}s per measurement",
+            MAX_DURATION.as_secs()
+        ));
+    }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses `--runs`: a whole number from 1 to [`MAX_RUNS`].
+pub fn parse_runs(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid run count `{s}`: a whole number from 1 to {MAX_RUNS}"))?;
+    if !(1..=MAX_RUNS).contains(&n) {
+        return Err(format!(
+            "invalid run count `{s}`: every measurement runs at least once and at most \
+             {MAX_RUNS} times"
+        ));
+    }
+    Ok(n)
+}
+
+/// Checks, before anything runs, that a result file can be written at `path` (and the plot
+/// beside it): its folder exists and is writable, and the path is not a folder. A run that
+/// only found out at its end would lose every measurement.
+pub fn check_writable(path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(format!(
+            "cannot write results to {shown}: it is a directory"
+        ));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "cannot write results to {shown}: the directory {} does not exist",
+            dir.display()
+        ));
+    }
+    // Probe with a real write: permission bits alone miss read-only mounts and ACLs.
+    let probe = tempfile::Builder::new()
+        .prefix(".foliocache-lab-probe")
+        .tempfile_in(dir);
+    if let Err(e) = probe {
+        return Err(format!(
+            "cannot write results to {shown}: the directory {} is not writable ({e})",
+            dir.display()
+        ));
+    }
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot write results to {shown}: {e}"))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -219,7 +304,8 @@ mod tests {
         );
         assert_eq!(parse_threads("1:48:x4").unwrap().0, vec![1, 4, 16, 48]);
         assert_eq!(parse_threads("2:8:+3").unwrap().0, vec![2, 5, 8]);
-        for bad in ["0", "a", "4-1", "1:2", "1:8:x1", "1:8:*2", "9999"] {
+        assert_eq!(parse_threads("1024").unwrap().0, vec![1024]);
+        for bad in ["0", "a", "4-1", "1:2", "1:8:x1", "1:8:*2", "9999", "1025"] {
             assert!(parse_threads(bad).is_err(), "{bad}");
         }
     }
@@ -230,8 +316,39 @@ mod tests {
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
-        for bad in ["", "x", "-1s", "0s", "3h"] {
+        assert_eq!(parse_duration("60m").unwrap(), MAX_DURATION);
+        assert_eq!(parse_duration("1e3ms").unwrap(), Duration::from_secs(1));
+        // A bare 1e20 (seconds) used to reach `Duration::from_secs_f64` and panic.
+        for bad in [
+            "",
+            "x",
+            "-1s",
+            "0s",
+            "3h",
+            "1e20",
+            "100000000000000000000",
+            "61m",
+            "inf",
+            "NaN",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn run_counts() {
+        assert_eq!(parse_runs("1"), Ok(1));
+        assert_eq!(parse_runs("1000"), Ok(1000));
+        for bad in ["0", "-1", "x", "1001", ""] {
+            assert!(parse_runs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn result_paths_are_checked_up_front() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_writable(&dir.path().join("r.json")).is_ok());
+        assert!(check_writable(dir.path()).is_err());
+        assert!(check_writable(&dir.path().join("missing/r.json")).is_err());
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! - [`CommonArgs`]: the options every scenario takes (`--threads`, `--duration`, `--runs`,
 //!   `--quick`, `--json`, `--no-pin`, `--no-plot`) and their parsing;
-//! - [`run_threads`]: N threads pinned to CPUs, started together behind a barrier, stopped
-//!   together after the duration, each returning its operation count;
+//! - [`run_threads`]: N threads pinned to CPUs, all spawned and parked before the clock
+//!   starts, released together, counted up to the stop signal (the window is the clock's);
 //! - [`Interleaver`]: runs every variant once per round, rounds repeated `runs` times
 //!   (A B A B ...), so the drift of a noisy machine hits every variant alike, and keeps the
 //!   samples;
@@ -15,7 +15,9 @@
 //!   (`#threads | vanilla | patched | boost (%)`);
 //! - [`plot`] and [`figure`]: a scenario's SVG figure, the boost of each comparison against
 //!   threads with the seed's published points, then the measured values;
-//! - [`Progress`]: a progress bar on stderr for runs longer than a couple of seconds.
+//! - [`Progress`]: a progress bar on stderr for runs longer than a couple of seconds;
+//! - [`rates_beyond_cpus`]: the check `rate_within_cpus` that [`emit`] adds to every report,
+//!   failing a throughput row faster than the CPUs available can go.
 
 mod args;
 mod plot_svg;
@@ -25,12 +27,18 @@ mod run;
 mod stats;
 mod table;
 
-pub use args::{parse_duration, parse_threads, CommonArgs, Settings};
+pub use args::{
+    check_writable, parse_duration, parse_runs, parse_threads, CommonArgs, Settings, MAX_DURATION,
+    MAX_RUNS,
+};
 pub use plot_svg::{esc, figure, plot, Unit};
 pub use progress::Progress;
 pub use report::{Check, Comparison, Machine, Report, Row, SCHEMA};
-pub use run::{per_sec, run_threads, Interleaver, ThreadRun, CHECK_EVERY};
-pub use stats::Summary;
+pub use run::{per_sec, run_threads, Interleaver, ThreadRun, CHECK_EVERY, MAX_THREADS};
+pub use stats::{
+    cpus_available, is_throughput, rates_beyond_cpus, Summary, RATE_CHECK, RATE_MIN_WINDOW,
+    RATE_SLACK,
+};
 pub use table::{fmt_num, seed_table, Table};
 
 /// An error that stops a scenario; printed to the user with its context.
@@ -75,6 +83,24 @@ pub fn emit(
     tables: &[(String, Table)],
     plot_metric: Option<(&str, &serde_json::Map<String, serde_json::Value>)>,
 ) -> LabResult<Report> {
+    // The generic sanity bound every scenario's report carries (see `rates_beyond_cpus`).
+    if settings.duration >= stats::RATE_MIN_WINDOW {
+        let cpus = stats::cpus_available();
+        let over = stats::rates_beyond_cpus(&report.rows, cpus);
+        for line in &over {
+            eprintln!(
+                "{}: rate above what {cpus} CPU(s) can do: {line}",
+                report.scenario
+            );
+        }
+        report.check(stats::RATE_CHECK, over.len(), over.is_empty());
+    } else {
+        report.check(
+            stats::RATE_CHECK,
+            format!("not judged: windows under {:?}", stats::RATE_MIN_WINDOW),
+            true,
+        );
+    }
     for (title, t) in tables {
         if !title.is_empty() {
             println!("{title}");

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, RwLock};
 use std::time::{Duration, Instant};
 
 use super::stats::Summary;
@@ -11,11 +11,24 @@ use super::stats::Summary;
 /// costs nothing measurable and stopping lags by microseconds.
 pub const CHECK_EVERY: u64 = 256;
 
+/// The most worker threads one measurement may ask for: `--threads` rejects more.
+///
+/// Start-up is bounded (every worker is spawned, pinned and parked before the clock starts,
+/// then all are released at once), but stopping is not free: after the stop signal each worker
+/// must be scheduled once more to see it, so a machine with `c` CPUs needs about
+/// `threads / c` scheduler time slices to join them. At this cap on two CPUs that is about a
+/// second per measurement; far above it the lab would measure the scheduler, not the cache.
+pub const MAX_THREADS: usize = 1024;
+
 /// What one multi-threaded measurement produced.
 #[derive(Clone, Debug)]
 pub struct ThreadRun<T> {
-    /// Wall time from the start barrier to the last worker's exit.
+    /// The measurement window: from the moment the start gate opened (no worker had begun its
+    /// body before) to the moment the stop signal was raised. Joining the workers afterwards
+    /// is not part of it.
     pub elapsed: Duration,
+    /// When the window began (the clock started, then the gate opened).
+    pub started: Instant,
     /// Each worker's result, in worker order.
     pub results: Vec<T>,
     /// Whether every worker was pinned as asked (false if pinning was off or refused).
@@ -23,14 +36,14 @@ pub struct ThreadRun<T> {
 }
 
 impl<T> ThreadRun<T> {
-    /// `count` events per second of this run's wall time.
+    /// `count` events per second of this run's measurement window.
     pub fn rate(&self, count: u64) -> f64 {
         per_sec(count as f64, self.elapsed)
     }
 }
 
 impl ThreadRun<u64> {
-    /// Sum of the workers' operation counts per second of wall time.
+    /// Sum of the workers' operation counts per second of the window.
     pub fn ops_per_sec(&self) -> f64 {
         self.rate(self.results.iter().sum())
     }
@@ -41,13 +54,26 @@ pub fn per_sec(count: f64, elapsed: Duration) -> f64 {
     count / elapsed.as_secs_f64().max(1e-9)
 }
 
-/// Runs `threads` workers for `duration`.
+/// Runs `threads` workers for `duration`, every one of them inside the timed window.
 ///
-/// Worker `i` is pinned to the `i`-th CPU of the affinity mask (modulo its size) when `pin` is
-/// set, then waits on a barrier so all start together. `body(i, &stop)` runs the worker's loop
-/// and must return soon after `stop` becomes true (check it every [`CHECK_EVERY`] operations).
-/// The main thread sleeps for `duration`, raises `stop`, and joins. A panicking worker
-/// propagates its panic.
+/// The protocol, so that a rate is work done inside the window divided by the window, even
+/// with far more threads than CPUs:
+///
+/// 1. every worker is spawned; worker `i` pins itself to the `i`-th CPU of the affinity mask
+///    (modulo its size) when `pin` is set, then reports ready on a barrier;
+/// 2. behind the barrier it parks on a start gate (a lock the main thread holds for writing);
+///    the main thread, once every worker is ready, reads the clock and only then opens the
+///    gate, which wakes all workers at once (no hand-off chain whose tail would start late
+///    while the head already runs);
+/// 3. the main thread sleeps for `duration`, reads the clock (the end of the window) and
+///    raises `stop`; joining the workers after that is not timed.
+///
+/// `body(i, &stop)` runs the worker's loop and returns its count (or other result). It must
+/// check `stop` every [`CHECK_EVERY`] operations and return the count it has when it sees the
+/// signal, so the work counted after the window's end is at most `CHECK_EVERY` operations per
+/// worker: the count is sampled at the stop signal, not when the worker is joined. A worker
+/// the scheduler never ran inside the window counts at most one such batch. A panicking
+/// worker propagates its panic.
 pub fn run_threads<T, F>(threads: usize, pin: bool, duration: Duration, body: F) -> ThreadRun<T>
 where
     T: Send + 'static,
@@ -56,24 +82,29 @@ where
     let threads = threads.max(1);
     let body = Arc::new(body);
     let stop = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(threads + 1));
+    let ready = Arc::new(Barrier::new(threads + 1));
+    let gate = Arc::new(RwLock::new(()));
+    let closed = gate.write().unwrap_or_else(|e| e.into_inner());
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
-        let (body, stop, barrier) = (body.clone(), stop.clone(), barrier.clone());
+        let (body, stop, ready, gate) = (body.clone(), stop.clone(), ready.clone(), gate.clone());
         handles.push(
             std::thread::Builder::new()
                 .name(format!("lab-worker-{i}"))
                 .spawn(move || {
                     let pinned = pin && foliocache::sync::pin_to_cpu(i);
-                    barrier.wait();
+                    ready.wait();
+                    drop(gate.read().unwrap_or_else(|e| e.into_inner()));
                     (body(i, &stop), pinned)
                 })
                 .expect("spawning a lab worker thread"),
         );
     }
-    barrier.wait();
-    let start = Instant::now();
+    ready.wait();
+    let started = Instant::now();
+    drop(closed);
     std::thread::sleep(duration);
+    let elapsed = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     let mut results = Vec::with_capacity(threads);
     let mut pinned = pin;
@@ -87,7 +118,8 @@ where
         }
     }
     ThreadRun {
-        elapsed: start.elapsed(),
+        elapsed,
+        started,
         results,
         pinned,
     }
@@ -172,6 +204,36 @@ mod tests {
         assert!(run.elapsed >= Duration::from_millis(30));
         assert!(run.ops_per_sec() > 0.0);
         assert!(!run.pinned);
+    }
+
+    /// Regression (issue 16, finding 6): the clock started after the barrier released the
+    /// workers and stopped after the last one was joined, so with more threads than CPUs the
+    /// rate counted work done outside the window. Here every worker records when its body
+    /// began; none may begin before the window, and a worker slow to see the stop signal (it
+    /// sleeps before returning, as a descheduled thread would) must not stretch the window.
+    #[test]
+    fn workers_start_and_stop_with_the_clock() {
+        let duration = Duration::from_millis(30);
+        let slow_stop = Duration::from_millis(500);
+        let run = run_threads(8, false, duration, move |_, stop| {
+            let entered = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+            std::thread::sleep(slow_stop);
+            entered
+        });
+        let returned = Instant::now();
+        for entered in &run.results {
+            assert!(*entered >= run.started, "a worker began before the clock");
+        }
+        assert!(run.elapsed >= duration);
+        // The window ended when the stop was raised: at least `slow_stop` before the join.
+        assert!(
+            returned - (run.started + run.elapsed) >= slow_stop,
+            "the window includes the join: {:?}",
+            run.elapsed
+        );
     }
 
     #[test]

@@ -49,8 +49,12 @@
 //! - metrics: `ops_per_sec`, `p50_latency_ns`, `p75_latency_ns`, `p99_latency_ns`,
 //!   `lock_acquisitions_per_page`, `insert_pages_per_sec`,
 //!   `insert_lock_acquisitions_per_page`; every row and comparison has a `layout` field;
-//! - comparisons: `batched` vs `single` for `ops_per_sec`, `p99_latency_ns` and
-//!   `insert_pages_per_sec`, per thread count and layout;
+//! - comparisons: `batched` vs `single` for `ops_per_sec`, `p50_latency_ns`,
+//!   `p75_latency_ns`, `p99_latency_ns` and `insert_pages_per_sec`, per thread count and
+//!   layout;
+//! - tables: the seed's throughput table (ops/s), the seed's latency table (`percentile |
+//!   latency before | latency after | reduction (%)` for P50, P75, P99, reduction =
+//!   `(before - after) / before`), the insertion phase alone, and latency with lock counts;
 //! - checks: `wrong_reads` = 0 (every read's length and first and last 8 bytes are checked,
 //!   every 64th read in full), `bad_page_events` = 0, `accounting_baseline` (pages left in
 //!   the caches after every file was closed) = 0, `batched_lock_acquisitions_per_page` at
@@ -309,7 +313,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
         extra.insert("layout".into(), Value::String(lname.into()));
         report.add_rows(&il, &extra);
         for &n in &settings.threads {
-            for metric in ["ops_per_sec", "p99_latency_ns", "insert_pages_per_sec"] {
+            for metric in [
+                "ops_per_sec",
+                "p50_latency_ns",
+                "p75_latency_ns",
+                "p99_latency_ns",
+                "insert_pages_per_sec",
+            ] {
                 report.compare("single", "batched", n, metric, &extra);
             }
         }
@@ -335,6 +345,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
         tables.push((
             format!("readseq [{lname}] insertion phase alone: pages inserted/s from preallocated folios"),
             seed_table(&report, "insert_pages_per_sec", "single", "batched", &[], &extra),
+        ));
+        tables.push((
+            format!(
+                "readseq [{lname}] seed 001 shape: read latency percentiles, before (single) and \
+                 after (batched), reduction = (before - after) / before"
+            ),
+            seed_latency_table(&report, &settings.threads, &extra),
         ));
         tables.push((
             format!(
@@ -366,6 +383,46 @@ pub fn run(args: &Args) -> LabResult<Report> {
         &tables,
         Some(("ops_per_sec", &plot_extra)),
     )
+}
+
+/// Seed 001's latency table, `#threads | percentile | latency (before) | latency (after) |
+/// reduction (%)`, one line per percentile (P50, P75, P99) and thread count: before is
+/// `single`, after is `batched`, the reduction `(before - after) / before` (positive when
+/// batching made reads faster), as the seed reports it.
+fn seed_latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
+    let mut t = Table::new([
+        "#threads",
+        "percentile",
+        "latency before (single, ns)",
+        "latency after (batched, ns)",
+        "reduction (%)",
+    ]);
+    for &n in threads {
+        for (name, metric) in [
+            ("P50", "p50_latency_ns"),
+            ("P75", "p75_latency_ns"),
+            ("P99", "p99_latency_ns"),
+        ] {
+            let get = |v: &str| report.row(v, n, metric, extra).map(|r| r.median);
+            let (before, after) = (get("single"), get("batched"));
+            t.row([
+                n.to_string(),
+                name.to_string(),
+                before.map_or("-".into(), fmt_num),
+                after.map_or("-".into(), fmt_num),
+                reduction_pct(before, after),
+            ]);
+        }
+    }
+    t
+}
+
+/// `(before - after) / before` in percent, `-` when either is missing or before is zero.
+fn reduction_pct(before: Option<f64>, after: Option<f64>) -> String {
+    match (before, after) {
+        (Some(b), Some(a)) if b > 0.0 => format!("{:.2}", (b - a) / b * 100.0),
+        _ => "-".into(),
+    }
 }
 
 /// `#threads | variant | p50 | p75 | p99 | lock/page` for one layout.
@@ -638,4 +695,41 @@ fn insertion_phase(
             locks as f64 / pages as f64
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latency_table_has_the_seeds_reduction_column() {
+        let mut report = Report::new(NAME, SEED, json!({}));
+        let mut il = crate::harness::Interleaver::new();
+        for (v, p50, p99) in [
+            ("single", 6150.0, 507_950.0),
+            ("batched", 2220.0, 348_540.0),
+        ] {
+            il.add(v, 32, "p50_latency_ns", p50);
+            il.add(v, 32, "p99_latency_ns", p99);
+        }
+        let mut extra = Map::new();
+        extra.insert("layout".into(), json!("shared-file"));
+        report.add_rows(&il, &extra);
+        let text = seed_latency_table(&report, &[32], &extra).render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("reduction (%)"), "{text}");
+        // The seed's own figures: P50 6.15 -> 2.22 us, P99 507.95 -> 348.54 us.
+        assert!(
+            lines[2].starts_with("32") && lines[2].ends_with("63.90"),
+            "{text}"
+        );
+        assert!(
+            lines[3].contains("P75") && lines[3].ends_with('-'),
+            "{text}"
+        );
+        assert!(
+            lines[4].contains("P99") && lines[4].ends_with("31.38"),
+            "{text}"
+        );
+    }
 }

@@ -325,6 +325,12 @@ mod tests {
         };
         let r = run(&args).unwrap();
         assert!(r.all_checks_ok(), "{:?}", r.checks);
+        assert!(
+            r.checks
+                .iter()
+                .any(|c| c.name == crate::harness::RATE_CHECK),
+            "every report carries the CPU bound on its rates"
+        );
         assert_eq!(r.comparisons.len(), 4);
         assert!(r
             .comparisons

@@ -462,12 +462,39 @@ fn mix_extra(mix: Mix) -> Map<String, Value> {
     m
 }
 
+/// Opens `--file` for reading, refusing anything but a regular file: a directory would fail
+/// only later and obscurely, and opening a FIFO would block until some writer appeared. The
+/// open is non-blocking (a no-op for regular files) and the type is checked on the open file,
+/// so a path swapped for a FIFO after a check cannot hang the lab either.
+fn open_regular(p: &std::path::Path) -> LabResult<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(p)
+        .map_err(|e| crate::lab_err!("opening --file {}: {e}", p.display()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| crate::lab_err!("--file {}: {e}", p.display()))?;
+    if !meta.is_file() {
+        return Err(crate::lab_err!(
+            "--file {} is not a regular file (it is a {}); give a data file",
+            p.display(),
+            if meta.is_dir() {
+                "directory"
+            } else {
+                "FIFO, socket or device"
+            }
+        ));
+    }
+    Ok(file)
+}
+
 /// Generates (or opens) the file, reads it once into the kernel page cache, sizes the budget.
 fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
     let (path, dir, content) = match &args.file {
         Some(p) => {
-            let reference = File::open(p)
-                .map_err(|e| crate::lab_err!("opening --file {}: {e}", p.display()))?;
+            let reference = open_regular(p)?;
             (p.clone(), None, Content::Reference(reference))
         }
         None => {
