@@ -1,12 +1,12 @@
-//! What a budget costs before it is used.
+//! What a budget costs before it is used, and the budgets a cache refuses.
 //!
-//! The test reads the process's resident set, so it stays in its own binary, away from tests
-//! that allocate a lot meanwhile.
+//! Each test reads the process's resident set or its limits, so they stay in their own
+//! binary, away from tests that allocate a lot meanwhile.
 
 #![cfg(not(loom))]
 
-use foliocache::folio::METADATA_BYTES_PER_PAGE;
-use foliocache::{Config, FolioCache};
+use foliocache::folio::{MemoryLimit, METADATA_BYTES_PER_PAGE};
+use foliocache::{CacheError, Config, ConfigError, FolioCache};
 
 const MIB: usize = 1 << 20;
 
@@ -50,4 +50,82 @@ fn a_large_budget_costs_no_metadata_until_its_pages_are_used() {
         (st.total_pages, st.free_pages),
         (pages as u64, pages as u64)
     );
+}
+
+/// Regression: a budget larger than the machine was accepted, and the process was killed by
+/// the out-of-memory killer as the cache filled (a 1 TiB budget on a 23.5 GiB machine ran
+/// out of memory in `FolioCache::new` itself).
+#[test]
+fn a_budget_the_machine_cannot_hold_is_refused_with_what_to_do() {
+    let budget = 2 * machine_bytes();
+    let e = Config::new(budget).validate().unwrap_err();
+    let ConfigError::BudgetExceedsMemory(over) = e.clone() else {
+        panic!("expected BudgetExceedsMemory, got {e:?}");
+    };
+    assert_eq!(over.limit, MemoryLimit::PhysicalMemory);
+    assert!(over.needed_bytes > budget as u64);
+    assert!(over.largest_budget_bytes() < machine_bytes() as u64);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("physical memory") && msg.contains("give at most"),
+        "{msg}"
+    );
+    // The cache refuses it before mapping anything.
+    let before = resident_bytes();
+    match FolioCache::new(Config::new(budget)) {
+        Err(CacheError::Config(ConfigError::BudgetExceedsMemory(_))) => {}
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    assert!(resident_bytes().saturating_sub(before) < 32 * MIB);
+    // What the message suggests is accepted.
+    let ok = (over.largest_budget_bytes() as usize).min(machine_bytes() / 2);
+    Config::new(ok).validate().unwrap();
+}
+
+/// The address-space limit counts too: in a child process whose `RLIMIT_AS` leaves 256 MiB,
+/// a 1 GiB budget is refused with a message that names the limit, and a 64 MiB one works.
+#[test]
+fn a_budget_over_the_address_space_limit_is_refused() {
+    const CHILD: &str = "FOLIOCACHE_TEST_RLIMIT_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_budget_over_the_address_space_limit_is_refused",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "child failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let mapped: u64 = statm
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 4096;
+    let limit = mapped + 256 * MIB as u64;
+    let lim = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: a valid rlimit; this child process exists only for this test.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
+    let e = Config::new(1 << 30).validate().unwrap_err();
+    let ConfigError::BudgetExceedsMemory(over) = e.clone() else {
+        panic!("expected BudgetExceedsMemory, got {e:?}");
+    };
+    assert_eq!(over.limit, MemoryLimit::AddressSpace);
+    assert!(e.to_string().contains("ulimit -v"), "{e}");
+    let cache = FolioCache::new(Config::new(64 * MIB).huge_pages(false)).unwrap();
+    cache.validate().unwrap();
 }

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use crate::filetable::TableRef;
+use crate::folio::BudgetOverLimit;
 use crate::lru::LruConfig;
 use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
 use crate::refcount::RefStrategy;
@@ -163,10 +164,20 @@ impl Config {
     }
 
     /// Checks the configuration; [`FolioCache::new`](super::FolioCache::new) calls it first.
+    ///
+    /// Every field with values that cannot work is checked: the budget (at least one page,
+    /// below the 16 TiB an arena can address, and with its metadata within this machine's
+    /// physical memory and the process's address-space limit: see
+    /// [`check_budget`](crate::folio::check_budget)) and the readahead window.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let pages = self.budget_bytes / crate::folio::PAGE_SIZE;
         if pages == 0 {
             return Err(ConfigError::BudgetTooSmall {
+                budget_bytes: self.budget_bytes,
+            });
+        }
+        if pages >= u32::MAX as usize {
+            return Err(ConfigError::BudgetTooLarge {
                 budget_bytes: self.budget_bytes,
             });
         }
@@ -175,6 +186,7 @@ impl Config {
                 ra_pages: self.ra_pages,
             });
         }
+        crate::folio::check_budget(self.budget_bytes).map_err(ConfigError::BudgetExceedsMemory)?;
         Ok(())
     }
 }
@@ -193,6 +205,14 @@ pub enum ConfigError {
         /// The window given.
         ra_pages: usize,
     },
+    /// The budget holds more pages than a 32-bit frame number can name (16 TiB).
+    BudgetTooLarge {
+        /// The budget given.
+        budget_bytes: usize,
+    },
+    /// The budget and its metadata do not fit in this machine's physical memory or in the
+    /// process's address-space limit.
+    BudgetExceedsMemory(BudgetOverLimit),
 }
 
 impl fmt::Display for ConfigError {
@@ -209,6 +229,12 @@ impl fmt::Display for ConfigError {
                 "readahead window of {ra_pages} pages is too large: use at most {MAX_RA_PAGES} pages \
                  (8 MiB), or 0 to disable readahead"
             ),
+            ConfigError::BudgetTooLarge { budget_bytes } => write!(
+                f,
+                "memory budget of {budget_bytes} bytes is too large: a cache addresses at most \
+                 16 TiB (2^32 - 1 pages of 4 KiB)"
+            ),
+            ConfigError::BudgetExceedsMemory(ref e) => e.fmt(f),
         }
     }
 }

@@ -31,6 +31,15 @@
 //! listed count as free; [`Arena::validate`] checks the frames listed so far and the built
 //! headers of the rest. Memory is faulted in and written as the cache fills, at the
 //! granularity of the mappings' pages (2 MiB with transparent huge pages).
+//!
+//! # Budgets the machine cannot hold
+//!
+//! Deferring the writes does not make memory appear: a full cache still holds its budget
+//! plus its metadata. [`check_budget`] refuses (and [`Arena::new`] and `Config::validate`
+//! with it) a budget whose full size exceeds the machine's physical memory, where the cache
+//! would be killed by the out-of-memory killer as it filled, or what the process's
+//! address-space limit leaves, where its mappings or allocations would fail. Swap and memory
+//! cgroups are not consulted.
 
 use std::fmt;
 use std::ptr::NonNull;
@@ -92,6 +101,9 @@ pub enum ArenaError {
         /// The budget asked for.
         budget_bytes: usize,
     },
+    /// The budget and its metadata would not fit in this machine's memory or in the
+    /// process's address-space limit ([`check_budget`]).
+    ExceedsMemory(BudgetOverLimit),
     /// The operating system refused one of the arena's mappings.
     Map(std::io::Error),
 }
@@ -107,6 +119,7 @@ impl fmt::Display for ArenaError {
                 f,
                 "memory budget of {budget_bytes} bytes exceeds the 16 TiB an arena can address: use a smaller budget"
             ),
+            ArenaError::ExceedsMemory(e) => e.fmt(f),
             ArenaError::Map(e) => write!(
                 f,
                 "cannot map the arena's memory ({e}): lower the memory budget or raise the address-space limit"
@@ -129,6 +142,120 @@ impl std::error::Error for ArenaError {
 /// None of it is written before the page is first allocated (see the module docs).
 pub const METADATA_BYTES_PER_PAGE: usize =
     std::mem::size_of::<Folio>() + std::mem::size_of::<FolioExt>() + buddy::BYTES_PER_PAGE;
+
+/// What bounds the memory a budget may take ([`check_budget`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryLimit {
+    /// The machine's physical memory (`sysconf(_SC_PHYS_PAGES)`).
+    PhysicalMemory,
+    /// The process's address-space limit (`RLIMIT_AS`, `ulimit -v`) less what the process
+    /// has mapped already.
+    AddressSpace,
+}
+
+/// A budget that cannot exist on this machine: what it needs, and the limit it exceeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetOverLimit {
+    /// The budget asked for.
+    pub budget_bytes: usize,
+    /// The budget plus its metadata once every page has been used.
+    pub needed_bytes: u64,
+    /// The bytes the limit leaves.
+    pub limit_bytes: u64,
+    /// Which limit.
+    pub limit: MemoryLimit,
+}
+
+impl BudgetOverLimit {
+    /// The largest budget the limit allows (its metadata included), in whole pages.
+    pub fn largest_budget_bytes(&self) -> u64 {
+        let per_page = (PAGE_SIZE + METADATA_BYTES_PER_PAGE) as u64;
+        self.limit_bytes / per_page * PAGE_SIZE as u64
+    }
+}
+
+impl fmt::Display for BudgetOverLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (what, fix) = match self.limit {
+            MemoryLimit::PhysicalMemory => ("the machine's physical memory", ""),
+            MemoryLimit::AddressSpace => (
+                "the process's address-space limit (RLIMIT_AS) leaves",
+                ", or raise the address-space limit (ulimit -v)",
+            ),
+        };
+        write!(
+            f,
+            "memory budget of {} bytes needs {} bytes with its metadata ({METADATA_BYTES_PER_PAGE} bytes \
+             per 4 KiB page), more than the {} bytes {what}: give at most {} bytes{fix}",
+            self.budget_bytes,
+            self.needed_bytes,
+            self.limit_bytes,
+            self.largest_budget_bytes()
+        )
+    }
+}
+
+/// Whether a budget of `budget_bytes` can exist on this machine: the budget plus its
+/// metadata ([`METADATA_BYTES_PER_PAGE`] per page) must fit in physical memory, or a full
+/// cache would be killed by the out-of-memory killer instead of being refused, and in what
+/// the address-space limit leaves the process, or the mappings would fail. [`Arena::new`]
+/// and `Config::validate` check it; swap is not counted (a page cache that swaps is slower
+/// than the disk it caches), and neither are memory cgroups.
+pub fn check_budget(budget_bytes: usize) -> Result<(), BudgetOverLimit> {
+    let pages = (budget_bytes >> PAGE_SHIFT) as u64;
+    let needed_bytes = (pages << PAGE_SHIFT) + pages * METADATA_BYTES_PER_PAGE as u64;
+    let over = |limit_bytes: u64, limit| {
+        if needed_bytes > limit_bytes {
+            Err(BudgetOverLimit {
+                budget_bytes,
+                needed_bytes,
+                limit_bytes,
+                limit,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(phys) = physical_memory() {
+        over(phys, MemoryLimit::PhysicalMemory)?;
+    }
+    if let Some(left) = address_space_left() {
+        over(left, MemoryLimit::AddressSpace)?;
+    }
+    Ok(())
+}
+
+/// `totalram_pages` of the machine, in bytes (`None` if the system does not say).
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages > 0 && size > 0).then(|| pages as u64 * size as u64)
+}
+
+/// What `RLIMIT_AS` leaves this process to map, in bytes (`None` when unlimited).
+fn address_space_left() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit to write to.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    // The first field of statm is the process's mapped size in pages.
+    let mapped_pages: u64 = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    Some(lim.rlim_cur.saturating_sub(mapped_pages * PAGE_SIZE as u64))
+}
 
 /// Why [`Arena::alloc`] failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -466,6 +593,7 @@ impl Arena {
                 budget_bytes: config.budget_bytes,
             });
         }
+        check_budget(config.budget_bytes).map_err(ArenaError::ExceedsMemory)?;
         let nr_pages = pages as u32;
         let huge = config.huge_pages;
         let frames = Region::map(pages << PAGE_SHIFT, huge)?;

@@ -123,7 +123,8 @@ mod handle;
 mod wait;
 
 pub use arena::{
-    AllocError, Arena, ArenaConfig, ArenaError, ArenaStats, ReleaseHook, METADATA_BYTES_PER_PAGE,
+    check_budget, AllocError, Arena, ArenaConfig, ArenaError, ArenaStats, BudgetOverLimit,
+    MemoryLimit, ReleaseHook, METADATA_BYTES_PER_PAGE,
 };
 pub use buddy::{MAX_ORDER, NR_ORDERS, PCP_MAX_ORDER};
 pub use ext::{FolioExt, EXT_NONE};
