@@ -1,4 +1,4 @@
-//! What a budget costs before it is used, and the budgets a cache refuses.
+//! What a budget costs before it is used, and the budgets and settings a cache refuses.
 //!
 //! Each test reads the process's resident set or its limits, so they stay in their own
 //! binary, away from tests that allocate a lot meanwhile.
@@ -128,4 +128,43 @@ fn a_budget_over_the_address_space_limit_is_refused() {
     assert!(e.to_string().contains("ulimit -v"), "{e}");
     let cache = FolioCache::new(Config::new(64 * MIB).huge_pages(false)).unwrap();
     cache.validate().unwrap();
+}
+
+/// Every bad value gets its own error, whose message gives the valid range; before, a huge
+/// `batch_slots` aborted the process allocating its batches.
+#[test]
+fn each_bad_setting_is_a_typed_error_that_names_the_valid_range() {
+    let mut c = Config::new(64 * MIB);
+    c.lru.batch_slots = 1 << 40;
+    let e = c.validate().unwrap_err();
+    assert!(matches!(e, ConfigError::BatchSlotsTooMany { batch_slots } if batch_slots == 1 << 40));
+    assert!(e.to_string().contains("1..=8192"), "{e}");
+    assert!(matches!(
+        FolioCache::new(c),
+        Err(CacheError::Config(ConfigError::BatchSlotsTooMany { .. }))
+    ));
+
+    let mut c = Config::new(64 * MIB);
+    c.lru.inactive_ratio = Some(u32::MAX);
+    let e = c.validate().unwrap_err();
+    assert!(matches!(e, ConfigError::InactiveRatioTooLarge { .. }));
+    assert!(e.to_string().contains("0..=1024"), "{e}");
+
+    let e = Config::new(16 << 40).validate().unwrap_err();
+    assert!(matches!(e, ConfigError::BudgetTooLarge { .. }));
+    assert!(e.to_string().contains("16 TiB"), "{e}");
+
+    let e = Config::new(100).validate().unwrap_err();
+    assert!(matches!(e, ConfigError::BudgetTooSmall { .. }));
+    let e = Config::new(64 * MIB)
+        .readahead_pages(1 << 20)
+        .validate()
+        .unwrap_err();
+    assert!(matches!(e, ConfigError::WindowTooLarge { .. }));
+
+    // The edges of each range are accepted.
+    let mut c = Config::new(64 * MIB).readahead_pages(foliocache::cache::MAX_RA_PAGES);
+    c.lru.batch_slots = 8192;
+    c.lru.inactive_ratio = Some(1024);
+    c.validate().unwrap();
 }

@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::filetable::TableRef;
 use crate::folio::BudgetOverLimit;
-use crate::lru::LruConfig;
+use crate::lru::{LruConfig, MAX_BATCH_SLOTS, MAX_INACTIVE_RATIO};
 use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
 use crate::refcount::RefStrategy;
 
@@ -168,7 +168,9 @@ impl Config {
     /// Every field with values that cannot work is checked: the budget (at least one page,
     /// below the 16 TiB an arena can address, and with its metadata within this machine's
     /// physical memory and the process's address-space limit: see
-    /// [`check_budget`](crate::folio::check_budget)) and the readahead window.
+    /// [`check_budget`](crate::folio::check_budget)), the readahead window, and the LRU's
+    /// batch slots and inactive ratio. The other fields are enums and switches, valid
+    /// whatever their value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let pages = self.budget_bytes / crate::folio::PAGE_SIZE;
         if pages == 0 {
@@ -185,6 +187,14 @@ impl Config {
             return Err(ConfigError::WindowTooLarge {
                 ra_pages: self.ra_pages,
             });
+        }
+        if self.lru.batch_slots > MAX_BATCH_SLOTS {
+            return Err(ConfigError::BatchSlotsTooMany {
+                batch_slots: self.lru.batch_slots,
+            });
+        }
+        if let Some(ratio) = self.lru.inactive_ratio.filter(|&r| r > MAX_INACTIVE_RATIO) {
+            return Err(ConfigError::InactiveRatioTooLarge { ratio });
         }
         crate::folio::check_budget(self.budget_bytes).map_err(ConfigError::BudgetExceedsMemory)?;
         Ok(())
@@ -213,6 +223,16 @@ pub enum ConfigError {
     /// The budget and its metadata do not fit in this machine's physical memory or in the
     /// process's address-space limit.
     BudgetExceedsMemory(BudgetOverLimit),
+    /// [`LruConfig::batch_slots`] exceeds [`MAX_BATCH_SLOTS`].
+    BatchSlotsTooMany {
+        /// The number given.
+        batch_slots: usize,
+    },
+    /// [`LruConfig::inactive_ratio`] exceeds [`MAX_INACTIVE_RATIO`].
+    InactiveRatioTooLarge {
+        /// The ratio given.
+        ratio: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -235,6 +255,16 @@ impl fmt::Display for ConfigError {
                  16 TiB (2^32 - 1 pages of 4 KiB)"
             ),
             ConfigError::BudgetExceedsMemory(ref e) => e.fmt(f),
+            ConfigError::BatchSlotsTooMany { batch_slots } => write!(
+                f,
+                "lru.batch_slots of {batch_slots} is too large: use 0 (one set per CPU, the \
+                 default) or 1..={MAX_BATCH_SLOTS}"
+            ),
+            ConfigError::InactiveRatioTooLarge { ratio } => write!(
+                f,
+                "lru.inactive_ratio of {ratio} is too large: use None (the kernel's formula, \
+                 the default) or Some(0..={MAX_INACTIVE_RATIO})"
+            ),
         }
     }
 }
