@@ -13,6 +13,11 @@
 //! O([`MAX_ORDER`]). A budget that is not a multiple of the largest block is covered by
 //! smaller aligned blocks at its end.
 //!
+//! The lists start empty: frames are listed one largest block at a time, in pfn order, when
+//! a request finds no listed block large enough (`deferred_grow_zone`; the arena's module
+//! docs explain why), so the arrays above are written only as far as the budget has been
+//! used. Unlisted frames are free: they count in the free pages and never need merging.
+//!
 //! Fragmentation: like the kernel's, the buddy system keeps free memory in the largest blocks
 //! it can, but a single order-0 folio still allocated inside a 2 MiB block prevents that block
 //! from serving an order-9 request. Large allocations can therefore fail while many small
