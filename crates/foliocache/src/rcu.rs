@@ -59,7 +59,11 @@
 //! A thread finds its slot of a domain through a thread-local one-entry cache (domain id,
 //! slot pointer); the first `read_lock` of a thread in a domain takes the registry lock once
 //! and registers. Thread exit unregisters: a thread-local destructor marks its slots dead and
-//! quiescent, and the next `synchronize` drops them from the registry. Domain ids are never
+//! quiescent; the next thread to register in the domain takes over a dead slot if there is
+//! one, and the next `synchronize` drops those still dead from the registry, so the registry
+//! holds at most as many slots as threads were ever alive at once, plus the dead not yet
+//! reused or pruned (a process that starts short-lived reader threads by the thousand and
+//! rarely synchronises keeps a handful of slots, not one per thread). Domain ids are never
 //! reused, so a stale cache entry can never match a new domain. Under loom a domain has a
 //! fixed array of slots indexed by the model's thread number.
 //!
@@ -389,8 +393,7 @@ mod slots {
                 if let Some((_, s)) = m.0.iter().find(|(id, _)| *id == inner.id) {
                     return &***s as *const Slot;
                 }
-                let s = Arc::new(CachePadded::new(Slot::new()));
-                inner.registry.lock().push(s.clone());
+                let s = claim(inner);
                 let p = &**s as *const Slot;
                 m.0.push((inner.id, s));
                 p
@@ -398,6 +401,31 @@ mod slots {
             .expect("rcu: read_lock called while the thread is exiting (its slots are gone)");
         LAST.with(|c| c.set((inner.id, slot)));
         slot
+    }
+
+    /// A slot for a thread registering in `inner`: the slot of an exited thread if the
+    /// registry holds one (it is quiescent and nobody else will write it), else a new one.
+    ///
+    /// Recycling keeps the registry as long as the most threads that were ever alive in the
+    /// domain at once, plus the dead not yet reused: without it, every short-lived reader
+    /// thread left its slot behind until the next grace period pruned it, and a domain whose
+    /// writers rarely synchronise grew by one slot per thread it ever saw. A writer scanning
+    /// a slot that changes hands meanwhile sees a quiescent word or the new owner's section,
+    /// which copied a `gp` at least as new as the writer's target, exactly as for a live
+    /// thread's slot.
+    fn claim(inner: &Inner) -> Arc<CachePadded<Slot>> {
+        let mut reg = inner.registry.lock();
+        // ORDERING: Acquire pairs with the Release of `dead` in `Mine::drop`: the exited
+        // thread's last store to `ctr` (quiescent) happens before the new owner's first.
+        if let Some(s) = reg.iter().find(|s| s.dead.load(Ordering::Acquire)) {
+            // Relaxed: the flag is read and written only under the registry lock from here
+            // on (the exited owner wrote it last, ordered by the Acquire above).
+            s.dead.store(false, Ordering::Relaxed);
+            return s.clone();
+        }
+        let s = Arc::new(CachePadded::new(Slot::new()));
+        reg.push(s.clone());
+        s
     }
 }
 
@@ -916,6 +944,41 @@ mod tests {
         rcu.synchronize();
         // Only the calling thread (registered by `synchronize`) is left.
         assert_eq!(rcu.inner.registry.lock().len(), 1, "dead slots pruned");
+    }
+
+    #[test]
+    fn exited_threads_slots_are_reused_by_new_threads() {
+        // Regression: each short-lived reader thread left a ~435-byte slot in the registry
+        // until a grace period pruned it; a domain that never synchronised grew without bound.
+        let rcu = Arc::new(Rcu::new());
+        for _ in 0..10_000 {
+            let r = rcu.clone();
+            std::thread::spawn(move || drop(r.read_lock()))
+                .join()
+                .unwrap();
+        }
+        let n = rcu.inner.registry.lock().len();
+        assert!(n <= 2, "{n} slots left by 10,000 sequential threads");
+        // Two threads alive at once never share a slot.
+        let a = Arc::new(std::sync::Barrier::new(2));
+        let ptrs: Vec<usize> = (0..2)
+            .map(|_| {
+                let (r, a) = (rcu.clone(), a.clone());
+                std::thread::spawn(move || {
+                    let g = r.read_lock();
+                    let p = r.inner.my_slot() as *const Slot as usize;
+                    a.wait();
+                    drop(g);
+                    a.wait();
+                    p
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        assert_ne!(ptrs[0], ptrs[1]);
+        rcu.synchronize();
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use std::fmt;
 
 use crate::filetable::TableRef;
-use crate::lru::LruConfig;
+use crate::folio::BudgetOverLimit;
+use crate::lru::{LruConfig, MAX_BATCH_SLOTS, MAX_INACTIVE_RATIO};
 use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
 use crate::refcount::RefStrategy;
 use crate::writeback::WbErrorPolicy;
@@ -205,10 +206,22 @@ impl Config {
     }
 
     /// Checks the configuration; [`FolioCache::new`](super::FolioCache::new) calls it first.
+    ///
+    /// Every field with values that cannot work is checked: the budget (at least one page,
+    /// below the 16 TiB an arena can address, and with its metadata within this machine's
+    /// physical memory and the process's address-space limit: see
+    /// [`check_budget`](crate::folio::check_budget)), the readahead window, and the LRU's
+    /// batch slots and inactive ratio. The other fields are enums and switches, valid
+    /// whatever their value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let pages = self.budget_bytes / crate::folio::PAGE_SIZE;
         if pages == 0 {
             return Err(ConfigError::BudgetTooSmall {
+                budget_bytes: self.budget_bytes,
+            });
+        }
+        if pages >= u32::MAX as usize {
+            return Err(ConfigError::BudgetTooLarge {
                 budget_bytes: self.budget_bytes,
             });
         }
@@ -227,6 +240,15 @@ impl Config {
                 background: self.dirty_background_ratio,
             });
         }
+        if self.lru.batch_slots > MAX_BATCH_SLOTS {
+            return Err(ConfigError::BatchSlotsTooMany {
+                batch_slots: self.lru.batch_slots,
+            });
+        }
+        if let Some(ratio) = self.lru.inactive_ratio.filter(|&r| r > MAX_INACTIVE_RATIO) {
+            return Err(ConfigError::InactiveRatioTooLarge { ratio });
+        }
+        crate::folio::check_budget(self.budget_bytes).map_err(ConfigError::BudgetExceedsMemory)?;
         Ok(())
     }
 }
@@ -252,6 +274,24 @@ pub enum ConfigError {
         /// [`Config::dirty_background_ratio`].
         background: u32,
     },
+    /// The budget holds more pages than a 32-bit frame number can name (16 TiB).
+    BudgetTooLarge {
+        /// The budget given.
+        budget_bytes: usize,
+    },
+    /// The budget and its metadata do not fit in this machine's physical memory or in the
+    /// process's address-space limit.
+    BudgetExceedsMemory(BudgetOverLimit),
+    /// [`LruConfig::batch_slots`] exceeds [`MAX_BATCH_SLOTS`].
+    BatchSlotsTooMany {
+        /// The number given.
+        batch_slots: usize,
+    },
+    /// [`LruConfig::inactive_ratio`] exceeds [`MAX_INACTIVE_RATIO`].
+    InactiveRatioTooLarge {
+        /// The ratio given.
+        ratio: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -272,6 +312,22 @@ impl fmt::Display for ConfigError {
                 f,
                 "readahead window of {ra_pages} pages is too large: use at most {MAX_RA_PAGES} pages \
                  (8 MiB), or 0 to disable readahead"
+            ),
+            ConfigError::BudgetTooLarge { budget_bytes } => write!(
+                f,
+                "memory budget of {budget_bytes} bytes is too large: a cache addresses at most \
+                 16 TiB (2^32 - 1 pages of 4 KiB)"
+            ),
+            ConfigError::BudgetExceedsMemory(ref e) => e.fmt(f),
+            ConfigError::BatchSlotsTooMany { batch_slots } => write!(
+                f,
+                "lru.batch_slots of {batch_slots} is too large: use 0 (one set per CPU, the \
+                 default) or 1..={MAX_BATCH_SLOTS}"
+            ),
+            ConfigError::InactiveRatioTooLarge { ratio } => write!(
+                f,
+                "lru.inactive_ratio of {ratio} is too large: use None (the kernel's formula, \
+                 the default) or Some(0..={MAX_INACTIVE_RATIO})"
             ),
         }
     }

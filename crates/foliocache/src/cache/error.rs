@@ -191,7 +191,7 @@ impl From<crate::folio::ArenaError> for CacheError {
 /// | `Unsupported` (a directory, a FIFO...) | `Unsupported` |
 /// | `NotWritable` | `PermissionDenied` |
 /// | `Spawn`, `Arena` (the mapping failed) | the operating system error's own kind |
-/// | `OutOfMemory` | `OutOfMemory` |
+/// | `OutOfMemory`, `Arena` (the budget exceeds the machine's memory) | `OutOfMemory` |
 /// | `UnexpectedEof` | `UnexpectedEof` |
 /// | `InvalidArgument`, `Config`, `Arena` (budget out of range) | `InvalidInput` |
 impl From<CacheError> for io::Error {
@@ -202,7 +202,9 @@ impl From<CacheError> for io::Error {
             | CacheError::Writeback { source, .. }
             | CacheError::Spawn(source)
             | CacheError::Arena(ArenaError::Map(source)) => source.kind(),
-            CacheError::OutOfMemory { .. } => io::ErrorKind::OutOfMemory,
+            CacheError::OutOfMemory { .. } | CacheError::Arena(ArenaError::ExceedsMemory(_)) => {
+                io::ErrorKind::OutOfMemory
+            }
             CacheError::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
             CacheError::Unsupported { .. } => io::ErrorKind::Unsupported,
             CacheError::NotWritable { .. } => io::ErrorKind::PermissionDenied,

@@ -1,15 +1,58 @@
 //! The arena: memmap, page_ext, data frames, allocator, free path and statistics of one cache.
+//!
+//! # Deferred initialisation
+//!
+//! A budget is mapped whole when the arena is made (data frames, headers, extension
+//! records), but mapping costs address space only: what costs memory and time is writing,
+//! and a page of budget carries [`METADATA_BYTES_PER_PAGE`] bytes of metadata to write
+//! (header, extension record, buddy links; the LRU adds its own links the same way). Building
+//! all of it up front made a large budget expensive before a single byte was cached: a 32 GiB
+//! budget wrote over a gigabyte in more than a second, and a budget larger than the machine
+//! ran out of memory in the constructor.
+//!
+//! The kernel meets the same cost at boot, where initialising every `struct page` of a large
+//! machine would take minutes; with `CONFIG_DEFERRED_STRUCT_PAGE_INIT` it initialises only a
+//! first part of each node before boot goes on, leaves the rest to `deferred_init_memmap`, and,
+//! when an allocation runs out of initialised memory first, grows the zone on the spot
+//! (`deferred_grow_zone`). We do only the on-demand half, in two independent steps:
+//!
+//! - the buddy allocator lists no frame at first; when no listed block is large enough for a
+//!   request, it lists the next largest block's worth of frames (`1 << MAX_ORDER`, aligned,
+//!   so every buddy of a listed block is listed too) and tries again. Listed memory is used
+//!   up before new memory is listed, and the free lists' arrays are written as they grow;
+//! - headers and extension records live in slices that build their elements the first time
+//!   an element past the built prefix is reached (by the allocation that hands its frame out,
+//!   or by a lookup of that frame number), a chunk of [`MAX_ORDER`]-block size at a time,
+//!   under a lock, published by a release store of the built length that every access checks
+//!   with an acquire load. A built element is never unbuilt, so headers stay type-stable:
+//!   a header reached through a stale pointer was built before the pointer existed.
+//!
+//! Nothing else changes: [`ArenaStats::total_pages`] is the whole budget and frames never
+//! listed count as free; [`Arena::validate`] checks the frames listed so far and the built
+//! headers of the rest. Memory is faulted in and written as the cache fills, at the
+//! granularity of the mappings' pages (2 MiB with transparent huge pages).
+//!
+//! # Budgets the machine cannot hold
+//!
+//! Deferring the writes does not make memory appear: a full cache still holds its budget
+//! plus its metadata. [`check_budget`] refuses (and [`Arena::new`] and `Config::validate`
+//! with it) a budget whose full size exceeds the machine's physical memory, where the cache
+//! would be killed by the out-of-memory killer as it filled, or what the process's
+//! address-space limit leaves, where its mappings or allocations would fail. Swap and memory
+//! cgroups are not consulted.
 
 use std::fmt;
 use std::ptr::NonNull;
 
-use super::buddy::{FrameAllocator, MAX_ORDER, NR_ORDERS};
+use super::buddy::{self, FrameAllocator, MAX_ORDER, NR_ORDERS};
 use super::flags::*;
 use super::handle::{FolioRef, FrozenFolio};
 use super::wait::WaitTable;
 use super::{Folio, FolioExt, PAGE_SHIFT, PAGE_SIZE, STATE_FREE, STATE_HEAD, STATE_TAIL};
 use crate::refcount::RefStrategy;
-use crate::sync::{current_cpu, num_cpus, AtomicU64, CachePadded, Mutex, OnceLock, Ordering};
+use crate::sync::{
+    current_cpu, num_cpus, AtomicU64, AtomicUsize, CachePadded, Mutex, OnceLock, Ordering,
+};
 
 /// How to build an [`Arena`] (the memory budget of a cache and its refcount strategy).
 #[derive(Clone, Debug)]
@@ -58,7 +101,10 @@ pub enum ArenaError {
         /// The budget asked for.
         budget_bytes: usize,
     },
-    /// The operating system refused the data mapping.
+    /// The budget and its metadata would not fit in this machine's memory or in the
+    /// process's address-space limit ([`check_budget`]).
+    ExceedsMemory(BudgetOverLimit),
+    /// The operating system refused one of the arena's mappings.
     Map(std::io::Error),
 }
 
@@ -73,9 +119,10 @@ impl fmt::Display for ArenaError {
                 f,
                 "memory budget of {budget_bytes} bytes exceeds the 16 TiB an arena can address: use a smaller budget"
             ),
+            ArenaError::ExceedsMemory(e) => e.fmt(f),
             ArenaError::Map(e) => write!(
                 f,
-                "cannot map the arena's data frames ({e}): lower the memory budget or raise the address-space limit"
+                "cannot map the arena's memory ({e}): lower the memory budget or raise the address-space limit"
             ),
         }
     }
@@ -88,6 +135,126 @@ impl std::error::Error for ArenaError {
             _ => None,
         }
     }
+}
+
+/// Bytes of metadata the arena keeps per page of budget once the page has been used: its
+/// header ([`Folio`]), its extension record ([`FolioExt`]) and the buddy allocator's links.
+/// None of it is written before the page is first allocated (see the module docs).
+pub const METADATA_BYTES_PER_PAGE: usize =
+    std::mem::size_of::<Folio>() + std::mem::size_of::<FolioExt>() + buddy::BYTES_PER_PAGE;
+
+/// What bounds the memory a budget may take ([`check_budget`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryLimit {
+    /// The machine's physical memory (`sysconf(_SC_PHYS_PAGES)`).
+    PhysicalMemory,
+    /// The process's address-space limit (`RLIMIT_AS`, `ulimit -v`) less what the process
+    /// has mapped already.
+    AddressSpace,
+}
+
+/// A budget that cannot exist on this machine: what it needs, and the limit it exceeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetOverLimit {
+    /// The budget asked for.
+    pub budget_bytes: usize,
+    /// The budget plus its metadata once every page has been used.
+    pub needed_bytes: u64,
+    /// The bytes the limit leaves.
+    pub limit_bytes: u64,
+    /// Which limit.
+    pub limit: MemoryLimit,
+}
+
+impl BudgetOverLimit {
+    /// The largest budget the limit allows (its metadata included), in whole pages.
+    pub fn largest_budget_bytes(&self) -> u64 {
+        let per_page = (PAGE_SIZE + METADATA_BYTES_PER_PAGE) as u64;
+        self.limit_bytes / per_page * PAGE_SIZE as u64
+    }
+}
+
+impl fmt::Display for BudgetOverLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (what, fix) = match self.limit {
+            MemoryLimit::PhysicalMemory => ("the machine's physical memory", ""),
+            MemoryLimit::AddressSpace => (
+                "the process's address-space limit (RLIMIT_AS) leaves",
+                ", or raise the address-space limit (ulimit -v)",
+            ),
+        };
+        write!(
+            f,
+            "memory budget of {} bytes needs {} bytes with its metadata ({METADATA_BYTES_PER_PAGE} bytes \
+             per 4 KiB page), more than the {} bytes {what}: give at most {} bytes{fix}",
+            self.budget_bytes,
+            self.needed_bytes,
+            self.limit_bytes,
+            self.largest_budget_bytes()
+        )
+    }
+}
+
+/// Whether a budget of `budget_bytes` can exist on this machine: the budget plus its
+/// metadata ([`METADATA_BYTES_PER_PAGE`] per page) must fit in physical memory, or a full
+/// cache would be killed by the out-of-memory killer instead of being refused, and in what
+/// the address-space limit leaves the process, or the mappings would fail. [`Arena::new`]
+/// and `Config::validate` check it; swap is not counted (a page cache that swaps is slower
+/// than the disk it caches), and neither are memory cgroups.
+pub fn check_budget(budget_bytes: usize) -> Result<(), BudgetOverLimit> {
+    let pages = (budget_bytes >> PAGE_SHIFT) as u64;
+    let needed_bytes = (pages << PAGE_SHIFT) + pages * METADATA_BYTES_PER_PAGE as u64;
+    let over = |limit_bytes: u64, limit| {
+        if needed_bytes > limit_bytes {
+            Err(BudgetOverLimit {
+                budget_bytes,
+                needed_bytes,
+                limit_bytes,
+                limit,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    if let Some(phys) = physical_memory() {
+        over(phys, MemoryLimit::PhysicalMemory)?;
+    }
+    if let Some(left) = address_space_left() {
+        over(left, MemoryLimit::AddressSpace)?;
+    }
+    Ok(())
+}
+
+/// `totalram_pages` of the machine, in bytes (`None` if the system does not say).
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages > 0 && size > 0).then(|| pages as u64 * size as u64)
+}
+
+/// What `RLIMIT_AS` leaves this process to map, in bytes (`None` when unlimited).
+fn address_space_left() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit to write to.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    // The first field of statm is the process's mapped size in pages.
+    let mapped_pages: u64 = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    Some(lim.rlim_cur.saturating_sub(mapped_pages * PAGE_SIZE as u64))
 }
 
 /// Why [`Arena::alloc`] failed.
@@ -246,17 +413,27 @@ impl Drop for Region {
     }
 }
 
-/// A boxed slice living in its own [`Region`] (the memmap and page_ext arrays): built in
-/// place, element by element, after the huge-page advice, so that its first touch already
-/// faults huge pages in.
+/// Elements a [`RegionSlice`] initialises at a time: the headers (or extension records) of
+/// one largest buddy block, 2 MiB of data.
+const INIT_CHUNK: usize = 1 << MAX_ORDER;
+
+/// A slice living in its own [`Region`] (the memmap and page_ext arrays), initialised lazily:
+/// elements `0..ready` are built, the rest is untouched mapping, and the first access to an
+/// element past `ready` builds every element up to the end of its [`INIT_CHUNK`] (under a
+/// lock; `deferred_init_memmap` on demand). Memory is therefore faulted in, and written, as
+/// the arena uses it, and a budget far larger than what a process ever caches costs nothing
+/// up front. Elements never move and, once built, stay until the slice is dropped.
 struct RegionSlice<T> {
     region: Region,
     len: usize,
-    _owns: std::marker::PhantomData<T>,
+    init: fn(usize) -> T,
+    /// Elements `0..ready` are initialised; only grows, under `grow`.
+    ready: AtomicUsize,
+    grow: Mutex<()>,
 }
 
 impl<T> RegionSlice<T> {
-    fn new(len: usize, huge: bool, mut init: impl FnMut(usize) -> T) -> Result<Self, ArenaError> {
+    fn new(len: usize, huge: bool, init: fn(usize) -> T) -> Result<Self, ArenaError> {
         const { assert!(std::mem::align_of::<T>() <= PAGE_SIZE) };
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
@@ -264,35 +441,93 @@ impl<T> RegionSlice<T> {
                 std::io::ErrorKind::OutOfMemory,
             )))?;
         let region = Region::map(bytes, huge)?;
-        let base = region.base.as_ptr() as *mut T;
-        for i in 0..len {
-            // SAFETY: `i < len` elements fit in the region, whose base is page-aligned (so
-            // aligned for `T`); each slot is written once, before any read.
-            unsafe { base.add(i).write(init(i)) };
-        }
-        Ok(Self {
+        let s = Self {
             region,
             len,
-            _owns: std::marker::PhantomData,
-        })
+            init,
+            ready: AtomicUsize::new(0),
+            grow: Mutex::new(()),
+        };
+        // Loom's atomics are not plain memory: build everything at once there, so that the
+        // models see no lazy-initialisation steps (the slice is small under loom anyway).
+        #[cfg(loom)]
+        s.grow_to(len);
+        Ok(s)
+    }
+
+    /// Element `i`, built first if it was not yet.
+    ///
+    /// # Panics
+    /// If `i >= len`.
+    #[inline]
+    fn get(&self, i: usize) -> &T {
+        assert!(
+            i < self.len,
+            "index {i} out of range for {} elements",
+            self.len
+        );
+        #[cfg(not(loom))]
+        // ORDERING: Acquire pairs with the Release store in `grow_to`: an element below the
+        // published `ready` is fully written before we read it.
+        if i >= self.ready.load(Ordering::Acquire) {
+            self.grow_to(i + 1);
+        }
+        // SAFETY: `i < ready` (checked above, or `grow_to` made it so), so the element is
+        // initialised; it lives in the region, which lives as long as `self`.
+        unsafe { &*(self.region.base.as_ptr() as *const T).add(i) }
+    }
+
+    /// Elements built so far (the rest of the region was never written).
+    fn ready(&self) -> usize {
+        // ORDERING: Acquire, as in `get`: every element below the value is built.
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Builds every element below `end` rounded up to a whole [`INIT_CHUNK`].
+    #[cold]
+    fn grow_to(&self, end: usize) {
+        let _g = self.grow.lock();
+        let ready = self.ready.load(Ordering::Relaxed);
+        if end <= ready {
+            return;
+        }
+        let end = end.next_multiple_of(INIT_CHUNK).min(self.len);
+        let base = self.region.base.as_ptr() as *mut T;
+        for i in ready..end {
+            // SAFETY: `i < len` elements fit in the region, whose base is page-aligned (so
+            // aligned for `T`); slots past `ready` were never written nor handed out, and the
+            // lock makes us their only writer.
+            unsafe { base.add(i).write((self.init)(i)) };
+        }
+        // ORDERING: Release pairs with the Acquire loads in `get` and `ready`: the elements
+        // written above are visible to whoever sees the new `ready`.
+        self.ready.store(end, Ordering::Release);
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_ptr(&self) -> *const T {
+        self.region.base.as_ptr() as *const T
     }
 }
 
-impl<T> std::ops::Deref for RegionSlice<T> {
-    type Target = [T];
+impl<T> std::ops::Index<usize> for RegionSlice<T> {
+    type Output = T;
 
-    fn deref(&self) -> &[T] {
-        // SAFETY: `new` initialised all `len` elements; the region lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.region.base.as_ptr() as *const T, self.len) }
+    #[inline]
+    fn index(&self, i: usize) -> &T {
+        self.get(i)
     }
 }
 
 impl<T> Drop for RegionSlice<T> {
     fn drop(&mut self) {
-        let slice =
-            std::ptr::slice_from_raw_parts_mut(self.region.base.as_ptr() as *mut T, self.len);
-        // SAFETY: every element was initialised by `new` and is dropped once, here, before
-        // the region is unmapped.
+        let ready = self.ready.load(Ordering::Relaxed);
+        let slice = std::ptr::slice_from_raw_parts_mut(self.region.base.as_ptr() as *mut T, ready);
+        // SAFETY: the elements `0..ready` were initialised by `grow_to` and are dropped once,
+        // here, before the region is unmapped; the others were never built.
         unsafe { std::ptr::drop_in_place(slice) };
     }
 }
@@ -358,11 +593,14 @@ impl Arena {
                 budget_bytes: config.budget_bytes,
             });
         }
+        check_budget(config.budget_bytes).map_err(ArenaError::ExceedsMemory)?;
         let nr_pages = pages as u32;
         let huge = config.huge_pages;
         let frames = Region::map(pages << PAGE_SHIFT, huge)?;
         let headers = RegionSlice::new(pages, huge, |pfn| Folio::new(pfn as u32))?;
         let ext = RegionSlice::new(pages, huge, |_| FolioExt::new())?;
+        let alloc = FrameAllocator::new(nr_pages, config.per_cpu_lists)
+            .map_err(|_| ArenaError::Map(std::io::Error::from(std::io::ErrorKind::OutOfMemory)))?;
         let cpu_stats = (0..num_cpus())
             .map(|_| CachePadded::new(CpuStats::new()))
             .collect();
@@ -372,7 +610,7 @@ impl Arena {
             headers,
             ext,
             frames,
-            alloc: FrameAllocator::new(nr_pages, config.per_cpu_lists),
+            alloc,
             waits: WaitTable::new(),
             cpu_stats,
             alloc_failures: AtomicU64::new(0),
@@ -758,24 +996,42 @@ impl Arena {
     pub fn validate(&self) -> Result<ArenaStats, String> {
         let stats = self.stats();
         let blocks = self.alloc.free_blocks()?;
-        let n = self.nr_pages as usize;
+        // Frames past `grown` were never listed, so never allocated: free. Only those below
+        // `n` can hold anything else.
+        let n = self.alloc.grown() as usize;
+        // Headers built so far (an allocation, or a lookup by pfn, builds them): the free
+        // frames among them must look free; the others were never written.
+        let built = self.headers.ready();
+        let check_free = |p: usize| -> Result<(), String> {
+            if p >= built {
+                return Ok(());
+            }
+            let h = &self.headers[p];
+            if h.state() != STATE_FREE {
+                return Err(format!("free frame {p} has state {}", h.state()));
+            }
+            if h.flags() != 0 || h.mapping.load(Ordering::Relaxed) != 0 {
+                return Err(format!("free frame {p} not sanitised: {h:?}"));
+            }
+            if !h.is_frozen(self.strategy) {
+                return Err(format!("free frame {p} has a live refcount: {h:?}"));
+            }
+            Ok(())
+        };
         let mut free = vec![false; n];
-        let mut free_pages = 0u64;
+        let mut free_pages = (self.nr_pages as usize - n) as u64;
+        for p in n..built {
+            check_free(p)?;
+        }
         for &(pfn, order) in &blocks {
             for p in pfn..pfn + (1 << order) {
+                if p as usize >= n {
+                    return Err(format!("free frame {p} is listed past the grown {n}"));
+                }
                 if std::mem::replace(&mut free[p as usize], true) {
                     return Err(format!("frame {p} is on two free lists"));
                 }
-                let h = &self.headers[p as usize];
-                if h.state() != STATE_FREE {
-                    return Err(format!("free frame {p} has state {}", h.state()));
-                }
-                if h.flags() != 0 || h.mapping.load(Ordering::Relaxed) != 0 {
-                    return Err(format!("free frame {p} not sanitised: {h:?}"));
-                }
-                if !h.is_frozen(self.strategy) {
-                    return Err(format!("free frame {p} has a live refcount: {h:?}"));
-                }
+                check_free(p as usize)?;
             }
             free_pages += 1 << order;
         }
@@ -859,21 +1115,56 @@ mod region_tests {
     }
 
     #[test]
-    fn region_slices_initialise_and_drop_every_element() {
-        use std::cell::Cell;
-        use std::rc::Rc;
-        struct D(usize, Rc<Cell<usize>>);
+    fn region_slices_build_elements_on_first_access_and_drop_those_built() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        struct D(usize);
         impl Drop for D {
             fn drop(&mut self) {
-                self.1.set(self.1.get() + 1);
+                DROPS.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let drops = Rc::new(Cell::new(0));
-        let s = RegionSlice::new(1000, true, |i| D(i, drops.clone())).unwrap();
-        assert_eq!(s.len(), 1000);
-        assert!(s.iter().enumerate().all(|(i, d)| d.0 == i));
+        let len = 3 * INIT_CHUNK + 100;
+        let s = RegionSlice::new(len, true, D).unwrap();
+        assert_eq!(s.ready(), 0, "nothing is built up front");
+        assert_eq!(s[5].0, 5);
+        assert_eq!(s.ready(), INIT_CHUNK, "one chunk built");
+        assert_eq!(s[len - 1].0, len - 1);
+        assert_eq!(s.ready(), len, "the last chunk is partial");
+        assert!((0..len).all(|i| s[i].0 == i));
         drop(s);
-        assert_eq!(drops.get(), 1000);
+        assert_eq!(DROPS.load(Ordering::Relaxed), len);
+        let t = RegionSlice::new(len, false, D).unwrap();
+        assert_eq!(t[INIT_CHUNK].0, INIT_CHUNK);
+        drop(t);
+        assert_eq!(DROPS.load(Ordering::Relaxed), len + 2 * INIT_CHUNK);
+    }
+
+    #[test]
+    fn a_new_arena_builds_metadata_only_for_the_frames_it_uses() {
+        // Regression: `Arena::new` built every header and extension record and listed every
+        // frame in the buddy up front, about 141 bytes written per page of budget.
+        let a = Arena::new(ArenaConfig::new(1 << 30, RefStrategy::LockedBit)).unwrap();
+        let n = a.nr_pages() as usize;
+        assert_eq!(
+            (a.headers.ready(), a.ext.ready(), a.alloc.grown()),
+            (0, 0, 0)
+        );
+        let folios: Vec<_> = (0..3).map(|_| a.alloc(MAX_ORDER).unwrap()).collect();
+        let small = a.alloc(0).unwrap();
+        assert!(a.alloc.grown() as usize <= 4 * INIT_CHUNK);
+        assert!(a.headers.ready() <= 4 * INIT_CHUNK && a.ext.ready() <= 4 * INIT_CHUNK);
+        let st = a.validate().unwrap();
+        assert_eq!(st.total_pages, n as u64, "the budget is all there");
+        assert_eq!(st.free_pages, (n - 3 * INIT_CHUNK - 1) as u64);
+        // A lookup by frame number past what was built builds it, as a free frame.
+        let last = a.folio(n as u32 - 1);
+        assert_eq!(last.pfn(), n as u32 - 1);
+        assert!(last.is_frozen(a.strategy()) && a.try_get(last).is_none());
+        assert_eq!(a.headers.ready(), n);
+        drop((folios, small));
+        a.drain_per_cpu_lists();
+        assert_eq!(a.validate().unwrap().free_pages, n as u64);
     }
 
     #[test]

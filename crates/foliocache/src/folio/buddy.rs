@@ -13,6 +13,11 @@
 //! O([`MAX_ORDER`]). A budget that is not a multiple of the largest block is covered by
 //! smaller aligned blocks at its end.
 //!
+//! The lists start empty: frames are listed one largest block at a time, in pfn order, when
+//! a request finds no listed block large enough (`deferred_grow_zone`; the arena's module
+//! docs explain why), so the arrays above are written only as far as the budget has been
+//! used. Unlisted frames are free: they count in the free pages and never need merging.
+//!
 //! Fragmentation: like the kernel's, the buddy system keeps free memory in the largest blocks
 //! it can, but a single order-0 folio still allocated inside a 2 MiB block prevents that block
 //! from serving an order-9 request. Large allocations can therefore fail while many small
@@ -65,9 +70,15 @@ const NONE: u32 = u32::MAX;
 /// `free_order` value of a frame that does not head a free buddy block.
 const NOT_FREE: u8 = u8::MAX;
 
+/// Bytes of buddy metadata per frame once its chunk is listed: the two links and the order.
+pub(crate) const BYTES_PER_PAGE: usize = 2 * std::mem::size_of::<u32>() + 1;
+
 /// The buddy lists, under the zone lock.
 pub(crate) struct Buddy {
     nr_pages: u32,
+    /// Frames `0..grown` have been put on the free lists; the rest are free but not listed
+    /// yet (`deferred_grow_zone`), and their entries in the arrays below do not exist yet.
+    grown: u32,
     head: [u32; NR_ORDERS],
     next: Vec<u32>,
     prev: Vec<u32>,
@@ -77,27 +88,64 @@ pub(crate) struct Buddy {
 }
 
 impl Buddy {
-    /// All frames free, in the largest aligned blocks that fit.
-    pub(crate) fn new(nr_pages: u32) -> Self {
+    /// All frames free, none listed yet: the lists grow one largest block at a time as
+    /// allocations need them ([`Buddy::grow`]). The arrays' room is reserved (address space
+    /// only) but written only as they grow; a failed reservation is the error.
+    pub(crate) fn new(nr_pages: u32) -> Result<Self, std::collections::TryReserveError> {
         let n = nr_pages as usize;
-        let mut b = Self {
+        let (mut next, mut prev, mut free_order) = (Vec::new(), Vec::new(), Vec::new());
+        next.try_reserve_exact(n)?;
+        prev.try_reserve_exact(n)?;
+        free_order.try_reserve_exact(n)?;
+        Ok(Self {
             nr_pages,
+            grown: 0,
             head: [NONE; NR_ORDERS],
-            next: vec![NONE; n],
-            prev: vec![NONE; n],
-            free_order: vec![NOT_FREE; n],
+            next,
+            prev,
+            free_order,
             nr_free: [0; NR_ORDERS],
-        };
-        let mut pfn = 0u32;
-        while pfn < nr_pages {
+        })
+    }
+
+    /// `deferred_grow_zone`: lists the next largest block's worth of unlisted frames
+    /// (`1 << MAX_ORDER`, fewer at the end of an odd budget, in the largest aligned blocks
+    /// that fit). False if every frame is listed already.
+    ///
+    /// Growing by whole aligned largest blocks keeps every buddy of a listed block listed
+    /// too, so merging never looks past `grown`.
+    #[cold]
+    fn grow(&mut self) -> bool {
+        let start = self.grown;
+        if start == self.nr_pages {
+            return false;
+        }
+        let end = (start as u64 + (1u64 << MAX_ORDER)).min(self.nr_pages as u64) as u32;
+        self.next.resize(end as usize, NONE);
+        self.prev.resize(end as usize, NONE);
+        self.free_order.resize(end as usize, NOT_FREE);
+        let mut pfn = start;
+        while pfn < end {
             let mut order = MAX_ORDER;
-            while pfn % (1 << order) != 0 || pfn as u64 + (1u64 << order) > nr_pages as u64 {
+            while pfn % (1 << order) != 0 || pfn as u64 + (1u64 << order) > end as u64 {
                 order -= 1;
             }
-            b.push(pfn, order);
+            self.push(pfn, order);
             pfn += 1 << order;
         }
-        b
+        self.grown = end;
+        true
+    }
+
+    /// Frames listed so far (`0..grown`); the rest of the budget is free and unlisted.
+    pub(crate) fn grown(&self) -> u32 {
+        self.grown
+    }
+
+    /// Lists every frame (tests that look at the initial block layout).
+    #[cfg(test)]
+    pub(crate) fn grow_all(&mut self) {
+        while self.grow() {}
     }
 
     fn push(&mut self, pfn: u32, order: u32) {
@@ -128,14 +176,22 @@ impl Buddy {
         self.nr_free[o] -= 1;
     }
 
-    /// `__rmqueue_smallest`: a free block of exactly `order`, split from a larger one if needed.
+    /// `__rmqueue_smallest`: a free block of exactly `order`, split from a larger one if
+    /// needed; the lists grow ([`Buddy::grow`]) only when no listed block is large enough, so
+    /// listed memory is used up before new memory is touched.
     pub(crate) fn alloc(&mut self, order: u32) -> Option<u32> {
-        let mut o = order;
-        while o <= MAX_ORDER && self.head[o as usize] == NONE {
-            o += 1;
-        }
-        if o > MAX_ORDER {
-            return None;
+        let mut o;
+        loop {
+            o = order;
+            while o <= MAX_ORDER && self.head[o as usize] == NONE {
+                o += 1;
+            }
+            if o <= MAX_ORDER {
+                break;
+            }
+            if !self.grow() {
+                return None;
+            }
         }
         let pfn = self.head[o as usize];
         self.unlink(pfn, o);
@@ -245,7 +301,13 @@ pub(crate) struct FrameAllocator {
 }
 
 impl FrameAllocator {
-    pub(crate) fn new(nr_pages: u32, use_pcp: bool) -> Self {
+    /// The allocator of `nr_pages` free frames; fails only if the buddy's arrays cannot be
+    /// reserved.
+    pub(crate) fn new(
+        nr_pages: u32,
+        use_pcp: bool,
+    ) -> Result<Self, std::collections::TryReserveError> {
+        let buddy = Buddy::new(nr_pages)?;
         let cpus = num_cpus();
         // At most 1/8 of the budget parked over all CPUs (the kernel's `high_max`), and no
         // more than 2 MiB per CPU.
@@ -258,14 +320,14 @@ impl FrameAllocator {
         let pcp = (0..if high > 0 { cpus } else { 0 })
             .map(|_| CachePadded::new(Mutex::new(Pcp::default())))
             .collect();
-        Self {
-            buddy: CachePadded::new(Mutex::new(Buddy::new(nr_pages))),
+        Ok(Self {
+            buddy: CachePadded::new(Mutex::new(buddy)),
             pcp,
             high,
             batch,
             high_reclaim: (4 * zone_batchsize(nr_pages)).min(high),
             reclaim_active: AtomicUsize::new(0),
-        }
+        })
     }
 
     /// Whether reclaim is active now.
@@ -388,8 +450,15 @@ impl FrameAllocator {
         }
     }
 
+    /// Frames the buddy has listed so far: frames from here to the end of the budget are
+    /// free and were never touched.
+    pub(crate) fn grown(&self) -> u32 {
+        self.buddy.lock().grown()
+    }
+
     /// Every free block, in the buddy or parked per CPU, as `(pfn, order)` (for `validate`;
-    /// callers make sure nothing allocates).
+    /// callers make sure nothing allocates). Frames not listed yet ([`FrameAllocator::grown`])
+    /// are not among them.
     pub(crate) fn free_blocks(&self) -> Result<Vec<(u32, u32)>, String> {
         let mut out = Vec::new();
         for pcp in self.pcp.iter() {
@@ -428,13 +497,14 @@ mod tests {
             .map(zone_batchsize)
             .collect();
         assert_eq!(batches, [1, 3, 63, 63]);
-        let a = FrameAllocator::new(1 << 14, true);
+        let a = FrameAllocator::new(1 << 14, true).unwrap();
         assert_eq!(a.high_reclaim, 12.min(a.high));
     }
 
     #[test]
     fn initial_blocks_cover_an_odd_budget() {
-        let b = Buddy::new(1000);
+        let mut b = Buddy::new(1000).unwrap();
+        b.grow_all();
         assert_eq!(free_pages(&b), 1000);
         // 1000 = 512 + 256 + 128 + 64 + 32 + 8
         assert_eq!(b.nr_free()[9], 1);
@@ -444,7 +514,7 @@ mod tests {
 
     #[test]
     fn split_and_merge_round_trip() {
-        let mut b = Buddy::new(512);
+        let mut b = Buddy::new(512).unwrap();
         let a = b.alloc(0).unwrap();
         assert_eq!(a, 0);
         // 1 + 2 + 4 + ... + 256 remain as one block of each order below 9.
@@ -462,7 +532,7 @@ mod tests {
 
     #[test]
     fn exhaustion_and_fragmentation() {
-        let mut b = Buddy::new(8);
+        let mut b = Buddy::new(8).unwrap();
         let pfns: Vec<u32> = (0..8).map(|_| b.alloc(0).unwrap()).collect();
         assert!(b.alloc(0).is_none());
         // Free every other frame: 4 pages free, no order-1 block.
@@ -475,5 +545,39 @@ mod tests {
             b.free(p, 0);
         }
         assert_eq!(b.nr_free()[3], 1);
+    }
+
+    #[test]
+    fn the_lists_grow_one_largest_block_at_a_time_as_allocations_need_them() {
+        let mut b = Buddy::new(3 * 512 + 100).unwrap();
+        assert_eq!(
+            (b.grown(), free_pages(&b)),
+            (0, 0),
+            "nothing listed up front"
+        );
+        assert!(
+            b.next.is_empty() && b.free_order.is_empty(),
+            "nothing written up front"
+        );
+        let first = b.alloc(0).unwrap();
+        assert_eq!((first, b.grown()), (0, 512));
+        // Listed memory is used up before more is listed, whatever the order.
+        let rest: Vec<u32> = (0..511).map(|_| b.alloc(0).unwrap()).collect();
+        assert_eq!(b.grown(), 512);
+        let big = b.alloc(MAX_ORDER).unwrap();
+        assert_eq!((big, b.grown()), (512, 1024));
+        b.free(big, MAX_ORDER);
+        // The partial last chunk comes in smaller blocks, and then the lists are full grown.
+        let mut n = 0;
+        while b.alloc(6).is_some() {
+            n += 1;
+        }
+        assert_eq!(b.grown(), 3 * 512 + 100);
+        assert_eq!(n, (512 + 512 + 64) / 64);
+        assert!(b.blocks().is_ok());
+        for p in rest.into_iter().chain([first]) {
+            b.free(p, 0);
+        }
+        assert_eq!(b.nr_free()[MAX_ORDER as usize], 1);
     }
 }

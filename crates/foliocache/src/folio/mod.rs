@@ -12,11 +12,12 @@
 //! take a *speculative* reference with `folio_try_get`, and only then check that the folio is
 //! still what they looked up.
 //!
-//! [`Arena`] is that memmap plus the page allocator of one cache: it allocates, once, a header
-//! per 4 KiB frame ([`Folio`], 64 bytes) in a boxed slice, an extension record per frame
-//! ([`FolioExt`], the kernel's `page_ext`, where later layers keep their per-folio words) and
-//! the data frames themselves in one anonymous mapping of the memory budget, and frees none of
-//! them before the arena is dropped. Folios are carved out of the frames by a buddy allocator
+//! [`Arena`] is that memmap plus the page allocator of one cache: it maps, once, a header
+//! per 4 KiB frame ([`Folio`], 64 bytes), an extension record per frame ([`FolioExt`], the
+//! kernel's `page_ext`, where later layers keep their per-folio words) and the data frames
+//! themselves in anonymous mappings sized for the memory budget, builds headers and records
+//! as their frames are first used (the kernel's deferred `struct page` initialisation; see
+//! `arena.rs`), and frees none of them before the arena is dropped. Folios are carved out of the frames by a buddy allocator
 //! with per-CPU lists (see `buddy.rs`), so a folio's header is the header of its first frame,
 //! its *pfn*; the headers of the other frames (tails) are unused while it lives.
 //!
@@ -121,7 +122,10 @@ pub mod flags;
 mod handle;
 mod wait;
 
-pub use arena::{AllocError, Arena, ArenaConfig, ArenaError, ArenaStats, ReleaseHook};
+pub use arena::{
+    check_budget, AllocError, Arena, ArenaConfig, ArenaError, ArenaStats, BudgetOverLimit,
+    MemoryLimit, ReleaseHook, METADATA_BYTES_PER_PAGE,
+};
 pub use buddy::{MAX_ORDER, NR_ORDERS, PCP_MAX_ORDER};
 pub use ext::{FolioExt, EXT_NONE};
 pub use handle::{FolioLocked, FolioRef, FrozenFolio};

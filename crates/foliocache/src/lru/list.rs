@@ -110,7 +110,12 @@ const EMPTY: Head = Head {
 /// misuse (adding a folio that is already on a list, unlinking one that is not): those are
 /// bugs in the LRU code, like the kernel's `VM_BUG_ON_FOLIO`s.
 pub(crate) struct Lists {
+    /// One link per folio number below `links.len()`: grown a chunk at a time as folios are
+    /// first linked (its room is reserved up front and written only then), so a large budget
+    /// costs nothing here until its pages are used. Numbers past it are unlinked.
     links: Vec<Link>,
+    /// Folio numbers the lists may hold.
+    slots: usize,
     heads: [Head; NR_LRU_LISTS],
     /// The active list's page count, mirrored for readers without the lock
     /// (`lruvec_page_state(NR_ACTIVE_FILE)`, read by `workingset_test_recent`). Written only
@@ -127,7 +132,8 @@ impl Lists {
             "the LRU addresses folios with 32-bit numbers; {slots} frames is too many"
         );
         Self {
-            links: vec![UNLINKED; slots],
+            links: Vec::with_capacity(slots),
+            slots,
             heads: [EMPTY; NR_LRU_LISTS],
             active_pages: Arc::new(AtomicU64::new(0)),
         }
@@ -149,13 +155,25 @@ impl Lists {
 
     /// Number of folio slots.
     pub(crate) fn slots(&self) -> usize {
-        self.links.len()
+        self.slots
+    }
+
+    /// Makes room for the link of `pfn`: grows the links, unlinked, to the end of its chunk
+    /// of 512 (one largest folio's frames, as the arena builds its headers).
+    #[cold]
+    fn grow_to(&mut self, pfn: u32) {
+        assert!(
+            (pfn as usize) < self.slots,
+            "folio {pfn} past the last slot"
+        );
+        let end = (pfn as usize + 1).next_multiple_of(512).min(self.slots);
+        self.links.resize(end, UNLINKED);
     }
 
     /// The list folio `pfn` is on, if any.
     #[inline]
     pub(crate) fn list_of(&self, pfn: u32) -> Option<LruList> {
-        LruList::from_index(self.links[pfn as usize].list)
+        LruList::from_index(self.links.get(pfn as usize)?.list)
     }
 
     /// Folios on `list`.
@@ -179,6 +197,9 @@ impl Lists {
 
     /// Links `pfn` (a folio of `order`) at the head of `list` (`list_add`).
     pub(crate) fn add_head(&mut self, pfn: u32, order: u8, list: LruList) {
+        if pfn as usize >= self.links.len() {
+            self.grow_to(pfn);
+        }
         let l = &mut self.links[pfn as usize];
         assert_eq!(l.list, OFF_LIST, "folio {pfn} is already on an LRU list");
         let h = &mut self.heads[list as usize];
@@ -202,7 +223,7 @@ impl Lists {
 
     /// Unlinks `pfn` from its list (`list_del`) and returns that list and the folio's order.
     pub(crate) fn del(&mut self, pfn: u32) -> (LruList, u8) {
-        let l = self.links[pfn as usize];
+        let l = self.links.get(pfn as usize).copied().unwrap_or(UNLINKED);
         let list = LruList::from_index(l.list)
             .unwrap_or_else(|| panic!("folio {pfn} is not on an LRU list"));
         let h = &mut self.heads[list as usize];
@@ -379,6 +400,7 @@ mod tests {
     #[test]
     fn validate_catches_a_dangling_slot() {
         let mut l = Lists::new(4);
+        l.grow_to(3);
         l.links[2].list = LruList::Inactive as u8;
         assert!(l.validate().unwrap_err().contains("folio 2"));
     }

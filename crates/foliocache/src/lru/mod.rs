@@ -273,8 +273,9 @@ pub struct LruConfig {
     /// Set `PG_active` on every folio as it is queued, as MGLRU's `folio_add_lru` does for
     /// folios added in the fault path: they land on the active list. Default false.
     pub add_as_active: bool,
-    /// Number of per-CPU batch sets; 0 (the default) means one per CPU. 1 makes the LRU's
-    /// order deterministic for a single thread (the differential test uses it).
+    /// Number of per-CPU batch sets, `0..=`[`MAX_BATCH_SLOTS`]; 0 (the default) means one per
+    /// CPU. 1 makes the LRU's order deterministic for a single thread (the differential test
+    /// uses it).
     pub batch_slots: usize,
     /// Workingset detection ([`workingset`]): reclaim leaves shadow entries and the eviction
     /// clock runs, so that a folio read again soon after its eviction is activated at once.
@@ -288,7 +289,8 @@ pub struct LruConfig {
     pub reference_on_fill: bool,
     /// Active pages kept per inactive page before reclaim deactivates (`inactive_ratio`).
     /// `None` (the default) computes it as the kernel does from the lists' size:
-    /// `int_sqrt(10 * GiB)`, 1 below 1 GiB; 0 counts as 1. A larger ratio protects
+    /// `int_sqrt(10 * GiB)`, 1 below 1 GiB; 0 counts as 1; at most [`MAX_INACTIVE_RATIO`]
+    /// (checked by `Config::validate`). A larger ratio protects
     /// frequently used blocks longer and adapts more slowly when the working set moves: on
     /// the `peers` Zipf trace, 2 instead of 1 takes the hit ratio from 84.5% to 85.0-85.4%
     /// without workingset detection, and changes little with it.
@@ -306,6 +308,15 @@ pub struct LruConfig {
     /// (`Config::block_cache`) 83.9% / 66.3% without, 86.2% / 69.3% with.
     pub active_second_chance: bool,
 }
+
+/// The most per-CPU batch sets an LRU accepts ([`LruConfig::batch_slots`]): more than any
+/// machine has CPUs (the kernel's largest `NR_CPUS` default), so a value beyond it is a
+/// mistake, not a tuning.
+pub const MAX_BATCH_SLOTS: usize = 8192;
+
+/// The largest [`LruConfig::inactive_ratio`] accepted: the kernel's formula gives 101 at 1 TiB,
+/// so a ratio beyond this one only starves the inactive list.
+pub const MAX_INACTIVE_RATIO: u32 = 1024;
 
 impl Default for LruConfig {
     fn default() -> Self {
@@ -662,8 +673,14 @@ impl Lru {
     /// (`__page_cache_release`).
     ///
     /// # Panics
-    /// If the arena already has a release hook (one LRU per arena).
+    /// If the arena already has a release hook (one LRU per arena), or
+    /// [`LruConfig::batch_slots`] exceeds [`MAX_BATCH_SLOTS`].
     pub fn new(arena: &Arena, config: LruConfig) -> Lru {
+        assert!(
+            config.batch_slots <= MAX_BATCH_SLOTS,
+            "LruConfig::batch_slots {} is too large: use 0 (one per CPU) or 1..={MAX_BATCH_SLOTS}",
+            config.batch_slots
+        );
         let lists = Lists::new(arena.nr_pages() as usize);
         let workingset = Workingset::new(
             config.workingset,

@@ -176,11 +176,21 @@ impl Lru {
     pub fn reclaim(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
         self.check_arena(arena);
         self.drain_all(arena);
-        self.shrink(arena, evict, nr_pages)
+        self.shrink(arena, evict, nr_pages, 0)
     }
 
     /// The scan loop of [`Lru::reclaim`], batches already drained as the caller chose.
-    fn shrink(&self, arena: &Arena, evict: &dyn Evict, nr_pages: usize) -> ReclaimResult {
+    ///
+    /// Looks at up to twice the folios on the lists (plus one step), shifted right by
+    /// `scan_shift` (at least one step): an allocation's retries after fruitless passes
+    /// scan less and less (see [`Lru::alloc`]).
+    fn shrink(
+        &self,
+        arena: &Arena,
+        evict: &dyn Evict,
+        nr_pages: usize,
+        scan_shift: u32,
+    ) -> ReclaimResult {
         self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
         let mut total = ReclaimResult::default();
         // The scan budget comes from the list sizes the first step sees under its lock hold.
@@ -192,7 +202,8 @@ impl Lru {
         while total.reclaimed < nr_pages as u64 && looked_at < budget {
             let (step, aged, on_lists) = self.shrink_step(arena, evict);
             if budget == u64::MAX {
-                budget = 2 * on_lists + SWAP_CLUSTER_MAX as u64;
+                budget = ((2 * on_lists + SWAP_CLUSTER_MAX as u64) >> scan_shift.min(63))
+                    .max(SWAP_CLUSTER_MAX as u64);
             }
             total += step;
             looked_at += step.scanned + aged;
@@ -223,7 +234,9 @@ impl Lru {
     /// A pass that freed nothing but met folios locked for I/O waits for them
     /// (`reclaim_throttle`) for up to [`MAX_BUSY_WAITS`] passes. Fails with
     /// [`AllocError::OutOfMemory`] after [`MAX_RECLAIM_RETRIES`] passes freed nothing
-    /// otherwise: (nearly) every folio is pinned, mapped, or held outside the LRU.
+    /// otherwise: (nearly) every folio is pinned, mapped, or held outside the LRU. Each of
+    /// those retries scans half as many folios as the one before, so a failure costs about
+    /// four passes over the lists.
     pub fn alloc<'a>(
         &self,
         arena: &'a Arena,
@@ -268,7 +281,16 @@ impl Lru {
             } else {
                 self.drain_all(arena);
             }
-            let r = self.shrink(arena, evict, SWAP_CLUSTER_MAX.max(1 << order));
+            // `should_reclaim_retry`'s no-progress rule, bounded in work as well as in
+            // passes: the first pass looks at every folio twice; each retry after a pass that
+            // freed nothing looks at half as many as the one before (at least one step), so
+            // `MAX_RECLAIM_RETRIES` fruitless passes cost about four passes over the lists,
+            // not sixteen times two. A pass that found nothing reclaimable finds the same
+            // again unless something changed meanwhile; a folio freed by its holder meanwhile
+            // is seen by the allocation below whatever was scanned, and the price is that a
+            // folio merely unpinned meanwhile, deep in the lists, may be found only by a
+            // later allocation's full pass.
+            let r = self.shrink(arena, evict, SWAP_CLUSTER_MAX.max(1 << order), fruitless);
             match arena.alloc(order) {
                 Err(e @ AllocError::OutOfMemory { .. }) => {
                     if !retry {
@@ -331,7 +353,7 @@ impl Lru {
             }
             self.drain(arena);
             let want = ((wm.high - free) as usize).max(SWAP_CLUSTER_MAX);
-            let r = self.shrink(arena, evict, want);
+            let r = self.shrink(arena, evict, want, 0);
             total += r;
             if r.reclaimed == 0 {
                 return total;

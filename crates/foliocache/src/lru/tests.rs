@@ -786,3 +786,41 @@ fn the_default_inactive_ratio_is_the_kernels() {
     assert_eq!(super::kernel_inactive_ratio(10 * gib), 10);
     assert_eq!(super::kernel_inactive_ratio(1000 * gib), 100);
 }
+
+#[test]
+fn a_failed_allocation_with_everything_pinned_scans_a_small_multiple_of_the_budget() {
+    // Regression: every fruitless retry scanned the lists twice over, so one failed
+    // allocation with the whole budget pinned looked at about 40 folios per page of the
+    // budget (130 ms per failed read at a 256 MiB budget).
+    const PAGES: usize = 1024;
+    let a = arena(PAGES, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    // Half of them read twice (active), half once (inactive), all pinned.
+    let pins: Vec<_> = (0..PAGES as u64)
+        .map(|i| {
+            let f = c.add(&l, i);
+            if i % 2 == 0 {
+                l.mark_accessed(&a, &f);
+                l.mark_accessed(&a, &f);
+            }
+            f
+        })
+        .collect();
+    l.drain_all(&a);
+    assert_eq!(a.stats().free_pages, 0);
+    let before = l.stats();
+    let e = l.alloc(&a, &c, 0).unwrap_err();
+    assert!(matches!(e, AllocError::OutOfMemory { .. }));
+    let after = l.stats();
+    let looked_at = (after.scanned - before.scanned)
+        + (after.deactivated - before.deactivated)
+        + (after.rotated_active - before.rotated_active);
+    assert!(
+        looked_at <= 6 * PAGES as u64,
+        "one failed allocation looked at {looked_at} folios for a budget of {PAGES} pages"
+    );
+    assert_eq!(after.oom, before.oom + 1);
+    drop(pins);
+    c.truncate_all_and_check(&l);
+}
