@@ -227,7 +227,10 @@ fn acknowledged_syncs_survive_sigkill() {
         let _ = k;
     }
     // The kills must land after real work, most of them after an acknowledged sync.
-    assert!(ops > kills as u64 * 10, "only {ops} operations over {kills} kills");
+    assert!(
+        ops > kills as u64 * 10,
+        "only {ops} operations over {kills} kills"
+    );
     assert!(
         with_sync * 2 > kills,
         "only {with_sync} of {kills} kills came after an acknowledged sync"

@@ -24,3 +24,4 @@ mod rcu;
 mod refcount;
 mod seqcount;
 mod workingset;
+mod write;
