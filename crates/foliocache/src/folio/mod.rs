@@ -66,13 +66,20 @@
 //!    refuses once the folio is uptodate.
 //! 2. `PG_uptodate` is set by the lock holder with a release RMW ([`FolioLocked::end_read`],
 //!    [`FolioLocked::mark_uptodate`]) and never cleared while the folio stays allocated (the
-//!    free path clears it). From then on the bytes are immutable.
+//!    free path clears it). From then on the bytes are immutable while anyone holds a
+//!    reference (rule 5 says how a writer changes them with no reference held elsewhere).
 //! 3. Readers holding a reference get `&[u8]` from [`FolioRef::data`] only after an acquire
 //!    load sees `PG_uptodate`. Writes (1) and reads (3) are therefore ordered by
 //!    happens-before and never overlap, whatever references exist.
 //! 4. Anonymous folios ([`flags::PG_ANON`], set by the lock holder) stay writable after
 //!    uptodate, like process memory: their bytes are read and written only with the racy
 //!    atomic copies ([`Folio::read_racy`], [`Folio::write_racy`]), and `data()` refuses them.
+//! 5. A page-cache folio's uptodate bytes change only while its refcount is frozen
+//!    ([`FrozenFolio::write_frozen`]): the freeze at the exact count of references its owner
+//!    holds proves that no reader holds a `&[u8]` of it (readers hold references), and none
+//!    can take one until the unfreeze, whose Release store the next `try_get`'s Acquire pairs
+//!    with. The stores are atomic, so a stale-pointer [`Folio::read_racy`] never races them.
+//!    (The write path replaces a folio that anyone else holds instead: see `cache::write`.)
 //!
 //! These rules hold even for a reference obtained through a stale pointer, so a speculative
 //! [`Arena::try_get`] can be a safe function: getting the wrong folio is a logic error the

@@ -417,6 +417,16 @@ fn prepare_writeback<'a>(
     // truncation locks them after storing it), and we hold this folio's lock.
     let size = t.size.load(Ordering::Relaxed);
     let len = size.saturating_sub(pos).min(folio.size() as u64) as usize;
+    if len == 0 {
+        // Wholly past EOF (a truncation is cutting it): nothing of it belongs in the file.
+        folio.clear_flag(PG_DIRTY);
+        let mut tags = t.wb.tags.lock();
+        tags.dirty.remove(&index);
+        tags.towrite.remove(&index);
+        drop(tags);
+        t.acct.sub_dirty(nr);
+        return None;
+    }
     folio.clear_flag(PG_DIRTY);
     folio.set_flag(PG_WRITEBACK);
     {
