@@ -298,7 +298,13 @@ fn reclaim_keeps_dirty_pages_and_frees_clean_ones() {
     let big = dir.path().join("big");
     let big_data = content(256 * PAGE, 7);
     std::fs::write(&big, &big_data).unwrap();
-    let c = FolioCache::new(Config::new(64 * PAGE).dirty_ratios(50, 25)).unwrap();
+    // No flusher: the dirty pages stay dirty until the sync below.
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .dirty_ratios(50, 25)
+            .background_writeback(false),
+    )
+    .unwrap();
     let w = c.open_with(dir.path().join("w"), &rw()).unwrap();
     let wdata = content(30 * PAGE, 8);
     w.write_all_at(&wdata, 0).unwrap();
@@ -524,6 +530,72 @@ fn bad_writes_get_typed_errors() {
         Err(CacheError::InvalidArgument { .. })
     ));
     assert_eq!(f.write_at(&[], 0).unwrap(), 0);
+    drop(f);
+    assert_baseline(&c);
+}
+
+/// Polls `cond` for up to 5 s.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(5) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+fn the_flusher_writes_back_expired_dirty_pages_without_a_sync() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("e");
+    let c = FolioCache::new(
+        Config::new(1 << 20).dirty_expire(Duration::from_millis(50), Duration::from_millis(20)),
+    )
+    .unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    let data = content(5 * PAGE, 10);
+    f.write_all_at(&data, 0).unwrap();
+    assert!(
+        eventually(|| f.dirty_pages() == 0),
+        "expired pages were written back"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+    assert!(f.sync_data().is_ok());
+    // Off: nothing is written without a sync.
+    let c2 = FolioCache::new(
+        Config::new(1 << 20)
+            .dirty_expire(Duration::from_millis(10), Duration::from_millis(5))
+            .background_writeback(false),
+    )
+    .unwrap();
+    let g = c2.open_with(dir.path().join("off"), &rw()).unwrap();
+    g.write_all_at(&data, 0).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(g.dirty_pages(), 5);
+    drop((f, g));
+    assert_baseline(&c);
+}
+
+#[test]
+fn the_flusher_brings_dirty_pages_under_the_background_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = FolioCache::new(Config::new(100 * PAGE).dirty_ratios(50, 10)).unwrap();
+    let f = c.open_with(dir.path().join("b"), &rw()).unwrap();
+    f.write_all_at(&content(30 * PAGE, 11), 0).unwrap();
+    assert_eq!(
+        c.stats().dirty_throttled,
+        0,
+        "under the hard limit: no writer waited"
+    );
+    assert!(
+        eventually(|| c.stats().dirty_pages < 10),
+        "the flusher ran: {:?}",
+        c.stats()
+    );
+    f.sync_data().unwrap();
     drop(f);
     assert_baseline(&c);
 }

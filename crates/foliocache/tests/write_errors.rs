@@ -104,7 +104,13 @@ fn an_error_in_background_writeback_waits_for_the_next_sync() {
     let dir = tempfile::tempdir().unwrap();
     let (_, b) = faulty(&dir);
     let b = std::sync::Arc::new(b);
-    let c = FolioCache::new(Config::new(100 * PAGE).dirty_ratios(1, 1)).unwrap();
+    // No flusher: the writer at the limit is the one that writes back.
+    let c = FolioCache::new(
+        Config::new(100 * PAGE)
+            .dirty_ratios(1, 1)
+            .background_writeback(false),
+    )
+    .unwrap();
     let a = c.open_backing("data", b.clone()).unwrap();
     let bh = a.reopen();
     b.fail_writes_at(0);

@@ -23,7 +23,14 @@ fn the_next_opener_hears_of_an_error_no_handle_was_open_for() {
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
     }
     // A dirty limit of 2 pages: the failing file's two dirty pages fill it.
-    let c = FolioCache::new(Config::new(100 * PAGE).unused_inodes(0).dirty_ratios(2, 1)).unwrap();
+    // No flusher: the other file's writer at the limit is the one that writes it back.
+    let c = FolioCache::new(
+        Config::new(100 * PAGE)
+            .unused_inodes(0)
+            .dirty_ratios(2, 1)
+            .background_writeback(false),
+    )
+    .unwrap();
     let mut rw = OpenOptions::new();
     rw.write(true).create(true);
     let big = dir.path().join("big");

@@ -68,6 +68,17 @@ pub struct Config {
     /// What becomes of pages whose writeback failed ([`WbErrorPolicy`]; default the kernel's:
     /// they are marked clean and the error is reported to every handle's next sync).
     pub writeback_errors: WbErrorPolicy,
+    /// Run the background flusher thread (started by the first write): it writes back files
+    /// dirty for longer than [`Config::dirty_expire`] and, above the background threshold,
+    /// until under it. Default true; without it, dirty pages reach the backing only through
+    /// syncs, writers at the dirty limit, inode eviction and the cache's drop.
+    pub background_writeback: bool,
+    /// How long a page may stay dirty before the flusher writes it back
+    /// (`dirty_expire_centisecs`; default 30 s).
+    pub dirty_expire: std::time::Duration,
+    /// How often the flusher wakes to look for expired dirty pages
+    /// (`dirty_writeback_centisecs`; default 5 s).
+    pub dirty_writeback_interval: std::time::Duration,
 }
 
 /// The default of [`Config::unused_inodes`].
@@ -92,6 +103,9 @@ impl Config {
             dirty_ratio: 20,
             dirty_background_ratio: 10,
             writeback_errors: WbErrorPolicy::Clean,
+            background_writeback: true,
+            dirty_expire: std::time::Duration::from_secs(30),
+            dirty_writeback_interval: std::time::Duration::from_secs(5),
         }
     }
 
@@ -193,6 +207,24 @@ impl Config {
         self
     }
 
+    /// Sets the flusher's timing: how old a dirty page may get, and how often it looks
+    /// ([`Config::dirty_expire`], [`Config::dirty_writeback_interval`]).
+    pub fn dirty_expire(
+        mut self,
+        expire: std::time::Duration,
+        interval: std::time::Duration,
+    ) -> Config {
+        self.dirty_expire = expire;
+        self.dirty_writeback_interval = interval;
+        self
+    }
+
+    /// Turns the background flusher on or off ([`Config::background_writeback`]).
+    pub fn background_writeback(mut self, on: bool) -> Config {
+        self.background_writeback = on;
+        self
+    }
+
     /// Sets what becomes of pages whose writeback failed ([`Config::writeback_errors`]).
     pub fn writeback_errors(mut self, policy: WbErrorPolicy) -> Config {
         self.writeback_errors = policy;
@@ -229,6 +261,9 @@ impl Config {
             return Err(ConfigError::WindowTooLarge {
                 ra_pages: self.ra_pages,
             });
+        }
+        if self.dirty_writeback_interval.is_zero() {
+            return Err(ConfigError::FlushInterval);
         }
         if self.dirty_ratio == 0
             || self.dirty_ratio > 100
@@ -267,6 +302,8 @@ pub enum ConfigError {
         /// The window given.
         ra_pages: usize,
     },
+    /// [`Config::dirty_writeback_interval`] is zero.
+    FlushInterval,
     /// The dirty ratios are not `0 < background <= ratio <= 100`.
     DirtyRatios {
         /// [`Config::dirty_ratio`].
@@ -301,6 +338,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "memory budget of {budget_bytes} bytes holds no 4 KiB page: give the cache at \
                  least 4096 bytes (one page)"
+            ),
+            ConfigError::FlushInterval => write!(
+                f,
+                "the flusher's interval is zero: give it a positive duration (the kernel's is \
+                 5 s), or turn the flusher off with background_writeback(false)"
             ),
             ConfigError::DirtyRatios { ratio, background } => write!(
                 f,

@@ -71,6 +71,7 @@
 mod config;
 mod error;
 mod file;
+mod flusher;
 pub(crate) mod inode;
 mod stats;
 mod write;
@@ -153,6 +154,9 @@ pub(crate) struct CacheInner {
     pub(crate) dirty: crate::writeback::DirtyAccount,
     /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
     kswapd: Option<Arc<Kswapd>>,
+    /// The background flusher, started by the first write if
+    /// [`Config::background_writeback`] is on.
+    flusher: std::sync::OnceLock<Arc<flusher::Flusher>>,
     /// Held by the one thread running the shadow-node shrinker.
     shadow_shrinker: Mutex<()>,
 }
@@ -161,6 +165,9 @@ impl Drop for CacheInner {
     fn drop(&mut self) {
         if let Some(k) = &self.kswapd {
             k.stop();
+        }
+        if let Some(f) = self.flusher.get() {
+            f.stop();
         }
         // Unmount's `sync_filesystem`: write back and sync every file with dirty pages. No
         // handle is left to hear of an error here: callers that care sync before dropping.
@@ -301,6 +308,7 @@ impl FolioCache {
                 lru,
                 dirty,
                 kswapd,
+                flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
             }),
         };
@@ -571,6 +579,7 @@ impl FolioCache {
     /// one runs. Call it while no other thread uses the cache; returns the arena's stats.
     pub fn validate(&self) -> Result<crate::folio::ArenaStats, String> {
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
+        let _flusher = self.inner.flusher.get().map(|f| f.busy.lock());
         self.lru_add_drain_all();
         self.inner.lru.validate(&self.inner.arena)?;
         self.validate_dirty()?;
@@ -663,6 +672,30 @@ impl CacheInner {
             .add(Event::InodesEvicted, evicted.len() as u64);
         // Dropped here, without the lock: an evicted inode truncates its pages.
         drop(evicted);
+    }
+
+    /// Starts the background flusher if it is configured and not running yet (the first
+    /// write's job), then kicks it if the dirty pages reached the background threshold.
+    pub(crate) fn wake_flusher(self: &Arc<Self>) {
+        if !self.config.background_writeback {
+            return;
+        }
+        let f = self.flusher.get_or_init(|| {
+            let f = Arc::new(flusher::Flusher::new(
+                self.config.dirty_writeback_interval,
+                self.config.dirty_expire,
+            ));
+            let (t, weak) = (f.clone(), Arc::downgrade(self));
+            // A failed spawn leaves the cache without background writeback: syncs, the dirty
+            // limit and eviction still write everything back.
+            let _ = std::thread::Builder::new()
+                .name("foliocache-flush".into())
+                .spawn(move || t.run(weak));
+            f
+        });
+        if self.dirty.dirty() >= self.dirty.background {
+            f.kick();
+        }
     }
 
     /// Writes back and syncs a file about to be dropped with dirty pages (errors can reach no

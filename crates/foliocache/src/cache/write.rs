@@ -370,6 +370,7 @@ impl CachedFile {
             }
         }
         c.counters.add(Event::BytesWritten, at - pos);
+        c.wake_flusher();
         Ok((at - pos) as usize)
     }
 

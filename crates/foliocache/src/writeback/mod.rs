@@ -102,6 +102,9 @@ struct Tags {
     dirty: BTreeSet<u64>,
     towrite: BTreeSet<u64>,
     writeback: BTreeSet<u64>,
+    /// `inode->dirtied_when`: when the file went from clean to dirty (the age the periodic
+    /// flush compares with `dirty_expire`); `None` while clean.
+    dirtied_when: Option<std::time::Instant>,
 }
 
 /// One file's writeback state: its tags and its error sequence (`mapping->wb_err`).
@@ -132,6 +135,15 @@ impl WbState {
     /// The dirty page indices (`validate` compares them with the folios' flags).
     pub(crate) fn dirty_indices(&self) -> Vec<u64> {
         self.tags.lock().dirty.iter().copied().collect()
+    }
+
+    /// When the file went from clean to dirty, if it is dirty (`inode->dirtied_when`).
+    pub(crate) fn dirtied_when(&self) -> Option<std::time::Instant> {
+        let mut t = self.tags.lock();
+        if t.dirty.is_empty() {
+            t.dirtied_when = None;
+        }
+        t.dirtied_when
     }
 
     /// The dirty or writeback pages from page `first` on (truncation's work list).
@@ -243,7 +255,12 @@ pub(crate) fn mark_dirty_reserved(folio: &FolioLocked<'_>, wb: &WbState, acct: &
         acct.unreserve(folio.nr_pages() as u64);
         return;
     }
-    wb.tags.lock().dirty.insert(folio.index());
+    let mut t = wb.tags.lock();
+    if t.dirty.is_empty() {
+        // `__mark_inode_dirty`: the file's dirty age starts now.
+        t.dirtied_when = Some(std::time::Instant::now());
+    }
+    t.dirty.insert(folio.index());
 }
 
 /// `folio_cancel_dirty` (truncation) and the dirty hand-over of a replaced folio: clears
@@ -472,6 +489,9 @@ fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
             // cancels this dirtiness if the page goes away meanwhile.
             let mut tags = t.wb.tags.lock();
             if folio.mapping() == t.pages.mapping_id() {
+                if tags.dirty.is_empty() {
+                    tags.dirtied_when = Some(std::time::Instant::now());
+                }
                 tags.dirty.insert(folio.index());
                 drop(tags);
                 t.acct.add_dirty(folio.nr_pages() as u64);
