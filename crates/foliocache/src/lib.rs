@@ -86,8 +86,8 @@ pub mod writeback;
 
 #[cfg(not(loom))]
 pub use cache::{
-    CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, OpenOptions, OwnedFolio,
-    PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO,
+    CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, FolioMut, OpenOptions,
+    OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO,
 };
 pub use readahead::InsertMode;
 pub use refcount::RefStrategy;

@@ -599,3 +599,90 @@ fn the_flusher_brings_dirty_pages_under_the_background_threshold() {
     drop(f);
     assert_baseline(&c);
 }
+
+#[test]
+fn a_writable_guard_latches_the_page_and_publishes_its_update_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g");
+    let data = content(4 * PAGE, 12);
+    std::fs::write(&path, &data).unwrap();
+    let c = cache(1 << 20);
+    let f = c.open_with(&path, &rw()).unwrap();
+    let other = f.reopen();
+    let mut buf = [0u8; 16];
+    std::thread::scope(|s| {
+        let mut g = f.get_folio_mut(2).unwrap();
+        assert_eq!(g.len(), PAGE);
+        g[..16].fill(0x5A);
+        // Readers still see the old bytes: the update is not published yet.
+        other.read_exact_at(&mut buf, 2 * PAGE as u64).unwrap();
+        assert_eq!(&buf[..], &data[2 * PAGE..2 * PAGE + 16]);
+        // A writer of the same page waits for the latch.
+        let w = s.spawn(|| other.write_all_at(&[0x77; 4], 2 * PAGE as u64 + 8).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!w.is_finished(), "the page is latched");
+        drop(g); // commit
+        w.join().unwrap();
+    });
+    f.read_exact_at(&mut buf, 2 * PAGE as u64).unwrap();
+    assert_eq!(&buf[..8], &[0x5A; 8]);
+    assert_eq!(
+        &buf[8..12],
+        &[0x77; 4],
+        "the waiting writer wrote after the commit"
+    );
+    assert_eq!(&buf[12..], &[0x5A; 4]);
+    // Discarded: nothing changes.
+    let mut g = f.get_folio_mut(0).unwrap();
+    g.fill(0);
+    g.discard();
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..], &data[..16]);
+    assert_eq!(f.dirty_pages(), 1);
+    c.validate().unwrap();
+    f.sync_data().unwrap();
+    let mut expect = data.clone();
+    expect[2 * PAGE..2 * PAGE + 16].fill(0x5A);
+    expect[2 * PAGE + 8..2 * PAGE + 12].fill(0x77);
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    assert!(matches!(
+        f.get_folio_mut(4),
+        Err(CacheError::InvalidArgument { .. })
+    ));
+    drop((f, other));
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_writable_guard_waits_for_the_pages_writeback() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let (b, stall, in_write) = stalling(&path);
+    let c = cache(1 << 20);
+    let f = c.open_backing(&path, b).unwrap();
+    f.write_all_at(&[1u8; PAGE], 0).unwrap();
+    stall.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let syncer = s.spawn(|| f.sync_data().unwrap());
+        while !in_write.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let latcher = s.spawn(|| {
+            let mut g = f.get_folio_mut(0).unwrap();
+            g.fill(3);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !latcher.is_finished(),
+            "stable pages: the guard waits for the write in flight"
+        );
+        stall.store(false, Ordering::SeqCst);
+        syncer.join().unwrap();
+        latcher.join().unwrap();
+    });
+    assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; PAGE]);
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), vec![3u8; PAGE]);
+    drop(f);
+    assert_baseline(&c);
+}

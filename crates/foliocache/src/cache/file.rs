@@ -582,7 +582,7 @@ impl CachedFile {
     /// of `req_count` pages starting there, and whether this read missed it (the folio was
     /// filled for this read, by it or by a concurrent one).
     #[inline]
-    fn get_page<'m>(
+    pub(super) fn get_page<'m>(
         &'m self,
         m: &'m Mapping,
         index: u64,

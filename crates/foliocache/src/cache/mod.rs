@@ -12,14 +12,14 @@
 //! | kernel | here |
 //! |---|---|
 //! | the page allocator, memmap, memory | the cache's [`Arena`]: a fixed memory budget |
-//! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per file (device, inode number), shared by its handles and kept in the inode cache after the last close ([`inode`]) |
+//! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per file (device, inode number), shared by its handles and kept in the inode cache after the last close (`cache/inode.rs`) |
 //! | `struct file` (`f_ra`, `f_pos`) | [`CachedFile`]: one readahead stream per handle |
 //! | the fd table, `fdget` | the cache's [`FileTable`]: handle number -> mapping, behind a per-CPU table reference (seed 003) |
 //! | `pread(2)` | [`CachedFile::read_at`] |
 //! | `filemap_get_folio` + `folio_get` | [`CachedFile::get_folio`] -> [`PinnedFolio`] |
 //! | `readahead(2)` | [`CachedFile::readahead`] |
 //! | `invalidate_mapping_pages` | [`CachedFile::invalidate`] |
-//! | the inode cache, `iput_final`, `prune_icache_sb`, `drop_caches` | the cache's inode cache ([`inode`]): unused files kept up to [`Config::unused_inodes`]; [`FolioCache::drop_caches`] |
+//! | the inode cache, `iput_final`, `prune_icache_sb`, `drop_caches` | the cache's inode cache (`cache/inode.rs`): unused files kept up to [`Config::unused_inodes`]; [`FolioCache::drop_caches`] |
 //! | NFS close-to-open revalidation | [`FolioCache::open`], [`CachedFile::refresh`] |
 //! | `folio_add_lru`, `folio_mark_accessed`, direct reclaim | the cache's [`Lru`] (seed 004): every inserted folio is queued for the LRU, every read marks what it used, and an allocation over the budget reclaims cold folios first |
 //! | `workingset_eviction`, `workingset_refault`, the `mm-shadow` shrinker | reclaim leaves a shadow entry in the evicted folio's slot; an insertion that replaces one asks the LRU whether to activate the new folio; shadow-only index nodes beyond a limit proportional to the budget are freed after allocations ([`Config::workingset`]) |
@@ -86,7 +86,7 @@ pub use error::CacheError;
 pub use file::{CachedFile, OwnedFolio, PinnedFolio};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
-pub use write::OpenOptions;
+pub use write::{FolioMut, OpenOptions};
 
 use crate::backing::{Backing, FileAttrs, FileBacking};
 use crate::filetable::{FileTable, FileTableConfig, Sizing};

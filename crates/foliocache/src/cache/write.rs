@@ -727,3 +727,234 @@ fn zero_cached_tail(
         }
     }
 }
+
+/// A page of a file held for an update in place: a buffer manager's exclusive page latch,
+/// from [`CachedFile::get_folio_mut`]. Dereferences to the file's bytes in the page,
+/// writable; dropping the guard (or [`FolioMut::commit`]) publishes the changes at once and
+/// marks the page dirty, [`FolioMut::discard`] drops them.
+///
+/// # Protocol
+///
+/// - The guard holds the page's folio **locked** for its whole life, so other writers of the
+///   page, a truncation and a writeback reaching it wait for the guard. The page was not under
+///   writeback when the guard was made (`folio_wait_stable`), and no writeback can start on it
+///   meanwhile: the bytes a write in flight reads never change.
+/// - The changes go to a private copy of the page, made when the guard is made, and replace
+///   the page in the index when the guard commits (`replace_page_cache_folio`): readers never
+///   see a half-updated page; they read the old bytes until the commit and the new ones after,
+///   and a pinned guard of the old page keeps them.
+/// - The page's dirtiness is reserved under the dirty limit when the guard is made.
+///
+/// Do not write the same page with [`CachedFile::write_at`], nor sync the file, from the
+/// thread holding the guard: both wait for the page's lock, which the guard holds.
+///
+/// ```
+/// use foliocache::{Config, FolioCache, OpenOptions};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let cache = FolioCache::new(Config::new(16 << 20))?;
+/// let db = cache.open_with(dir.path().join("btree"), OpenOptions::new().write(true).create(true))?;
+/// db.set_len(3 * 4096)?;                            // three zeroed pages
+/// {
+///     let mut page = db.get_folio_mut(1)?;          // latch page 1
+///     page[0..4].copy_from_slice(b"node");          // update it in place
+/// }                                                 // committed: dirty, visible to all
+/// let mut head = [0u8; 4];
+/// db.read_exact_at(&mut head, 4096)?;
+/// assert_eq!(&head, b"node");
+/// db.sync_data()?;
+/// # Ok(()) }
+/// ```
+pub struct FolioMut<'f> {
+    file: &'f CachedFile,
+    mapping: Arc<Mapping>,
+    /// The cached page, locked, with a reference.
+    old: std::ptr::NonNull<crate::folio::Folio>,
+    /// The private copy, locked, not uptodate, not in any index, with a reference.
+    new: std::ptr::NonNull<crate::folio::Folio>,
+    /// The file's bytes in the page.
+    valid: usize,
+    done: bool,
+}
+
+// SAFETY: the guard owns two counted, locked references; folio headers are shared atomic
+// state, the copy's bytes are reachable only through `&mut self`, and `CachedFile` is `Sync`.
+unsafe impl Send for FolioMut<'_> {}
+// SAFETY: `&FolioMut` gives only `&[u8]` of the private copy, which nothing else writes.
+unsafe impl Sync for FolioMut<'_> {}
+
+impl CachedFile {
+    /// Latches page `index` of the file for an update in place ([`FolioMut`]): the page is
+    /// read in if needed, locked, and copied for the update; the guard commits on drop.
+    /// `index` must be a page of the file (use [`CachedFile::set_len`] to grow it first).
+    pub fn get_folio_mut(&self, index: u64) -> Result<FolioMut<'_>, CacheError> {
+        let m = self.writable_mapping()?;
+        if index >= m.nr_pages() {
+            return Err(CacheError::InvalidArgument {
+                what: format!(
+                    "page {index} is past the end of {} ({} pages of 4 KiB): grow it with set_len",
+                    m.path.display(),
+                    m.nr_pages()
+                ),
+            });
+        }
+        let c = &self.cache;
+        balance_dirty_pages(c, &m);
+        let latched = self.latch(&m, index);
+        if latched.is_err() {
+            c.dirty.unreserve(1);
+        }
+        let (old, new) = latched?;
+        let valid = m
+            .size()
+            .saturating_sub(index << PAGE_SHIFT)
+            .min(PAGE_SIZE as u64) as usize;
+        Ok(FolioMut {
+            file: self,
+            mapping: m,
+            old,
+            new,
+            valid,
+            done: false,
+        })
+    }
+
+    /// The locked page and its locked private copy, as raw pointers owned by the guard.
+    #[allow(clippy::type_complexity)]
+    fn latch(
+        &self,
+        m: &Mapping,
+        index: u64,
+    ) -> Result<
+        (
+            std::ptr::NonNull<crate::folio::Folio>,
+            std::ptr::NonNull<crate::folio::Folio>,
+        ),
+        CacheError,
+    > {
+        let c = &self.cache;
+        // Allocated before any lock is held: reclaim may need to lock other folios.
+        let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+        let mut new = new
+            .try_lock()
+            .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+        let old = loop {
+            let (folio, _) = self.get_page(m, index, 1)?;
+            let old = folio.lock();
+            if old.mapping() == m.id && old.index() == index && old.is_uptodate() {
+                break old;
+            }
+        };
+        writeback::wait_stable(&old);
+        new.data_mut()
+            .expect("a fresh folio is not uptodate")
+            .copy_from_slice(old.data().expect("uptodate"));
+        Ok((
+            std::ptr::NonNull::from(old.into_raw_locked()),
+            std::ptr::NonNull::from(new.into_raw_locked()),
+        ))
+    }
+}
+
+impl FolioMut<'_> {
+    /// The first page index of the folio.
+    pub fn index(&self) -> u64 {
+        // SAFETY: the guard holds a reference on `old`; headers live as long as the arena,
+        // which the handle keeps alive.
+        unsafe { self.old.as_ref() }.index()
+    }
+
+    /// Publishes the changes now (what dropping the guard does).
+    pub fn commit(mut self) {
+        self.finish(true);
+    }
+
+    /// Drops the changes: the page stays as it was.
+    pub fn discard(mut self) {
+        self.finish(false);
+    }
+
+    /// The two folios as handles again (once: `finish` consumes the guard's ownership).
+    fn take(&mut self) -> (FolioLocked<'_>, FolioLocked<'_>) {
+        let arena = &self.file.cache.arena;
+        // SAFETY: the guard owns one locked reference on each, taken back exactly once
+        // (`done` is set by the only caller).
+        unsafe {
+            (
+                FolioLocked::from_raw_locked(arena, self.old.as_ref()),
+                FolioLocked::from_raw_locked(arena, self.new.as_ref()),
+            )
+        }
+    }
+
+    fn finish(&mut self, commit: bool) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let c = self.file.cache.clone();
+        let m = self.mapping.clone();
+        let (old, mut new) = self.take();
+        if !commit || old.mapping() != m.id {
+            // Discarded (or the page went away, which the lock we held forbids): the copy is
+            // freed with its last reference, never having been in an index.
+            c.dirty.unreserve(1);
+            drop(new);
+            drop(old);
+            return;
+        }
+        new.mark_uptodate();
+        if old.test_clear_flag(crate::folio::flags::PG_DIRTY) {
+            new.set_flag(crate::folio::flags::PG_DIRTY);
+        }
+        let replaced = m.pages.replace_folio(&old, &new);
+        assert!(replaced, "a locked folio of this index can be replaced");
+        c.add_lru(&new);
+        drop(old);
+        c.counters.inc(Event::WritesReplaced);
+        write_end(&c, &m, new, 0);
+        c.wake_flusher();
+    }
+}
+
+impl std::ops::Deref for FolioMut<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the copy is locked by this guard, not uptodate, in no index: nothing but
+        // the guard reaches its bytes; its frames live as long as the arena.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.file.cache.arena.frame_ptr(self.new.as_ref().pfn()),
+                self.valid,
+            )
+        }
+    }
+}
+
+impl std::ops::DerefMut for FolioMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes this borrow unique.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.file.cache.arena.frame_ptr(self.new.as_ref().pfn()),
+                self.valid,
+            )
+        }
+    }
+}
+
+impl Drop for FolioMut<'_> {
+    /// Commits.
+    fn drop(&mut self) {
+        self.finish(true);
+    }
+}
+
+impl std::fmt::Debug for FolioMut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FolioMut")
+            .field("path", &self.mapping.path)
+            .field("index", &self.index())
+            .finish()
+    }
+}

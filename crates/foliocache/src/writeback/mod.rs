@@ -18,12 +18,12 @@
 //!
 //! | state | where | set by | cleared by |
 //! |---|---|---|---|
-//! | `PG_dirty` | folio flags | [`mark_dirty_reserved`] (the writer, folio locked) | `writepages` before the I/O (`folio_clear_dirty_for_io`), [`cancel_dirty`] (truncation, replacement) |
-//! | DIRTY tag | [`WbState`] | [`mark_dirty_reserved`] | `writepages` when it starts writeback, [`cancel_dirty`] |
-//! | TOWRITE tag | [`WbState`] | a sync pass, copying the DIRTY tags of its range (`tag_pages_for_writeback`) | `writepages` when it starts writeback, or finds the folio clean |
-//! | `PG_writeback` + WRITEBACK tag | flags + [`WbState`] | `writepages` (`folio_start_writeback`) | the end of the folio's write (`folio_end_writeback`), waking waiters |
+//! | `PG_dirty` | folio flags | `mark_dirty_reserved` (the writer, folio locked) | `writepages` before the I/O (`folio_clear_dirty_for_io`), `cancel_dirty` (truncation, replacement) |
+//! | DIRTY tag | `WbState` | `mark_dirty_reserved` | `writepages` when it starts writeback, `cancel_dirty` |
+//! | TOWRITE tag | `WbState` | a sync pass, copying the DIRTY tags of its range (`tag_pages_for_writeback`) | `writepages` when it starts writeback, or finds the folio clean |
+//! | `PG_writeback` + WRITEBACK tag | flags + `WbState` | `writepages` (`folio_start_writeback`) | the end of the folio's write (`folio_end_writeback`), waking waiters |
 //! | `PG_reclaim` | folio flags | reclaim meeting a dirty or writeback folio | the end of its writeback |
-//! | error sequence | [`WbState::err`] | a failed write or sync ([`errseq::ErrSeq::set`]) | never: each handle advances its own sample |
+//! | error sequence | `WbState::err` | a failed write or sync ([`errseq::ErrSeq::set`]) | never: each handle advances its own sample |
 //!
 //! The tags are ordered sets of page indices beside the index, under a mutex of their own
 //! (the kernel keeps them as XArray marks in the tree nodes, under the tree's lock; a set per
@@ -31,7 +31,7 @@
 //! untouched). As in the kernel, the dirty flag and the DIRTY tag disagree only while the
 //! folio is locked, and every transition of both happens with the folio lock held, the tags'
 //! mutex nested inside it. The counts of dirty and writeback pages, per file and for the
-//! whole cache ([`DirtyAccount`]), change under the same mutex.
+//! whole cache (`DirtyAccount`), change under the same mutex.
 //!
 //! # Sync cannot be livelocked
 //!
@@ -45,7 +45,7 @@
 //!
 //! While a folio is under writeback its bytes are being read by the vectored write, so nobody
 //! changes them: a writer waits for the writeback to end before it modifies a folio
-//! ([`wait_stable`], `folio_wait_stable`). The writer holds the folio lock while it waits;
+//! (`wait_stable`, `folio_wait_stable`). The writer holds the folio lock while it waits;
 //! writeback never takes a folio lock after starting a folio's writeback, so the wait cannot
 //! deadlock.
 //!
@@ -63,7 +63,7 @@
 //!
 //! # Dirty throttling
 //!
-//! [`DirtyAccount`] holds the cache-wide dirty and writeback page counts and two thresholds,
+//! `DirtyAccount` holds the cache-wide dirty and writeback page counts and two thresholds,
 //! scaled from the kernel's defaults (`dirty_ratio` 20%, `dirty_background_ratio` 10%) to the
 //! budget. A writer about to dirty pages past the hard limit first writes back dirty folios
 //! itself until the count is under the background threshold (`balance_dirty_pages`, in the
