@@ -50,7 +50,8 @@
 //! | [`index`] | per-file XArray-like radix tree: lockless RCU lookup with speculative `try_get` + re-check, one-folio and batched range insertion (seed 001), delete, evict, truncate, invalidate; shadow entries and the shadow-node shrinker | `filemap_get_entry`, `__filemap_add_folio`, `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping` |
 //! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget, workingset detection (shadow entries, refault activation) | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec`; `mm/workingset.c` |
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
-//! | [`cache`] | [`FolioCache`]: open files, `read_at` (pread), pinned folio guards, readahead, invalidate, statistics | `filemap_read`, `filemap_get_pages`, `filemap_create_folio` |
+//! | [`cache`] | [`FolioCache`]: inodes that outlive their handles, open files, `read_at` (pread), `write_at` (pwrite), `set_len`, syncs, pinned and writable folio guards, readahead, invalidate, statistics | `filemap_read`, `filemap_get_pages`, `generic_perform_write`, `fs/inode.c` |
+//! | [`writeback`] | dirty and writeback tags, `writepages`, dirty throttling, the error sequence (`errseq_t`) | `mm/page-writeback.c`, `lib/errseq.c` |
 //! | [`space`] | address spaces, rmap IDs, exact mapped-shared detection, COW | `rmap.c`, `memory.c`, RFC `rmap_id.c` (seed 002) |
 //! | [`seqcount`] | atomic seqcount: concurrent adding writers, exclusive fast path | RFC `atomic_seqcount.h` (seed 002) |
 //!
