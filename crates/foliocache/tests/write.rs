@@ -317,6 +317,18 @@ fn reclaim_keeps_dirty_pages_and_frees_clean_ones() {
     assert!(c.stats().reclaim_dirty_kept > 0);
     w.sync_data().unwrap();
     assert_eq!(std::fs::read(dir.path().join("w")).unwrap(), wdata);
+    // Written back, the pages reclaim wanted went to the inactive tail
+    // (`folio_rotate_reclaimable`): the next reclaim frees them before the reader's pages.
+    assert!(c.stats().pgrotated > 0, "{:?}", c.stats());
+    let (w_before, r_before) = (w.cached_pages(), r.cached_pages());
+    c.reclaim(20); // a reclaim step takes up to 32 folios
+    let (w_freed, r_freed) = (w_before - w.cached_pages(), r_before - r.cached_pages());
+    assert!(
+        w_freed >= 20 && r_freed < w_freed,
+        "w {w_before} -> {}, r {r_before} -> {}",
+        w.cached_pages(),
+        r.cached_pages()
+    );
     drop((w, r));
     assert_baseline(&c);
 }

@@ -47,9 +47,10 @@ pub(crate) enum Event {
     WritebackBytes,
     WritebackErrors,
     ReclaimDirtyKept,
+    ReclaimRotated,
 }
 
-const NR_EVENTS: usize = Event::ReclaimDirtyKept as usize + 1;
+const NR_EVENTS: usize = Event::ReclaimRotated as usize + 1;
 
 struct Shard([AtomicU64; NR_EVENTS]);
 
@@ -170,6 +171,9 @@ pub struct CacheStats {
     pub writeback_errors: u64,
     /// Dirty or writeback folios reclaim met and kept (marked for reclaim).
     pub reclaim_dirty_kept: u64,
+    /// Folios reclaim had marked that moved to the inactive tail when their writeback ended
+    /// (`pgrotated`).
+    pub pgrotated: u64,
     /// Dirty pages right now.
     pub dirty_pages: u64,
     /// Pages under writeback right now.
@@ -223,6 +227,7 @@ impl CacheStats {
         self.writeback_bytes = c.sum(Event::WritebackBytes);
         self.writeback_errors = c.sum(Event::WritebackErrors);
         self.reclaim_dirty_kept = c.sum(Event::ReclaimDirtyKept);
+        self.pgrotated = c.sum(Event::ReclaimRotated);
     }
 
     /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
@@ -266,6 +271,7 @@ impl CacheStats {
             writeback_bytes,
             writeback_errors,
             reclaim_dirty_kept,
+            pgrotated,
             dirty_pages,
             writeback_pages_now,
             dirty_limit_pages,
@@ -309,6 +315,7 @@ impl CacheStats {
             ("writeback_bytes", writeback_bytes),
             ("writeback_errors", writeback_errors),
             ("reclaim_dirty_kept", reclaim_dirty_kept),
+            ("pgrotated", pgrotated),
             ("nr_dirty", dirty_pages),
             ("nr_writeback", writeback_pages_now),
             ("dirty_limit_pages", dirty_limit_pages),

@@ -452,6 +452,11 @@ pub(crate) fn writeback_mapping(
     let Some(writer) = m.writer.lock().clone() else {
         return WbOutcome::default();
     };
+    let rotate = |f: &FolioRef<'_>| {
+        if c.lru.rotate_reclaimable(&c.arena, f) {
+            c.counters.inc(Event::ReclaimRotated);
+        }
+    };
     let t = WbTarget {
         pages: &m.pages,
         backing: &*writer,
@@ -459,6 +464,7 @@ pub(crate) fn writeback_mapping(
         acct: &c.dirty,
         size: &m.size,
         policy: c.config.writeback_errors,
+        rotate: &rotate,
     };
     let out = writepages(&t, first, last, mode);
     if out.writes > 0 {

@@ -244,6 +244,28 @@ impl Lists {
         (list, l.order)
     }
 
+    /// Moves `pfn` to the tail of its list (`list_move_tail`): the end reclaim takes first.
+    pub(crate) fn move_tail(&mut self, pfn: u32) {
+        let (list, order) = self.del(pfn);
+        let h = &mut self.heads[list as usize];
+        let old = h.tail;
+        self.links[pfn as usize] = Link {
+            prev: old,
+            next: NIL,
+            list: list as u8,
+            order,
+        };
+        h.tail = pfn;
+        if old == NIL {
+            h.head = pfn;
+        } else {
+            self.links[old as usize].next = pfn;
+        }
+        h.folios += 1;
+        h.pages += 1 << order;
+        self.mirror(list);
+    }
+
     /// Moves `pfn` to the head of `list` (`list_move`), from whatever list it is on.
     pub(crate) fn move_head(&mut self, pfn: u32, list: LruList) {
         let (_, order) = self.del(pfn);

@@ -777,6 +777,27 @@ impl Lru {
         }
     }
 
+    /// `folio_rotate_reclaimable`: a folio reclaim met dirty or under writeback (and marked
+    /// `PG_reclaim`) has just been written back: if it is still on the inactive list, move it
+    /// to the tail, so the next reclaim pass frees it first. The kernel batches these per CPU
+    /// (`lru_rotate`); here one lock hold each, as they are rare (only folios reclaim
+    /// already wanted). Returns whether it moved.
+    pub fn rotate_reclaimable(&self, arena: &Arena, folio: &FolioRef<'_>) -> bool {
+        self.check_arena(arena);
+        if folio.flags() & (PG_LRU | PG_ACTIVE | PG_UNEVICTABLE) != PG_LRU {
+            return false;
+        }
+        let mut v = self.vec.lock();
+        // Re-checked under the lock: isolation clears PG_lru under it.
+        if folio.flags() & (PG_LRU | PG_ACTIVE | PG_UNEVICTABLE) != PG_LRU
+            || v.lists.list_of(folio.pfn()) != Some(LruList::Inactive)
+        {
+            return false;
+        }
+        v.lists.move_tail(folio.pfn());
+        true
+    }
+
     /// `folio_mark_accessed`: the first access sets `PG_referenced`; a second one promotes an
     /// inactive folio to the active list (through this CPU's activate batch if it is on a
     /// list, by setting `PG_active` if it still waits in this CPU's add batch) and advances

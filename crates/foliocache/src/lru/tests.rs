@@ -824,3 +824,31 @@ fn a_failed_allocation_with_everything_pinned_scans_a_small_multiple_of_the_budg
     drop(pins);
     c.truncate_all_and_check(&l);
 }
+
+/// `folio_rotate_reclaimable`: a written-back folio reclaim wanted moves from wherever it is
+/// on the inactive list to its tail, the end the next reclaim pass takes first; an active
+/// folio, or one off the lists, stays where it is.
+#[test]
+fn rotate_reclaimable_moves_an_inactive_folio_to_the_tail() {
+    let a = arena(64, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    let held: Vec<_> = (0..4).map(|i| c.add(&l, i)).collect();
+    l.drain_all(&a);
+    let order = l.list_snapshot(LruList::Inactive);
+    assert_eq!(order[0], held[3].pfn(), "the newest at the head");
+    assert!(l.rotate_reclaimable(&a, &held[3]));
+    let order = l.list_snapshot(LruList::Inactive);
+    assert_eq!(*order.last().unwrap(), held[3].pfn(), "moved to the tail");
+    assert_eq!(order.len(), 4);
+    l.validate(&a).unwrap();
+    // Active: not moved.
+    held[2].set_flag(PG_ACTIVE);
+    assert!(!l.rotate_reclaimable(&a, &held[2]));
+    held[2].clear_flag(PG_ACTIVE);
+    drop(held);
+    for i in 0..4 {
+        c.truncate(i);
+    }
+    l.validate(&a).unwrap();
+}

@@ -303,6 +303,9 @@ pub(crate) struct WbTarget<'a> {
     /// `i_size`, read under each folio's lock to clamp what is written.
     pub(crate) size: &'a AtomicU64,
     pub(crate) policy: WbErrorPolicy,
+    /// `folio_rotate_reclaimable`, for a folio reclaim marked while it was dirty or under
+    /// writeback, once its writeback ends (the LRU's, installed by the cache).
+    pub(crate) rotate: &'a dyn Fn(&FolioRef<'_>),
 }
 
 /// What a writeback pass did.
@@ -504,14 +507,19 @@ fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
 }
 
 /// `folio_end_writeback`: untags the folio and clears PG_writeback, waking its waiters; a
-/// folio reclaim had picked loses PG_reclaim.
+/// folio reclaim had picked loses PG_reclaim and moves to the inactive tail.
 fn end_writeback(t: &WbTarget<'_>, folio: &FolioRef<'_>) {
     t.wb.tags.lock().writeback.remove(&folio.index());
     t.acct
         .writeback
         .fetch_sub(folio.nr_pages() as u64, Ordering::Relaxed);
-    if folio.flags() & PG_RECLAIM != 0 {
-        folio.clear_flag(PG_RECLAIM);
+    // `folio_end_writeback`: a folio reclaim wanted goes to the inactive tail to be freed
+    // first (if the write failed and it is dirty again, it stays where it is).
+    if folio.flags() & PG_RECLAIM != 0
+        && folio.test_clear_flag(PG_RECLAIM)
+        && !folio.test_flag(PG_DIRTY)
+    {
+        (t.rotate)(folio);
     }
     folio.end_writeback();
 }
