@@ -243,6 +243,8 @@ mod slots {
 
     std::thread_local! {
         static LAST: Cell<Last> = const { Cell::new(None) };
+        /// The slot an exiting thread claimed after its registry was destroyed.
+        static EXITING: Cell<Option<(u64, *const RefSlot)>> = const { Cell::new(None) };
         static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
     }
 
@@ -261,6 +263,10 @@ mod slots {
     #[cold]
     #[inline(never)]
     fn get_slow(c: &PercpuCounters) -> (*const RefSlot, Reader) {
+        // The RCU reader slot first: its thread-local registry is then registered before
+        // ours, so it is destroyed after ours at thread exit, and `LAST` never caches a
+        // reader slot the RCU layer has already given up.
+        let r = c.rcu.reader();
         let p = MINE
             .try_with(|m| {
                 let mut m = m.borrow_mut();
@@ -285,10 +291,42 @@ mod slots {
                 m.0.push((c.id, s));
                 p
             })
-            .expect("percpu_ref: used while the thread is exiting");
-        let r = c.rcu.reader();
+            .ok();
+        let Some(p) = p else {
+            // Our registry is gone: running in a thread-local destructor at thread exit.
+            return (exiting_slot(c), r);
+        };
         LAST.with(|l| l.set(Some((c.id, p, r))));
         (p, r)
+    }
+
+    /// This exiting thread's slot of `c` (its registry is gone): claimed like any other and
+    /// kept, unregistered, for the rest of the thread's exit (in `EXITING`, which has no
+    /// destructor); nothing gives it back, so one slot per such thread and set stays owned.
+    /// Its counts stay in the set's sum. Not cached in `LAST`, whose reader slot the RCU
+    /// layer may give up before this thread has finished exiting.
+    #[cold]
+    fn exiting_slot(c: &PercpuCounters) -> *const RefSlot {
+        if let Some((id, p)) = EXITING.with(|e| e.get()) {
+            if id == c.id {
+                return p;
+            }
+        }
+        let mut reg = c.slots.lock();
+        // ORDERING: Acquire pairs with the Release of `owned` at thread exit.
+        let s = match reg.iter().find(|s| !s.owned.load(Ordering::Acquire)) {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(CachePadded::new(RefSlot::default()));
+                reg.push(s.clone());
+                s
+            }
+        };
+        s.owned.store(true, Ordering::Relaxed);
+        drop(reg);
+        let p = &**s as *const RefSlot;
+        EXITING.with(|e| e.set(Some((c.id, p))));
+        p
     }
 }
 

@@ -398,9 +398,22 @@ mod slots {
                 m.0.push((inner.id, s));
                 p
             })
-            .expect("rcu: read_lock called while the thread is exiting (its slots are gone)");
+            .unwrap_or_else(|_| exiting_slot(inner));
+        // `LAST` has no destructor: it stays usable during thread exit.
         LAST.with(|c| c.set((inner.id, slot)));
         slot
+    }
+
+    /// A slot for a thread whose registry is gone already: code running in a thread-local
+    /// destructor (a cache handle kept in a `thread_local!` and dropped at thread exit). It
+    /// claims a slot as any registering thread does and keeps it without a registration, so
+    /// nothing marks it dead when the thread ends: one slot per such thread and domain stays
+    /// in the registry (quiescent between sections, so writers never wait for it). Cached in
+    /// `LAST` for the rest of the thread's exit.
+    #[cold]
+    fn exiting_slot(inner: &Inner) -> *const Slot {
+        let s = claim(inner);
+        &**s as *const Slot
     }
 
     /// A slot for a thread registering in `inner`: the slot of an exited thread if the
