@@ -10,9 +10,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use foliocache::rmap::id::RmapId;
+use foliocache::rmap::{FolioRmap, Tracking};
 use foliocache::seqcount::SeqCount;
-use foliocache::space::rmap::{FolioRmap, Tracking};
-use foliocache::space::rmap_id::RmapId;
 use foliocache::sync::AtomicU64;
 
 fn sections(c: &mut Criterion) {

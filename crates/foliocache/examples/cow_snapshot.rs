@@ -15,7 +15,7 @@
 
 use foliocache::folio::{Arena, ArenaConfig};
 use foliocache::refcount::RefStrategy;
-use foliocache::space::rmap::Tracking;
+use foliocache::rmap::Tracking;
 use foliocache::space::{SpaceConfig, Spaces};
 use foliocache::sync::Arc;
 

@@ -52,7 +52,8 @@
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
 //! | [`cache`] | [`FolioCache`]: inodes that outlive their handles, open files, `read_at` (pread), `write_at` (pwrite), `set_len`, syncs, pinned and writable folio guards, readahead, invalidate, statistics | `filemap_read`, `filemap_get_pages`, `generic_perform_write`, `fs/inode.c` |
 //! | [`writeback`] | dirty and writeback tags, `writepages`, dirty throttling, the error sequence (`errseq_t`) | `mm/page-writeback.c`, `lib/errseq.c` |
-//! | [`space`] | address spaces, rmap IDs, exact mapped-shared detection, COW | `rmap.c`, `memory.c`, RFC `rmap_id.c` (seed 002) |
+//! | [`rmap`] | the sharer state a folio header carries: mapcounts, rmap IDs and sub-IDs, the exclusivity test, per tracking strategy (seed 002); below `folio`, so nothing under `space` imports it | `folio_mapcount`, RFC `rmap_id.c` |
+//! | [`space`] | address spaces over the folios: page tables, fork, COW with exact mapped-shared detection | `rmap.c`, `memory.c` (seed 002) |
 //! | [`seqcount`] | atomic seqcount: concurrent adding writers, exclusive fast path | RFC `atomic_seqcount.h` (seed 002) |
 //!
 //! Next steps: the `examples/` directory (`read_file`: many threads, one file;
@@ -80,6 +81,7 @@ pub mod percpu_ref;
 pub mod rcu;
 pub mod readahead;
 pub mod refcount;
+pub mod rmap;
 pub mod seqcount;
 pub mod space;
 pub mod sync;

@@ -1,4 +1,4 @@
-//! Differential test of the per-folio sharer tracking (`foliocache::space::rmap`): random
+//! Differential test of the per-folio sharer tracking (`foliocache::rmap`): random
 //! batched map/unmap sequences by several spaces on folios of every order, against a model
 //! that simply counts each space's mappings. After every step:
 //!
@@ -10,8 +10,8 @@
 //! - `validate()` recomputes every counter from the model.
 #![cfg(not(loom))]
 
-use foliocache::space::rmap::{FolioRmap, Tracking};
-use foliocache::space::rmap_id::RmapId;
+use foliocache::rmap::id::RmapId;
+use foliocache::rmap::{FolioRmap, Tracking};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

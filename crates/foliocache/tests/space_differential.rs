@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use foliocache::folio::{Arena, ArenaConfig, FolioRef};
 use foliocache::refcount::RefStrategy;
-use foliocache::space::rmap::Tracking;
+use foliocache::rmap::Tracking;
 use foliocache::space::{Space, SpaceConfig, SpaceError, Spaces};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use foliocache::folio::{Arena, ArenaConfig};
 use foliocache::refcount::RefStrategy;
-use foliocache::space::rmap::Tracking;
+use foliocache::rmap::Tracking;
 use foliocache::space::{Space, SpaceConfig, Spaces};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -12,7 +12,7 @@
 //! records of their tail frames (`arena.ext_of(pfn + i)`), which nothing else touches while
 //! the folio lives; `prep` runs on every frame of a new folio.
 
-use crate::space::rmap::FolioRmap;
+use crate::rmap::FolioRmap;
 use crate::sync::{AtomicU32, Ordering};
 
 /// "No neighbour" in the pfn-linked lists.

@@ -20,9 +20,9 @@
 //!    the child is about to map: caught.
 
 use crate::refcount::{RefCount, RefStrategy};
+use crate::rmap::id::RmapId;
+use crate::rmap::{FolioRmap, Tracking};
 use crate::seqcount::Flaw;
-use crate::space::rmap::{FolioRmap, Tracking};
-use crate::space::rmap_id::RmapId;
 use crate::sync::{thread, Arc, Mutex, UnsafeCell};
 
 const ORDER: u32 = 2;

@@ -11,10 +11,10 @@
 //! batches of a whole run, so refcount ≥ mapcount at every instant another thread could look.
 
 use super::pagetable::{next_run, Pte, Run, Vma, VmaKind};
-use super::rmap::FolioRmap;
-use super::rmap_id::RmapId;
 use super::{Mm, SpaceError, SpacesInner, PMD_ORDER};
 use crate::folio::{Folio, PAGE_SIZE};
+use crate::rmap::id::RmapId;
+use crate::rmap::FolioRmap;
 
 impl SpacesInner {
     #[inline]

@@ -4,7 +4,7 @@
 //!
 //! # What it models
 //!
-//! A [`Space`] is an `mm_struct`: an rmap ID ([`rmap_id`]) and a page table
+//! A [`Space`] is an `mm_struct`: an rmap ID ([`rmap::id`](crate::rmap::id)) and a page table
 //! ([`pagetable`]) mapping virtual pages to pages of folios of the arena. The operations
 //! mirror their kernel counterparts:
 //!
@@ -20,7 +20,7 @@
 //! | drop | `exit_mmap` + `mmdrop` (the rmap ID is freed and reused later) |
 //!
 //! [`Spaces`] is the family the spaces belong to: the arena, the rmap-ID allocator, the
-//! sharer-tracking strategy ([`rmap::Tracking`]: `none`, `rmap-id`, `mm-owner`, chosen at run
+//! sharer-tracking strategy ([`Tracking`]: `none`, `rmap-id`, `mm-owner`, chosen at run
 //! time) and the statistics.
 //!
 //! # Example
@@ -28,7 +28,8 @@
 //! ```
 //! use foliocache::folio::{Arena, ArenaConfig};
 //! use foliocache::refcount::RefStrategy;
-//! use foliocache::space::{rmap::Tracking, SpaceConfig, Spaces};
+//! use foliocache::rmap::Tracking;
+//! use foliocache::space::{SpaceConfig, Spaces};
 //! use foliocache::sync::Arc;
 //!
 //! let arena = Arc::new(Arena::new(ArenaConfig::new(8 << 20, RefStrategy::LockedBit)).unwrap());
@@ -55,7 +56,7 @@
 //! # Copy-on-write (the point of seed 002)
 //!
 //! After `fork`, parent and child map the same anonymous folios read-only. A write fault on
-//! such a page (`memory::wp_fault`) asks the folio's [`rmap::FolioRmap`] whether every
+//! such a page (`memory::wp_fault`) asks the folio's [`FolioRmap`](crate::rmap::FolioRmap) whether every
 //! reference to the folio is a mapping of the faulting space (refcount = mapcount, and all
 //! mappings are this space's). If so the *whole folio* is reused in place: every entry of
 //! this space that maps it becomes writable at once. If not, *the faulting page* is copied
@@ -103,8 +104,6 @@
 //! COW reuse costs one seqcount snapshot per folio instead of one page copy per page.
 
 pub mod pagetable;
-pub mod rmap;
-pub mod rmap_id;
 
 mod memory;
 
@@ -113,9 +112,9 @@ use std::fmt;
 
 use self::memory::{anon_fault, copy_vma, split_cut_entire, wp_fault, zap};
 use self::pagetable::{PageTable, Pte, Vma, VmaKind};
-use self::rmap::Tracking;
-use self::rmap_id::{RmapId, RmapIdAllocator, RmapIdsExhausted};
 use crate::folio::{Arena, FolioRef, PAGE_SHIFT, PAGE_SIZE};
+use crate::rmap::id::{RmapId, RmapIdAllocator, RmapIdsExhausted};
+use crate::rmap::Tracking;
 use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// The order of a PMD-sized folio (2 MiB): folios of this order are mapped by one entire

@@ -71,7 +71,7 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 use foliocache::folio::{Arena, ArenaConfig, PAGE_SIZE};
 use foliocache::refcount::RefStrategy;
-use foliocache::space::rmap::Tracking;
+use foliocache::rmap::Tracking;
 use foliocache::space::{Space, SpaceConfig, SpaceStats, Spaces};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;

@@ -9,7 +9,7 @@
 //! | strategy | kernel | per-folio state | "mapped exclusively by S" |
 //! |---|---|---|---|
 //! | [`Tracking::None`] | before 2023: `folio_estimated_sharers` | total mapcount | mapcount = 1 (a large folio mapped more than once counts as shared) |
-//! | [`Tracking::RmapId`] | the RFC (seed 002): `rmap_id.c`, `atomic_seqcount.h` | mapcount + 1..2 rmap words under a [`SeqCount`] | exact: `mapcount ≤ nr_pages` and every word = mapcount·subid(S) ([`super::rmap_id`]) |
+//! | [`Tracking::RmapId`] | the RFC (seed 002): `rmap_id.c`, `atomic_seqcount.h` | mapcount + 1..2 rmap words under a [`SeqCount`] | exact: `mapcount ≤ nr_pages` and every word = mapcount·subid(S) ([`id`]) |
 //! | [`Tracking::MmOwner`] | merged 2025: `CONFIG_MM_ID` (`include/linux/rmap.h`) | mapcount + two (id, count) slots + "maybe shared" bit, under a bit spinlock | exact while at most two spaces map the folio, conservatively "shared" after |
 //!
 //! A small folio (order 0) is mapped exclusively iff its mapcount is 1 under every strategy.
@@ -60,9 +60,11 @@
 //! exclusive-writer path is taken; mm-owner: one lock RMW and one release store; the answer
 //! is one snapshot and W compares, never a scan of page tables.
 
-use super::rmap_id::{rmap_words, words_match, RmapId};
+pub mod id;
+
 use crate::seqcount::SeqCount;
 use crate::sync::{fence, AtomicI32, AtomicU64, Backoff, Ordering};
+use id::{rmap_words, words_match, RmapId};
 
 /// The sharer-tracking strategy of a set of spaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
