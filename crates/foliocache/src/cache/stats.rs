@@ -14,43 +14,155 @@
 
 use crate::sync::{num_cpus, thread_number, AtomicU64, CachePadded, Ordering};
 
-/// One countable event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub(crate) enum Event {
-    Hit,
-    Miss,
-    WaitLocked,
-    SyncRa,
-    AsyncRa,
-    RaPages,
-    RaFallbacks,
-    SinglePageReads,
-    IoReads,
-    IoBytes,
-    IoErrors,
-    OutOfMemory,
-    Invalidated,
-    ReadCalls,
-    BytesCopied,
-    Revalidations,
-    InodesEvicted,
-    WriteCalls,
-    BytesWritten,
-    WritesInPlace,
-    WritesReplaced,
-    Redirtied,
-    DirtyThrottled,
-    Syncs,
-    WritebackPages,
-    WritebackWrites,
-    WritebackBytes,
-    WritebackErrors,
-    ReclaimDirtyKept,
-    ReclaimRotated,
+/// The cache's counters, each listed once: `Name => field` under `events` for a counter the
+/// hot paths bump in their shard (`Event`), a `field` under `gauges` for a number
+/// `FolioCache::stats` reads from the cache's state. The macro makes the [`Event`]
+/// enum, the [`CacheStats`] fields (in this order), the fill from the shards and the
+/// `vmstat` lines (named after the fields): a new counter is one line here.
+macro_rules! cache_counters {
+    (
+        events { $( $(#[$em:meta])* $ev:ident => $ef:ident, )* }
+        gauges { $( $(#[$gm:meta])* $gf:ident, )* }
+    ) => {
+        /// One countable event.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub(crate) enum Event {
+            $( $ev, )*
+        }
+
+        const NR_EVENTS: usize = [$( Event::$ev ),*].len();
+
+        /// A snapshot of a cache's counters (the cache's `/proc/vmstat`); plain numbers,
+        /// summed without stopping the cache, so counters may be mutually off by in-flight
+        /// operations.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct CacheStats {
+            $( $(#[$em])* pub $ef: u64, )*
+            $( $(#[$gm])* pub $gf: u64, )*
+        }
+
+        impl CacheStats {
+            pub(crate) fn fill_events(&mut self, c: &Counters) {
+                $( self.$ef = c.sum(Event::$ev); )*
+            }
+
+            /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order,
+            /// each name the field's (a stable identifier: the lab's JSON `stats` objects use
+            /// them).
+            ///
+            /// ```
+            /// let mut s = foliocache::CacheStats::default();
+            /// s.hits = 3;
+            /// assert!(s.vmstat().contains(&("hits", 3)));
+            /// ```
+            pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
+                vec![
+                    $( (stringify!($ef), self.$ef), )*
+                    $( (stringify!($gf), self.$gf), )*
+                ]
+            }
+        }
+    };
 }
 
-const NR_EVENTS: usize = Event::ReclaimRotated as usize + 1;
+cache_counters! {
+    events {
+        /// `read_at` calls.
+        ReadCalls => read_calls,
+        /// Bytes copied out to callers by `read_at`.
+        BytesCopied => bytes_copied,
+        /// Folio lookups that found an uptodate folio.
+        Hit => hits,
+        /// Folio lookups that found nothing and started a read (synchronous readahead or a
+        /// single-folio read).
+        Miss => misses,
+        /// Folio lookups that found a folio under I/O and slept until it was filled or failed.
+        WaitLocked => waits_on_locked,
+        /// Synchronous readahead windows (`page_cache_sync_ra`).
+        SyncRa => sync_readahead,
+        /// Asynchronous readahead windows started by a PG_readahead folio
+        /// (`page_cache_async_ra`).
+        AsyncRa => async_readahead,
+        /// Pages inserted by readahead (explicit `readahead` calls included).
+        RaPages => readahead_pages,
+        /// Batched windows that could not be preallocated and fell back to one-by-one
+        /// insertion.
+        RaFallbacks => readahead_fallbacks,
+        /// Misses served by reading a single folio (readahead off, or the window was raced).
+        SinglePageReads => single_page_reads,
+        /// Read calls issued to backing files.
+        IoReads => io_reads,
+        /// Bytes read from backing files.
+        IoBytes => io_bytes,
+        /// Backing reads that failed.
+        IoErrors => io_errors,
+        /// Reads that failed with `OutOfMemory`.
+        OutOfMemory => out_of_memory,
+        /// Pages dropped by `invalidate`, by revalidation, truncation and by evicting inodes.
+        Invalidated => invalidated_pages,
+        /// Opens (and `refresh` calls) that found a file changed behind the cache's back and
+        /// dropped its pages.
+        Revalidations => revalidations,
+        /// Inodes evicted from the inode cache (with their pages).
+        InodesEvicted => inodes_evicted,
+        /// `write_at` / `append` calls.
+        WriteCalls => write_calls,
+        /// Bytes written into the cache by callers.
+        BytesWritten => bytes_written,
+        /// Page writes done in place (the folio frozen: nobody else held it).
+        WritesInPlace => writes_in_place,
+        /// Page writes done by replacing a folio someone held (a pinned guard, a reader), and
+        /// committed writable guards.
+        WritesReplaced => writes_replaced,
+        /// Page writes to pages that were dirty already.
+        Redirtied => writes_to_dirty,
+        /// Writers that met the dirty limit and wrote dirty pages back first.
+        DirtyThrottled => dirty_throttled,
+        /// `sync_data` / `sync_all` / `sync_range` calls.
+        Syncs => syncs,
+        /// Pages written back to backing files.
+        WritebackPages => writeback_pages,
+        /// Vectored writes issued by writeback (contiguous dirty pages coalesce into one).
+        WritebackWrites => writeback_writes,
+        /// Bytes written back to backing files.
+        WritebackBytes => writeback_bytes,
+        /// Failed writebacks and syncs (each reported through the files' error sequences).
+        WritebackErrors => writeback_errors,
+        /// Dirty or writeback folios reclaim met and kept (marked for reclaim).
+        ReclaimDirtyKept => reclaim_dirty_kept,
+        /// Folios reclaim had marked that moved to the inactive tail when their writeback
+        /// ended (`pgrotated`).
+        ReclaimRotated => pgrotated,
+    }
+    gauges {
+        /// Inodes in the inode cache right now, in use or not.
+        inodes,
+        /// Inodes no handle or guard uses right now, kept for a later open.
+        unused_inodes,
+        /// Dirty pages right now (`nr_dirty`).
+        dirty_pages,
+        /// Pages under writeback right now (`nr_writeback`).
+        writeback_pages_now,
+        /// The dirty limit in pages ([`Config::dirty_ratio`](crate::Config::dirty_ratio)).
+        dirty_limit_pages,
+        /// The most dirty + writeback pages seen at once.
+        dirty_high_water,
+        /// Index lock acquisitions, over every file this cache has had open (`xa_lock`).
+        index_lock_acquisitions,
+        /// Pages inserted into the indexes, over every file this cache has had open.
+        index_pages_inserted,
+        /// Pages in the memory budget.
+        budget_pages,
+        /// Pages held by folios right now.
+        allocated_pages,
+        /// Pages free right now.
+        free_pages,
+        /// Bad pages detected by the free path or at allocation (should stay 0).
+        bad_pages,
+    }
+}
 
 struct Shard([AtomicU64; NR_EVENTS]);
 
@@ -103,232 +215,7 @@ impl Counters {
     }
 }
 
-/// A snapshot of a cache's counters (the cache's `/proc/vmstat`); plain numbers, summed
-/// without stopping the cache, so counters may be mutually off by in-flight operations.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// `read_at` calls.
-    pub read_calls: u64,
-    /// Bytes copied out to callers by `read_at`.
-    pub bytes_copied: u64,
-    /// Folio lookups that found an uptodate folio.
-    pub hits: u64,
-    /// Folio lookups that found nothing and started a read (synchronous readahead or a
-    /// single-folio read).
-    pub misses: u64,
-    /// Folio lookups that found a folio under I/O and slept until it was filled or failed.
-    pub waits_on_locked: u64,
-    /// Synchronous readahead windows (`page_cache_sync_ra`).
-    pub sync_readahead: u64,
-    /// Asynchronous readahead windows started by a PG_readahead folio (`page_cache_async_ra`).
-    pub async_readahead: u64,
-    /// Pages inserted by readahead (explicit `readahead` calls included).
-    pub readahead_pages: u64,
-    /// Batched windows that could not be preallocated and fell back to one-by-one insertion.
-    pub readahead_fallbacks: u64,
-    /// Misses served by reading a single folio (readahead off, or the window was raced).
-    pub single_page_reads: u64,
-    /// Read calls issued to backing files.
-    pub io_reads: u64,
-    /// Bytes read from backing files.
-    pub io_bytes: u64,
-    /// Backing reads that failed.
-    pub io_errors: u64,
-    /// Reads that failed with `OutOfMemory`.
-    pub out_of_memory: u64,
-    /// Pages dropped by `invalidate`, by revalidation and by evicting inodes.
-    pub invalidated_pages: u64,
-    /// Opens (and `refresh` calls) that found a file changed behind the cache's back and
-    /// dropped its pages.
-    pub revalidations: u64,
-    /// Inodes evicted from the inode cache (with their pages).
-    pub inodes_evicted: u64,
-    /// Inodes in the inode cache right now, in use or not.
-    pub inodes: u64,
-    /// Inodes no handle or guard uses right now, kept for a later open.
-    pub unused_inodes: u64,
-    /// `write_at` / `append` calls.
-    pub write_calls: u64,
-    /// Bytes written into the cache by callers.
-    pub bytes_written: u64,
-    /// Page writes done in place (the folio frozen: nobody else held it).
-    pub writes_in_place: u64,
-    /// Page writes done by replacing a folio someone held (a pinned guard, a reader).
-    pub writes_replaced: u64,
-    /// Page writes to pages that were dirty already.
-    pub writes_to_dirty: u64,
-    /// Writers that met the dirty limit and wrote dirty pages back first.
-    pub dirty_throttled: u64,
-    /// `sync_data` / `sync_all` / `sync_range` calls.
-    pub syncs: u64,
-    /// Pages written back to backing files.
-    pub writeback_pages: u64,
-    /// Vectored writes issued by writeback (contiguous dirty pages coalesce into one).
-    pub writeback_writes: u64,
-    /// Bytes written back to backing files.
-    pub writeback_bytes: u64,
-    /// Failed writebacks and syncs (each reported through the files' error sequences).
-    pub writeback_errors: u64,
-    /// Dirty or writeback folios reclaim met and kept (marked for reclaim).
-    pub reclaim_dirty_kept: u64,
-    /// Folios reclaim had marked that moved to the inactive tail when their writeback ended
-    /// (`pgrotated`).
-    pub pgrotated: u64,
-    /// Dirty pages right now.
-    pub dirty_pages: u64,
-    /// Pages under writeback right now.
-    pub writeback_pages_now: u64,
-    /// The dirty limit in pages ([`Config::dirty_ratio`](crate::Config::dirty_ratio)).
-    pub dirty_limit_pages: u64,
-    /// The most dirty + writeback pages seen at once.
-    pub dirty_high_water: u64,
-    /// Index lock acquisitions, over every file this cache has had open (`xa_lock`).
-    pub index_lock_acquisitions: u64,
-    /// Pages inserted into the indexes, over every file this cache has had open.
-    pub index_pages_inserted: u64,
-    /// Pages in the memory budget.
-    pub budget_pages: u64,
-    /// Pages held by folios right now.
-    pub allocated_pages: u64,
-    /// Pages free right now.
-    pub free_pages: u64,
-    /// Bad pages detected by the free path or at allocation (should stay 0).
-    pub bad_pages: u64,
-}
-
 impl CacheStats {
-    pub(crate) fn fill_events(&mut self, c: &Counters) {
-        self.read_calls = c.sum(Event::ReadCalls);
-        self.bytes_copied = c.sum(Event::BytesCopied);
-        self.hits = c.sum(Event::Hit);
-        self.misses = c.sum(Event::Miss);
-        self.waits_on_locked = c.sum(Event::WaitLocked);
-        self.sync_readahead = c.sum(Event::SyncRa);
-        self.async_readahead = c.sum(Event::AsyncRa);
-        self.readahead_pages = c.sum(Event::RaPages);
-        self.readahead_fallbacks = c.sum(Event::RaFallbacks);
-        self.single_page_reads = c.sum(Event::SinglePageReads);
-        self.io_reads = c.sum(Event::IoReads);
-        self.io_bytes = c.sum(Event::IoBytes);
-        self.io_errors = c.sum(Event::IoErrors);
-        self.out_of_memory = c.sum(Event::OutOfMemory);
-        self.invalidated_pages = c.sum(Event::Invalidated);
-        self.revalidations = c.sum(Event::Revalidations);
-        self.inodes_evicted = c.sum(Event::InodesEvicted);
-        self.write_calls = c.sum(Event::WriteCalls);
-        self.bytes_written = c.sum(Event::BytesWritten);
-        self.writes_in_place = c.sum(Event::WritesInPlace);
-        self.writes_replaced = c.sum(Event::WritesReplaced);
-        self.writes_to_dirty = c.sum(Event::Redirtied);
-        self.dirty_throttled = c.sum(Event::DirtyThrottled);
-        self.syncs = c.sum(Event::Syncs);
-        self.writeback_pages = c.sum(Event::WritebackPages);
-        self.writeback_writes = c.sum(Event::WritebackWrites);
-        self.writeback_bytes = c.sum(Event::WritebackBytes);
-        self.writeback_errors = c.sum(Event::WritebackErrors);
-        self.reclaim_dirty_kept = c.sum(Event::ReclaimDirtyKept);
-        self.pgrotated = c.sum(Event::ReclaimRotated);
-    }
-
-    /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
-    /// name the field's (a stable identifier: the lab's JSON `stats` objects use them).
-    ///
-    /// ```
-    /// let s = foliocache::CacheStats { hits: 3, ..Default::default() };
-    /// assert!(s.vmstat().contains(&("hits", 3)));
-    /// ```
-    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
-        // Destructured without `..`: a new counter does not compile until it is listed here.
-        let CacheStats {
-            read_calls,
-            bytes_copied,
-            hits,
-            misses,
-            waits_on_locked,
-            sync_readahead,
-            async_readahead,
-            readahead_pages,
-            readahead_fallbacks,
-            single_page_reads,
-            io_reads,
-            io_bytes,
-            io_errors,
-            out_of_memory,
-            invalidated_pages,
-            revalidations,
-            inodes_evicted,
-            inodes,
-            unused_inodes,
-            write_calls,
-            bytes_written,
-            writes_in_place,
-            writes_replaced,
-            writes_to_dirty,
-            dirty_throttled,
-            syncs,
-            writeback_pages,
-            writeback_writes,
-            writeback_bytes,
-            writeback_errors,
-            reclaim_dirty_kept,
-            pgrotated,
-            dirty_pages,
-            writeback_pages_now,
-            dirty_limit_pages,
-            dirty_high_water,
-            index_lock_acquisitions,
-            index_pages_inserted,
-            budget_pages,
-            allocated_pages,
-            free_pages,
-            bad_pages,
-        } = *self;
-        vec![
-            ("read_calls", read_calls),
-            ("bytes_copied", bytes_copied),
-            ("hits", hits),
-            ("misses", misses),
-            ("waits_on_locked", waits_on_locked),
-            ("sync_readahead", sync_readahead),
-            ("async_readahead", async_readahead),
-            ("readahead_pages", readahead_pages),
-            ("readahead_fallbacks", readahead_fallbacks),
-            ("single_page_reads", single_page_reads),
-            ("io_reads", io_reads),
-            ("io_bytes", io_bytes),
-            ("io_errors", io_errors),
-            ("out_of_memory", out_of_memory),
-            ("invalidated_pages", invalidated_pages),
-            ("revalidations", revalidations),
-            ("inodes_evicted", inodes_evicted),
-            ("inodes", inodes),
-            ("unused_inodes", unused_inodes),
-            ("write_calls", write_calls),
-            ("bytes_written", bytes_written),
-            ("writes_in_place", writes_in_place),
-            ("writes_replaced", writes_replaced),
-            ("writes_to_dirty", writes_to_dirty),
-            ("dirty_throttled", dirty_throttled),
-            ("syncs", syncs),
-            ("writeback_pages", writeback_pages),
-            ("writeback_writes", writeback_writes),
-            ("writeback_bytes", writeback_bytes),
-            ("writeback_errors", writeback_errors),
-            ("reclaim_dirty_kept", reclaim_dirty_kept),
-            ("pgrotated", pgrotated),
-            ("nr_dirty", dirty_pages),
-            ("nr_writeback", writeback_pages_now),
-            ("dirty_limit_pages", dirty_limit_pages),
-            ("dirty_high_water", dirty_high_water),
-            ("index_lock_acquisitions", index_lock_acquisitions),
-            ("index_pages_inserted", index_pages_inserted),
-            ("budget_pages", budget_pages),
-            ("allocated_pages", allocated_pages),
-            ("free_pages", free_pages),
-            ("bad_pages", bad_pages),
-        ]
-    }
-
     /// Index lock acquisitions per inserted page (0 when nothing was inserted).
     pub fn lock_acquisitions_per_page(&self) -> f64 {
         if self.index_pages_inserted == 0 {
