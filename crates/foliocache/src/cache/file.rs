@@ -109,6 +109,9 @@ impl Mapping {
     /// the cache last saw, a write bypassed the cache: drop every cached page and take the
     /// new size. Returns the pages dropped. Called with no cache-wide lock held.
     pub(crate) fn revalidate(&self, c: &CacheInner, now: FileAttrs) -> u64 {
+        // Writers hold `i_rwsem` from before they insert a page until it is dirty: holding it
+        // here, the dirty check below cannot miss a write in progress.
+        let _w = self.i_rwsem.lock();
         let mut attrs = self.attrs.lock();
         if *attrs == now {
             return 0;
