@@ -5,7 +5,7 @@
 //!
 //! | workload | what a worker does | one operation | sync |
 //! |---|---|---|---|
-//! | `seqwrite` | writes a new file of its own (`--seq-mib`, default 128 MiB; 8 with `--quick`) from start to end | one 1 MiB write | one `sync_data` after the last write (an SST flush) |
+//! | `seqwrite` | writes a new file of its own (`--seq-mib`, default 128 MiB; 32 with `--quick`) from start to end | one 1 MiB write | one `sync_data` after the last write (an SST flush) |
 //! | `randwrite` | overwrites 4 KiB pages of one file all workers share (`--rand-mib`, default 256 MiB; 32 with `--quick`) at Zipf-distributed page numbers (`--skew`, default 0.99, the hot pages scattered over the file) | one 4 KiB write | `sync_data` after every 1,000 of its writes (a B-tree's page updates) |
 //! | `wal` | appends 4 KiB records to one log all workers share | one append | `sync_data` after every 64 KiB it appended (a commit log) |
 //!
@@ -48,7 +48,7 @@
 //! the sync (foliocache's writes are copies, its I/O happens at writeback). The window starts
 //! when the workers are released together ([`run_threads`]'s start gate) and ends when the
 //! last worker's last batch ends: `randwrite` runs `--duration` plus the batch in flight,
-//! `wal` until `--duration` or until the log holds `--wal-mib` (default 256 MiB; 8 with
+//! `wal` until `--duration` or until the log holds `--wal-mib` (default 256 MiB; 64 with
 //! `--quick`), whichever comes first (the log lives in memory on tmpfs), and `seqwrite` is
 //! one pass (`--duration` is not used). Latency is that of a caller's operation, the sync
 //! included for the operation that ends a batch (what a committer waits for); 1 operation in
@@ -98,7 +98,7 @@ use crate::harness::{
 };
 
 /// Not a seed: the write path is issue 13's question, no seed thread measured it.
-pub const SEED: &str = "none (the write path: the kernel's buffered I/O against foliocache)";
+pub const SEED: &str = "no seed (the write path: the kernel's buffered I/O against foliocache)";
 
 /// Subcommand name.
 pub const NAME: &str = "write";
@@ -177,13 +177,13 @@ pub struct Args {
     /// foliocache's budget in MiB [default: 64; 16 with --quick].
     #[arg(long)]
     pub budget_mib: Option<u64>,
-    /// `seqwrite`: MiB each worker's file gets [default: 128; 8 with --quick].
+    /// `seqwrite`: MiB each worker's file gets [default: 128; 32 with --quick].
     #[arg(long)]
     pub seq_mib: Option<u64>,
     /// `randwrite`: the shared file's size in MiB [default: 256; 32 with --quick].
     #[arg(long)]
     pub rand_mib: Option<u64>,
-    /// `wal`: the most MiB one measurement appends to its log [default: 256; 8 with --quick].
+    /// `wal`: the most MiB one measurement appends to its log [default: 256; 64 with --quick].
     #[arg(long)]
     pub wal_mib: Option<u64>,
     /// `randwrite`: the Zipf exponent of the page numbers (above 0).
@@ -234,9 +234,9 @@ impl Sizes {
         };
         Ok(Sizes {
             budget: mib(args.budget_mib, 64, 16, "budget-mib")? as usize,
-            seq_bytes: mib(args.seq_mib, 128, 8, "seq-mib")?,
+            seq_bytes: mib(args.seq_mib, 128, 32, "seq-mib")?,
             rand_pages: mib(args.rand_mib, 256, 32, "rand-mib")? / PAGE as u64,
-            wal_bytes: mib(args.wal_mib, 256, 8, "wal-mib")?,
+            wal_bytes: mib(args.wal_mib, 256, 64, "wal-mib")?,
         })
     }
 }
@@ -389,10 +389,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "Targets (issue 13, full mode, medians of at least 5 interleaved runs): foliocache / \
              kernel ops/s; files on {fs}{}",
             if settings.quick {
-                "; quick mode is a smoke run (short runs, small files, a 16 MiB budget): the \
-                 targets are for full mode (`write --threads 1,2`)"
+                format!(
+                    "; quick mode is a smoke run (short runs, small files, a {} MiB budget): the \
+                     targets are for full mode (`write --threads 1,2`)",
+                    sizes.budget >> 20
+                )
             } else {
-                ""
+                String::new()
             }
         ),
         target_table(&report, &workloads, &settings.threads),
