@@ -271,6 +271,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         .tempdir_in(&base)
         .map_err(|e| crate::lab_err!("creating a directory in {}: {e}", base.display()))?;
     let fs = fs_type(tmp.path());
+    check_space(tmp.path(), &workloads, sizes, max_threads)?;
     let config = cache_config(sizes.budget);
     let dirty_limit = FolioCache::new(config.clone())
         .map_err(|e| crate::lab_err!("foliocache: {e}"))?
@@ -779,6 +780,15 @@ impl Ctx {
     }
 }
 
+impl Drop for Ctx {
+    /// The `randwrite` files go with their workload, so the next one has the space.
+    fn drop(&mut self) {
+        for (path, _) in &self.rand {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// The `randwrite` file: every page stamped with its number and version 0, synced.
 fn create_rand_file(path: &Path, pages: u64) -> io::Result<()> {
     let mut out = io::BufWriter::with_capacity(SEQ_CHUNK, File::create(path)?);
@@ -1250,6 +1260,51 @@ fn verify(
     Ok((wrong, paths.len() as u64))
 }
 
+/// Refuses a run whose files would not fit in `dir`'s free space (on tmpfs: memory), before
+/// anything is written. At most one workload's files exist at a time: `seqwrite`'s files of
+/// one measurement, `randwrite`'s two shared files, or one `wal` log.
+fn check_space(dir: &Path, workloads: &[Workload], sizes: Sizes, threads: usize) -> LabResult<()> {
+    let need = workloads
+        .iter()
+        .map(|w| match w {
+            Workload::Seqwrite => sizes.seq_bytes * threads as u64,
+            Workload::Randwrite => sizes.rand_pages * PAGE as u64 * VARIANTS.len() as u64,
+            Workload::Wal => sizes.wal_bytes + (WAL_SYNC_BYTES * threads) as u64,
+        })
+        .max()
+        .unwrap_or(0);
+    let Some(free) = free_bytes(dir) else {
+        return Ok(());
+    };
+    if need > free {
+        return Err(crate::lab_err!(
+            "the write scenario needs {} MiB in {} and {} MiB are free: pass smaller \
+             --seq-mib, --rand-mib or --wal-mib, fewer --threads, or another --dir",
+            need >> 20,
+            dir.display(),
+            free >> 20
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes an unprivileged user may still write in `dir`'s filesystem (`statvfs(2)`).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path; `st` is a valid out-pointer for one `statvfs`.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    // `fsblkcnt_t` and `c_ulong` are 32-bit on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    let (blocks, size) = (st.f_bavail as u64, st.f_frsize as u64);
+    Some(blocks.saturating_mul(size))
+}
+
 /// The filesystem `dir` lives on, by `statfs(2)` magic number.
 fn fs_type(dir: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
@@ -1434,6 +1489,17 @@ mod tests {
         assert!(stats["wal"]["writeback_pages"].as_u64() > Some(0));
         let (title, _) = r.tables.last().unwrap();
         assert!(title.starts_with("Targets"), "{title}");
+    }
+
+    #[test]
+    fn a_run_that_cannot_fit_is_refused_up_front() {
+        let mut args = tiny();
+        args.seq_mib = Some(1 << 20); // 1 TiB per thread
+        args.workload = vec![Workload::Seqwrite];
+        let Err(e) = run(&args) else {
+            panic!("a run needing 1 TiB per thread was not refused");
+        };
+        assert!(e.0.contains("--seq-mib"), "{}", e.0);
     }
 
     #[test]
