@@ -52,7 +52,7 @@
 //! `--quick`), whichever comes first (the log lives in memory on tmpfs), and `seqwrite` is
 //! one pass (`--duration` is not used). Latency is that of a caller's operation, the sync
 //! included for the operation that ends a batch (what a committer waits for); 1 operation in
-//! 8, drawn at random, is timed into an HDR histogram. While foliocache runs, a sampler
+//! 8, drawn at random, is timed into an HDR histogram (every `seqwrite` write: they are few). While foliocache runs, a sampler
 //! thread reads the cache's dirty page count every millisecond (the kernel variant has no
 //! such thread: its dirty counters are the machine's).
 //!
@@ -123,7 +123,8 @@ const RAND_SYNC_EVERY: u64 = 1000;
 /// `wal`: a worker syncs after this many bytes appended (16 records).
 const WAL_SYNC_BYTES: usize = 64 << 10;
 
-/// One operation in this many (drawn at random) is timed.
+/// One operation in this many (drawn at random) is timed; every `seqwrite` write is (each
+/// copies 1 MiB, and a measurement makes few).
 const LATENCY_EVERY: u64 = 8;
 
 /// The dirty sampler's period.
@@ -244,11 +245,15 @@ impl Sizes {
 /// Runs the scenario.
 pub fn run(args: &Args) -> LabResult<Report> {
     let settings = args.common.settings();
-    let workloads = if args.workload.is_empty() {
-        Workload::ALL.to_vec()
-    } else {
-        args.workload.clone()
-    };
+    let mut workloads: Vec<Workload> = Vec::new();
+    for &w in args.workload.iter() {
+        if !workloads.contains(&w) {
+            workloads.push(w);
+        }
+    }
+    if workloads.is_empty() {
+        workloads = Workload::ALL.to_vec();
+    }
     if !(args.skew > 0.0 && args.skew.is_finite()) {
         return Err(crate::lab_err!(
             "--skew must be above 0 (0.99 is the usual skew of a B-tree's page updates)"
@@ -300,7 +305,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "wal_max_bytes": sizes.wal_bytes,
             "sharing": "seqwrite: a file per thread; randwrite and wal: one file shared by the threads",
             "syscalls_counted_at": "kernel: the workers' calls; foliocache: a counting wrapper around FileBacking",
-            "latency_sampling": format!("1 operation in {LATENCY_EVERY}, at random; the operation that ends a batch includes its sync"),
+            "latency_sampling": format!("1 operation in {LATENCY_EVERY} at random (seqwrite: every write); the operation that ends a batch includes its sync"),
         })),
     );
     println!(
@@ -826,6 +831,8 @@ struct Sample {
 
 /// One worker's tally.
 struct WorkerOut {
+    /// One operation in this many is timed.
+    every: u64,
     ops: u64,
     bytes: u64,
     tally: Tally,
@@ -835,8 +842,9 @@ struct WorkerOut {
 }
 
 impl WorkerOut {
-    fn new() -> WorkerOut {
+    fn new(every: u64) -> WorkerOut {
         WorkerOut {
+            every,
             ops: 0,
             bytes: 0,
             tally: Tally::default(),
@@ -858,7 +866,7 @@ impl WorkerOut {
         *rng ^= *rng << 13;
         *rng ^= *rng >> 7;
         *rng ^= *rng << 17;
-        let t0 = (*rng % LATENCY_EVERY == 0).then(Instant::now);
+        let t0 = (*rng % self.every == 0).then(Instant::now);
         let r = op(&mut self.tally);
         if let Some(t0) = t0 {
             self.hist.saturating_record(t0.elapsed().as_nanos() as u64);
@@ -1083,7 +1091,7 @@ fn measure(
 
 /// `seqwrite`: the worker's new file in 1 MiB writes, then `sync_data`.
 fn seqwrite(h: &Handle, tid: usize, chunks: u64) -> WorkerOut {
-    let mut out = WorkerOut::new();
+    let mut out = WorkerOut::new(1);
     let base = base_page();
     let mut buf: Vec<u8> = base.iter().copied().cycle().take(SEQ_CHUNK).collect();
     let mut rng = 0x5eed ^ (tid as u64 + 1);
@@ -1132,7 +1140,7 @@ fn randwrite(
     versions: &[AtomicU32],
     stop: &AtomicBool,
 ) -> WorkerOut {
-    let mut out = WorkerOut::new();
+    let mut out = WorkerOut::new(LATENCY_EVERY);
     let mut page = base_page();
     let pages = versions.len() as u64;
     let mask = trace.len() - 1;
@@ -1170,7 +1178,7 @@ fn randwrite(
 /// `wal`: batches of 64 KiB of 4 KiB appends, each batch ending with `sync_data`, until
 /// stopped or the log holds `cap` bytes.
 fn wal(h: &Handle, tid: usize, appended: &AtomicU64, cap: u64, stop: &AtomicBool) -> WorkerOut {
-    let mut out = WorkerOut::new();
+    let mut out = WorkerOut::new(LATENCY_EVERY);
     let mut record = base_page();
     let mut rng = 0x5eed ^ (tid as u64 + 1);
     let per_batch = (WAL_SYNC_BYTES / PAGE) as u64;
@@ -1461,6 +1469,8 @@ mod tests {
                 for v in VARIANTS {
                     let ops = r.row(v, n, "ops_per_sec", &extra).unwrap().median;
                     assert!(ops > 0.0, "{} {v} {n}", w.name());
+                    let p50 = r.row(v, n, "p50_latency_ns", &extra).unwrap().median;
+                    assert!(p50 > 0.0, "{} {v} {n}: no operation timed", w.name());
                 }
                 let k = r
                     .row("kernel", n, "backing_bytes_per_byte", &extra)
