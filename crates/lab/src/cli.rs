@@ -45,6 +45,11 @@ pub enum Command {
     /// foliocache against what a storage engine would use instead (quick_cache, moka, the
     /// kernel's pread and mmap): 4 KiB Zipf block reads of a file 4x the cache budget.
     Peers(crate::scenarios::peers::Args),
+    /// The write path (no seed): the kernel's buffered I/O (pwrite, fdatasync) against
+    /// foliocache on 1 MiB writes of a new file with one sync (an SST flush), 4 KiB Zipf
+    /// overwrites with a sync every 1,000 (B-tree pages) and 4 KiB appends with a sync every
+    /// 64 KiB (a commit log).
+    Write(crate::scenarios::write::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -95,6 +100,7 @@ fn common_of(cmd: &Command) -> Option<&CommonArgs> {
         Command::Hash(a) => Some(&a.common),
         Command::Lru(a) => Some(&a.common),
         Command::Peers(a) => Some(&a.common),
+        Command::Write(a) => Some(&a.common),
         Command::All(_) | Command::Validate { .. } => None,
     }
 }
@@ -112,6 +118,7 @@ fn run(cli: Cli) -> LabResult<i32> {
         Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
         Command::Lru(a) => Ok(exit_code(crate::scenarios::lru::run(&a)?)),
         Command::Peers(a) => Ok(exit_code(crate::scenarios::peers::run(&a)?)),
+        Command::Write(a) => Ok(exit_code(crate::scenarios::write::run(&a)?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             // Every file is checked and reported, a bad one does not hide the ones after it.

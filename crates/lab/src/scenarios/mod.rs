@@ -20,6 +20,7 @@
 //! | [`hash`] | 003 | file-table lookups under a table reference, resize under load |
 //! | [`lru`] | 004 | short-lived files churned through a cache under reclaim: dead folios at LRU drain, lruvec lock acquisitions per folio, vanilla vs filtered (and add-as-active) |
 //! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
+//! | [`write`](mod@write) | — | the write path: the kernel's pwrite and fdatasync against foliocache on an SST flush, B-tree page updates and a commit log |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
@@ -31,6 +32,7 @@ pub mod peers;
 pub mod pread;
 pub mod readseq;
 pub mod refcount;
+pub mod write;
 
 /// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
 pub struct Entry {
@@ -87,5 +89,11 @@ pub const REGISTRY: &[Entry] = &[
         seed: peers::SEED,
         about: peers::ABOUT,
         run: peers::run_common,
+    },
+    Entry {
+        name: write::NAME,
+        seed: write::SEED,
+        about: write::ABOUT,
+        run: write::run_common,
     },
 ];
