@@ -19,6 +19,22 @@ fn rw() -> OpenOptions {
     o
 }
 
+/// Compares file bytes with the model, reporting the first difference (not megabytes).
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let first = got.iter().zip(want).position(|(a, b)| a != b);
+    let last = got.iter().zip(want).rposition(|(a, b)| a != b);
+    panic!(
+        "{what}: {} bytes, model {}; first difference at {first:?} (got {:?}, want {:?}), last at {last:?}",
+        got.len(),
+        want.len(),
+        first.map(|i| got[i]),
+        first.map(|i| want[i]),
+    );
+}
+
 /// One random step on `file` (reopened into `slot` on a close/open step), checked against
 /// `model`; returns a description for failure messages.
 fn step(
@@ -66,7 +82,7 @@ fn step(
         82..=89 => {
             f.sync_data().unwrap();
             let disk = std::fs::read(path).unwrap();
-            assert_eq!(disk, *model, "the file after a sync");
+            assert_same(&disk, model, "the file after a sync");
             "sync".to_string()
         }
         90..=94 => {
@@ -108,7 +124,11 @@ fn random_writes_reads_truncations_and_syncs_match_a_model() {
         f.read_exact_at(&mut all, 0).unwrap();
         assert_eq!(all, models[k]);
         f.sync_all().unwrap();
-        assert_eq!(std::fs::read(&paths[k]).unwrap(), models[k]);
+        assert_same(
+            &std::fs::read(&paths[k]).unwrap(),
+            &models[k],
+            "the file at the end",
+        );
     }
     let s = c.stats();
     assert!(s.writeback_pages > 0 && s.writes_in_place > 0, "{s:?}");
@@ -136,7 +156,11 @@ fn threads_each_with_a_file_match_their_models() {
                 }
                 let f = slot.get_or_insert_with(|| c.open_with(&path, &rw()).unwrap());
                 f.sync_data().unwrap();
-                assert_eq!(std::fs::read(&path).unwrap(), model);
+                assert_same(
+                    &std::fs::read(&path).unwrap(),
+                    &model,
+                    "the file at the end",
+                );
             });
         }
     });

@@ -46,16 +46,18 @@ pub(crate) struct Mapping {
     /// writeback, set by `set_len`): below it a short read means the file changed behind
     /// the cache's back; past it, up to `size`, the file is a hole the cache reads as zeros.
     pub(crate) disk_size: AtomicU64,
-    /// Set when writeback changed the backing file (its mtime moved because of us):
-    /// revalidation then adopts the new attributes instead of dropping pages.
-    pub(crate) own_writes: crate::sync::AtomicBool,
+    /// Writes this cache made to the backing file (writeback runs, `set_len`), each counted
+    /// before it is issued: revalidation tells its own changes of the file's size and mtime
+    /// from foreign ones by whether this moved since it last looked.
+    pub(crate) wb_seq: AtomicU64,
     /// `i_rwsem` taken exclusively: writes, `set_len` and appends of this file are serialised,
     /// as the kernel's buffered writes are; readers never take it.
     pub(crate) i_rwsem: Mutex<()>,
     /// Dirty and writeback tags, counts, and the error sequence (`mapping->wb_err`).
     pub(crate) wb: crate::writeback::WbState,
-    /// The backing file's size and mtime when the cache last looked (revalidation).
-    pub(crate) attrs: Mutex<FileAttrs>,
+    /// The backing file's size and mtime when the cache last looked, and `wb_seq` then
+    /// (revalidation).
+    pub(crate) attrs: Mutex<(FileAttrs, u64)>,
     /// `i_count`: open handles and owned guards of this file.
     pub(crate) users: AtomicUsize,
     /// The page index (`i_pages`).
@@ -105,36 +107,45 @@ impl Mapping {
         !self.wb.has_unwritten() && !self.wb.err.unseen()
     }
 
-    /// Revalidation (close-to-open): if the backing file's size or mtime differ from what
-    /// the cache last saw, a write bypassed the cache: drop every cached page and take the
-    /// new size. Returns the pages dropped. Called with no cache-wide lock held.
-    pub(crate) fn revalidate(&self, c: &CacheInner, now: FileAttrs) -> u64 {
+    /// Revalidation (close-to-open): looks at the backing file's size and mtime; if they
+    /// changed since the cache last looked and none of the cache's own writes can explain it,
+    /// a write bypassed the cache: drop every cached page and take the new size. Returns
+    /// whether it did. Called with no cache-wide lock held.
+    ///
+    /// The cache's own writeback moves the file's mtime (and size) too. A change is taken as
+    /// foreign only if the file has no dirty or writeback pages, and no write of ours was
+    /// issued since the last look nor while this one looked (`wb_seq`); a foreign write that
+    /// lands while the cache is writing the same file back goes unnoticed (documented at
+    /// `FolioCache::open`).
+    pub(crate) fn revalidate(&self, c: &CacheInner) -> io::Result<bool> {
         // Writers hold `i_rwsem` from before they insert a page until it is dirty: holding it
         // here, the dirty check below cannot miss a write in progress.
         let _w = self.i_rwsem.lock();
-        let mut attrs = self.attrs.lock();
-        if *attrs == now {
-            return 0;
-        }
-        if self.wb.has_unwritten()
-            || (self.own_writes.swap(false, Ordering::Relaxed)
-                && now.size == self.disk_size.load(Ordering::Relaxed))
-        {
-            // Our own writeback moved the mtime, or our dirty pages are newer than whatever
-            // the file holds: keep the pages, remember what the file looks like now.
-            *attrs = now;
-            return 0;
+        // ORDERING: SeqCst loads around the `fstat`, against the SeqCst increment issued
+        // before each of our writes (`writeback::submit`, `set_len`): if the `fstat` sees a
+        // write of ours, the second load sees its increment. Writeback tags its pages before
+        // the increment, so a write in flight before the first load shows in `unwritten`.
+        let seq0 = self.wb_seq.load(Ordering::SeqCst);
+        let unwritten = self.wb.has_unwritten();
+        let now = self.backing.attrs()?;
+        let seq1 = self.wb_seq.load(Ordering::SeqCst);
+        let mut seen = self.attrs.lock();
+        let (was, was_seq) = *seen;
+        *seen = (now, seq1);
+        if was == now || unwritten || seq0 != seq1 || was_seq != seq1 {
+            // Unchanged, or changed by our own writes (or our dirty pages are newer than
+            // whatever the file holds): keep the pages.
+            return Ok(false);
         }
         // Size first, then the pages: a reader that saw the old size and raced the truncation
         // refills from the backing, which already holds the new bytes.
         self.size.store(now.size, Ordering::Release);
         self.disk_size.store(now.size, Ordering::Relaxed);
         let dropped = self.pages.truncate(0, u64::MAX);
-        *attrs = now;
-        drop(attrs);
+        drop(seen);
         c.counters.add(Event::Invalidated, dropped.pages_freed);
         c.counters.inc(Event::Revalidations);
-        dropped.pages_freed
+        Ok(true)
     }
 
     pub(super) fn io_error(&self, offset: u64, source: io::Error) -> CacheError {
@@ -296,16 +307,11 @@ impl CachedFile {
     /// For a file opened with a custom [`Backing`] only the size is compared.
     pub fn refresh(&self) -> Result<bool, CacheError> {
         let m = self.mapping();
-        let now = m.backing.attrs().map_err(|source| CacheError::Open {
-            path: m.path.clone(),
-            source,
-        })?;
-        let before = *m.attrs.lock();
-        if before == now {
-            return Ok(false);
-        }
-        m.revalidate(&self.cache, now);
-        Ok(true)
+        m.revalidate(&self.cache)
+            .map_err(|source| CacheError::Open {
+                path: m.path.clone(),
+                source,
+            })
     }
 
     /// `filemap_read` (`pread(2)`): copies the file's bytes at `offset` into `buf` through

@@ -340,7 +340,10 @@ impl FolioCache {
     /// path replaced by a `rename` opens the new file, and a file whose size or modification
     /// time changed behind the cache's back (a write that did not go through it) has its
     /// cached pages dropped, unless the cache holds dirty pages of it (those are newer). Between
-    /// opens the cache trusts its pages; call [`CachedFile::refresh`] to look again.
+    /// opens the cache trusts its pages; call [`CachedFile::refresh`] to look again. The
+    /// cache's own writeback changes the file's mtime too: a change is taken as foreign only
+    /// if no write of the cache's went to the file since it last looked, so a foreign write
+    /// that lands while the cache is writing the same file back goes unnoticed.
     ///
     /// Directories, FIFOs, sockets, devices and pseudo-files whose size the kernel does not
     /// report (`/proc`, `/sys`) are refused with [`CacheError::Unsupported`]. No cache-wide
@@ -411,7 +414,13 @@ impl FolioCache {
         }
         drop(backing);
         // Outside the icache lock: a changed file's pages are dropped here.
-        m.revalidate(c, attrs);
+        if let Err(source) = m.revalidate(c) {
+            c.iput(m);
+            return Err(CacheError::Open {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
         let file = CachedFile::new(c.clone(), m).with_mode(writable, options.appends());
         if options.truncates() {
             file.set_len(0)?;
@@ -462,10 +471,10 @@ impl FolioCache {
             writer: Mutex::new(None),
             size: AtomicU64::new(attrs.size),
             disk_size: AtomicU64::new(attrs.size),
-            own_writes: AtomicBool::new(false),
+            wb_seq: AtomicU64::new(0),
             i_rwsem: Mutex::new(()),
             wb: crate::writeback::WbState::default(),
-            attrs: Mutex::new(attrs),
+            attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
             pages,
         });

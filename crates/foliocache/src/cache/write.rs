@@ -275,9 +275,10 @@ impl CachedFile {
             let out = m.pages.truncate(cut, u64::MAX);
             c.counters.add(Event::Invalidated, out.pages_freed);
         }
+        // ORDERING: SeqCst; revalidation's loads around its `fstat` pair with it.
+        m.wb_seq.fetch_add(1, Ordering::SeqCst);
         writer.set_len(size).map_err(|e| m.write_error(size, e))?;
         m.disk_size.store(size, Ordering::Relaxed);
-        m.own_writes.store(true, Ordering::Relaxed);
         if size > old {
             // ORDERING: Release, as above.
             m.size.store(size, Ordering::Release);
@@ -465,11 +466,11 @@ pub(crate) fn writeback_mapping(
         size: &m.size,
         policy: c.config.writeback_errors,
         rotate: &rotate,
+        seq: &m.wb_seq,
+        disk_size: &m.disk_size,
     };
     let out = writepages(&t, first, last, mode);
     if out.writes > 0 {
-        m.own_writes.store(true, Ordering::Relaxed);
-        m.disk_size.fetch_max(out.end, Ordering::Relaxed);
         c.counters.add(Event::WritebackPages, out.pages);
         c.counters.add(Event::WritebackWrites, out.writes);
         c.counters.add(Event::WritebackBytes, out.bytes);

@@ -306,6 +306,12 @@ pub(crate) struct WbTarget<'a> {
     /// `folio_rotate_reclaimable`, for a folio reclaim marked while it was dirty or under
     /// writeback, once its writeback ends (the LRU's, installed by the cache).
     pub(crate) rotate: &'a dyn Fn(&FolioRef<'_>),
+    /// The file's count of writes issued to its backing, bumped before each (revalidation
+    /// tells the cache's own changes of the file from foreign ones by it).
+    pub(crate) seq: &'a AtomicU64,
+    /// The size the backing is known to hold, grown by each successful write before its
+    /// folios end writeback (so a truncation that waited for them sets it last).
+    pub(crate) disk_size: &'a AtomicU64,
 }
 
 /// What a writeback pass did.
@@ -470,12 +476,16 @@ fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
         .map(|(f, len)| &f.data().expect("folios under writeback are uptodate")[..*len])
         .collect();
     let total: usize = bufs.iter().map(|b| b.len()).sum();
+    // ORDERING: SeqCst; pairs with revalidation's loads around its `fstat` (cache::file).
+    t.seq.fetch_add(1, Ordering::SeqCst);
     let r = write_all_vectored(t.backing, &bufs, offset, &mut out.writes);
     out.pages += run.folios.len() as u64;
     let failed = match r {
         Ok(()) => {
             out.bytes += total as u64;
             out.end = out.end.max(offset + total as u64);
+            t.disk_size
+                .fetch_max(offset + total as u64, Ordering::Relaxed);
             false
         }
         Err(e) => {

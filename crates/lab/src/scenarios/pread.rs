@@ -210,6 +210,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
     // queued there are freed at the drain): each cache must then hold no folio any more.
     for c in &mut caches {
         c.2 = None;
+        // The closed file's inode keeps its pages until evicted.
+        c.1.drop_caches();
         c.1.lru_add_drain_all();
     }
     let bad_pages: u64 = caches.iter().map(|(_, c, _)| c.stats().bad_pages).sum();
