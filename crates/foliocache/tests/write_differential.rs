@@ -54,13 +54,19 @@ fn step(
             };
             let off = rng.random_range(0..(MAX_LEN - len)) as u64;
             let b: u8 = rng.random();
+            let before = f.len();
             f.write_all_at(&vec![b; len], off).unwrap();
             let end = off as usize + len;
             if model.len() < end {
                 model.resize(end, 0);
             }
             model[off as usize..end].fill(b);
-            format!("write {len} at {off}")
+            // The written range and the gap it may have opened read back as the model says.
+            let from = (off as usize).min(before as usize);
+            let mut back = vec![0u8; end - from];
+            f.read_exact_at(&mut back, from as u64).unwrap();
+            assert_same(&back, &model[from..end], "read back after the write");
+            format!("write {len} at {off} of {b}")
         }
         45..=74 => {
             let off = rng.random_range(0..MAX_LEN as u64 + 100);
@@ -82,6 +88,19 @@ fn step(
         82..=89 => {
             f.sync_data().unwrap();
             let disk = std::fs::read(path).unwrap();
+            if disk != *model {
+                let mut cached = vec![0u8; model.len()];
+                let n = f.read_at(&mut cached, 0).unwrap();
+                let stat = std::fs::metadata(path).unwrap().len();
+                eprintln!(
+                    "after the sync: cache len {} read {n}, dirty {}, writeback {}, cache == model: {}, stat {stat}, stats {:?}",
+                    f.len(),
+                    f.dirty_pages(),
+                    f.writeback_pages(),
+                    cached[..n] == model[..],
+                    c.stats()
+                );
+            }
             assert_same(&disk, model, "the file after a sync");
             "sync".to_string()
         }
@@ -151,8 +170,24 @@ fn threads_each_with_a_file_match_their_models() {
                 let mut rng = StdRng::seed_from_u64(t);
                 let mut model = Vec::new();
                 let mut slot = None;
-                for _ in 0..steps {
-                    step(c, &path, &mut slot, &mut model, &mut rng);
+                // The last steps, printed if one fails.
+                let mut recent = std::collections::VecDeque::new();
+                for i in 0..steps {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        step(c, &path, &mut slot, &mut model, &mut rng)
+                    }));
+                    match r {
+                        Ok(what) => {
+                            recent.push_back(format!("{i}: {what} -> len {}", model.len()));
+                            if recent.len() > 40 {
+                                recent.pop_front();
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!("thread {t}, step {i}; the steps before: {recent:?}");
+                            std::panic::resume_unwind(e);
+                        }
+                    }
                 }
                 let f = slot.get_or_insert_with(|| c.open_with(&path, &rw()).unwrap());
                 f.sync_data().unwrap();

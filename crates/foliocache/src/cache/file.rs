@@ -107,6 +107,10 @@ impl Mapping {
         !self.wb.has_unwritten() && !self.wb.err.unseen()
     }
 
+    /// The `attrs` sequence of a look that overlapped a write of ours (never equal to
+    /// `wb_seq`).
+    const UNSETTLED: u64 = u64::MAX;
+
     /// Revalidation (close-to-open): looks at the backing file's size and mtime; if they
     /// changed since the cache last looked and none of the cache's own writes can explain it,
     /// a write bypassed the cache: drop every cached page and take the new size. Returns
@@ -131,8 +135,11 @@ impl Mapping {
         let seq1 = self.wb_seq.load(Ordering::SeqCst);
         let mut seen = self.attrs.lock();
         let (was, was_seq) = *seen;
-        *seen = (now, seq1);
-        if was == now || unwritten || seq0 != seq1 || was_seq != seq1 {
+        // A look that overlapped a write of ours may have seen the file before the write
+        // landed: remember it as unsettled, so the next look adopts whatever it sees too.
+        let settled = !unwritten && seq0 == seq1;
+        *seen = (now, if settled { seq1 } else { Self::UNSETTLED });
+        if was == now || !settled || was_seq != seq1 {
             // Unchanged, or changed by our own writes (or our dirty pages are newer than
             // whatever the file holds): keep the pages.
             return Ok(false);

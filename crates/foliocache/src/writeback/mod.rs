@@ -376,8 +376,14 @@ pub(crate) fn writepages(t: &WbTarget<'_>, start: u64, end: u64, mode: SyncMode)
                 continue;
             };
             match &mut run {
+                // Contiguous in the file, and the run so far all whole pages: a folio clamped
+                // at EOF (`len` short of its size) ends a run, since the next buffer would
+                // land right after its last byte, not at its page. (The size can grow between
+                // two folios of one pass: a writer extended the file meanwhile.)
                 Some(r)
-                    if r.start + r.folios.len() as u64 == index && r.folios.len() < WB_RUN_MAX =>
+                    if r.start + r.folios.len() as u64 == index
+                        && r.folios.len() < WB_RUN_MAX
+                        && r.folios.last().is_some_and(|(f, l)| *l == f.size()) =>
                 {
                     r.folios.push((folio, len));
                 }
