@@ -340,11 +340,11 @@ pub fn spin_loop() {
 ///
 /// Uses `sched_getcpu(3)` (a vDSO call on x86-64 and arm64, a few nanoseconds). A thread may
 /// migrate right after the call; see the module docs. If the call fails (an exotic platform),
-/// a stable per-thread number is returned instead. Under loom, the model's thread index
-/// modulo [`num_cpus`].
+/// a stable per-thread number is returned instead. Under loom and Miri (which has no
+/// `sched_getcpu`), the thread's number modulo [`num_cpus`].
 #[inline]
 pub fn current_cpu() -> usize {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri)))]
     {
         // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
         let cpu = unsafe { libc::sched_getcpu() };
@@ -354,7 +354,7 @@ pub fn current_cpu() -> usize {
             thread_number()
         }
     }
-    #[cfg(loom)]
+    #[cfg(any(loom, miri))]
     {
         thread_number() % num_cpus()
     }
@@ -383,9 +383,10 @@ pub fn thread_number() -> usize {
     }
 }
 
-/// The number of CPUs work may be spread over (`num_possible_cpus()`); 2 under loom.
+/// The number of CPUs work may be spread over (`num_possible_cpus()`); 2 under loom and Miri
+/// (so that per-CPU state has more than one slot there too).
 pub fn num_cpus() -> usize {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri)))]
     {
         static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         *N.get_or_init(|| {
@@ -399,7 +400,7 @@ pub fn num_cpus() -> usize {
             }
         })
     }
-    #[cfg(loom)]
+    #[cfg(any(loom, miri))]
     {
         2
     }
@@ -409,6 +410,10 @@ pub fn num_cpus() -> usize {
 /// `0..num_cpus()` if the mask cannot be read.
 #[cfg(not(loom))]
 pub fn allowed_cpus() -> Vec<usize> {
+    if cfg!(miri) {
+        // Miri's affinity mask would not match its `num_cpus`.
+        return (0..num_cpus()).collect();
+    }
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `allowed` is a valid cpu_set_t and the size passed is its size.
@@ -430,7 +435,8 @@ pub fn allowed_cpus() -> Vec<usize> {
 #[cfg(not(loom))]
 pub fn pin_to_cpu(cpu: usize) -> bool {
     let cpus = allowed_cpus();
-    if cpus.is_empty() {
+    // Miri runs every thread on its one CPU: pinning means nothing there.
+    if cpus.is_empty() || cfg!(miri) {
         return false;
     }
     let target = cpus[cpu % cpus.len()];
