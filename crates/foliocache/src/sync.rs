@@ -9,8 +9,9 @@
 //!
 //! | helper | kernel analog | here |
 //! |---|---|---|
-//! | [`current_cpu`] | `smp_processor_id()` | `sched_getcpu(3)`; a thread index under loom |
-//! | [`num_cpus`] | `num_possible_cpus()` | `available_parallelism()`; 2 under loom |
+//! | [`current_cpu`] | `smp_processor_id()` | `sched_getcpu(3)`; a thread index under loom and Miri |
+//! | [`num_cpus`] | `num_possible_cpus()` | `available_parallelism()`; 2 under loom and Miri |
+//! | [`acquire_after_final_put`] | `smp_acquire__after_ctrl_dep()` | `fence(Acquire)`; an Acquire load under ThreadSanitizer |
 //! | [`CachePadded`] | `____cacheline_aligned_in_smp` | crossbeam-utils' padding (128 B on x86-64, adjacent-line prefetch) |
 //! | [`Backoff`] | `cpu_relax()` loops | crossbeam-utils' exponential backoff; `yield_now` under loom |
 //! | [`Mutex`], [`Condvar`] | `spinlock_t`, wait queues | `std::sync` without poisoning; loom's under loom |
@@ -35,6 +36,31 @@ pub use std::sync::atomic::{
     fence, AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
     AtomicUsize, Ordering,
 };
+
+/// The Acquire half of a final put: called by the thread whose Release decrement of `word`
+/// took it to zero, before it frees what the count protected (`Arc`'s drop pattern).
+///
+/// A `fence(Acquire)`: the decrement read from the release sequence of every earlier
+/// holder's decrement, so their accesses happen before the free. ThreadSanitizer does not
+/// model standalone fences and would report those accesses racing with the next user of the
+/// memory; built for it (`--cfg foliocache_tsan`, which `scripts/tsan` sets), this is an
+/// Acquire load of `word` instead, which orders the same accesses (it reads the zero from the
+/// same release sequence) and which TSan sees, as std's `Arc` does under its sanitizer cfg.
+#[inline(always)]
+pub fn acquire_after_final_put(word: &AtomicU32) {
+    #[cfg(not(foliocache_tsan))]
+    {
+        let _ = word;
+        // ORDERING: Acquire fence; pairs with the Release decrements of the other holders (the
+        // caller's `// ORDERING:` names them).
+        fence(Ordering::Acquire);
+    }
+    #[cfg(foliocache_tsan)]
+    {
+        // ORDERING: as the fence above, through the word itself.
+        let _ = word.load(Ordering::Acquire);
+    }
+}
 
 /// `compiler_fence` is never modelled by loom (it constrains only the compiler), so it is the
 /// standard one in both builds.
@@ -411,8 +437,9 @@ pub fn num_cpus() -> usize {
 #[cfg(not(loom))]
 pub fn allowed_cpus() -> Vec<usize> {
     if cfg!(miri) {
-        // Miri's affinity mask would not match its `num_cpus`.
-        return (0..num_cpus()).collect();
+        // Miri interprets every thread on the one host thread: one CPU, whatever `num_cpus`
+        // says (so tests that need two CPUs to pin to skip themselves).
+        return vec![0];
     }
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
