@@ -29,7 +29,12 @@
 //! [`read_run`]: a single vectored read whose buffers are the run's data frames (they are not
 //! contiguous in the arena), repeated only if the backing returns short before EOF. Bytes past
 //! EOF in the last folio are zeroed, as the kernel zeroes the tail of the folio that straddles
-//! `i_size`.
+//! `i_size`. A read that finds no data *before* the size the backing is believed to hold is not
+//! EOF but a file that changed behind the cache (truncated by another process, or a size that
+//! disagrees with the contents): the run fails with [`RunError::Changed`] and nothing of it is
+//! cached, since zeros there would be silently wrong data. [`check_end_of_data`] is the one
+//! function that makes that call. A backing that returns more bytes than asked fails the run
+//! with an `InvalidData` error instead of corrupting the cursor.
 //!
 //! # Why it is fast
 //!
@@ -280,38 +285,117 @@ impl Backing for FileBacking {
     }
 }
 
+/// Why [`read_run`] could not fill a run.
+#[derive(Debug)]
+pub enum RunError {
+    /// The backing failed, or broke its contract (returned more bytes than it was asked for:
+    /// an [`io::ErrorKind::InvalidData`] error naming the backing and the offset).
+    Io(io::Error),
+    /// The backing's data ended at byte `offset`, before `expected_size`, the size it is
+    /// believed to hold: the file changed behind the cache (truncated), or its size and its
+    /// contents disagree. Nothing of the run may be cached.
+    Changed {
+        /// The byte at which a read returned no data.
+        offset: u64,
+        /// The size the backing was believed to hold.
+        expected_size: u64,
+        /// The size the backing reports now ([`Backing::size`] asked again), or `offset` if
+        /// it cannot say.
+        actual_size: u64,
+    },
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Io(e) => e.fmt(f),
+            RunError::Changed {
+                offset,
+                expected_size,
+                actual_size,
+            } => write!(
+                f,
+                "the data ended at byte {offset} of a file believed to hold {expected_size} \
+                 bytes (it now reports {actual_size})"
+            ),
+        }
+    }
+}
+
+impl From<io::Error> for RunError {
+    fn from(e: io::Error) -> Self {
+        RunError::Io(e)
+    }
+}
+
+/// The verdict on a read that returned no data at byte `at` of a backing believed to hold
+/// `backing_size` bytes: `Ok` if `at` is at or past that size (a true EOF: the rest of the
+/// folio is past the end of the file and is zeroed), [`RunError::Changed`] if it is before
+/// (the file is shorter than the cache believes; its size is asked again for the error).
+///
+/// This is the one place that tells "past the end" from "the file changed". `backing_size`
+/// is the size the *backing* is believed to hold, which is the cached file size as long as
+/// the cache only reads; a cache that also writes must pass the size already written back
+/// (bytes written to the cache but not yet to the backing are a hole there, not a change).
+pub fn check_end_of_data(
+    backing: &dyn Backing,
+    at: u64,
+    backing_size: u64,
+) -> Result<(), RunError> {
+    if at >= backing_size {
+        return Ok(());
+    }
+    Err(RunError::Changed {
+        offset: at,
+        expected_size: backing_size,
+        actual_size: backing.size().unwrap_or(at),
+    })
+}
+
 /// Fills `bufs` (a contiguous run of the file starting at `offset`) with as few reads as the
 /// backing allows: one vectored read (a plain positional read when a single buffer is left,
-/// as for a one-page miss), repeated only after a short read that did not reach
-/// `expected` bytes (the caller knows where EOF is, so a run that ends at EOF costs no extra
-/// probing read).
+/// as for a one-page miss), repeated only after a short read that did not reach the
+/// `backing_size` bytes the backing is believed to hold (so a run that ends at EOF costs no
+/// extra probing read).
 ///
 /// Returns the bytes read; the part of `bufs` past them is zeroed (the tail of the folio that
-/// straddles EOF, or everything after an unexpected EOF). This is the one place the cache
-/// issues I/O for a run of folios (`read_pages` in the kernel).
+/// straddles EOF). A read that returns no data before `backing_size` is judged by
+/// [`check_end_of_data`]: the file changed, and the run fails with [`RunError::Changed`]
+/// rather than caching zeros the file does not hold. A backing that claims more bytes than it
+/// was asked for fails the run with [`RunError::Io`]. This is the one place the cache issues
+/// I/O for a run of folios (`read_pages` in the kernel).
 pub fn read_run(
     backing: &dyn Backing,
     bufs: &mut [&mut [u8]],
     offset: u64,
-    expected: usize,
-) -> io::Result<usize> {
-    let total: usize = bufs.iter().map(|b| b.len()).sum::<usize>().min(expected);
+    backing_size: u64,
+) -> Result<usize, RunError> {
+    let room: usize = bufs.iter().map(|b| b.len()).sum();
+    let total = usize::try_from(backing_size.saturating_sub(offset))
+        .unwrap_or(usize::MAX)
+        .min(room);
     let mut done = 0usize;
     // (buffer index, offset inside it) of the first byte not yet read.
     let (mut bi, mut boff) = (0usize, 0usize);
     while done < total {
+        let at = offset + done as u64;
+        let asked = room - done;
         let n = if bi + 1 == bufs.len() {
             // One buffer left (always so for a single-page read): a plain `pread`, with no
             // iovec array to allocate and no iovec for the kernel to copy in.
-            backing.read_at(&mut bufs[bi][boff..], offset + done as u64)?
+            backing.read_at(&mut bufs[bi][boff..], at)?
         } else {
             let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(bufs.len() - bi);
             let (first, rest) = bufs[bi..].split_first_mut().expect("bytes remain");
             iov.push(IoSliceMut::new(&mut first[boff..]));
             iov.extend(rest.iter_mut().map(|b| IoSliceMut::new(b)));
-            backing.read_vectored_at(&mut iov, offset + done as u64)?
+            backing.read_vectored_at(&mut iov, at)?
         };
+        if n > asked {
+            return Err(overlong_read(backing, n, asked, at));
+        }
         if n == 0 {
+            check_end_of_data(backing, at, backing_size)?;
             break; // EOF
         }
         done += n;
@@ -337,6 +421,18 @@ pub fn read_run(
         }
     }
     Ok(done)
+}
+
+/// The error for a backing that returned `n` bytes for a read of `asked` at byte `at`.
+#[cold]
+fn overlong_read(backing: &dyn Backing, n: usize, asked: usize, at: u64) -> RunError {
+    RunError::Io(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "backing {backing:?} returned {n} bytes for a read of {asked} bytes at byte {at}: \
+             a read may not return more than it was asked for"
+        ),
+    ))
 }
 
 /// A backing that fails reads touching chosen byte offsets: fault injection for tests.
@@ -626,10 +722,68 @@ mod tests {
         let b = MemBacking(data.clone());
         let mut frames = vec![vec![1u8; 4096]; 3];
         let mut bufs: Vec<&mut [u8]> = frames.iter_mut().map(|v| v.as_mut_slice()).collect();
-        assert_eq!(read_run(&b, &mut bufs, 100, usize::MAX).unwrap(), 9_900);
+        assert_eq!(read_run(&b, &mut bufs, 100, 10_000).unwrap(), 9_900);
         let flat = frames.concat();
         assert_eq!(&flat[..9_900], &data[100..]);
         assert!(flat[9_900..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn read_run_fails_when_the_data_ends_before_the_believed_size() {
+        // The backing holds 5,000 bytes but is believed to hold 3 pages: the file changed.
+        let b = MemBacking(vec![9u8; 5_000]);
+        let mut frames = vec![vec![1u8; 4096]; 3];
+        let mut bufs: Vec<&mut [u8]> = frames.iter_mut().map(|v| v.as_mut_slice()).collect();
+        match read_run(&b, &mut bufs, 0, 3 * 4096) {
+            Err(RunError::Changed {
+                offset,
+                expected_size,
+                actual_size,
+            }) => assert_eq!(
+                (offset, expected_size, actual_size),
+                (5_000, 3 * 4096, 5_000)
+            ),
+            r => panic!("expected a changed file, got {r:?}"),
+        }
+        // Believed to end where it does: a true EOF, the tail zeroed.
+        let mut bufs: Vec<&mut [u8]> = frames.iter_mut().map(|v| v.as_mut_slice()).collect();
+        assert_eq!(read_run(&b, &mut bufs, 0, 5_000).unwrap(), 5_000);
+        assert!(frames.concat()[5_000..].iter().all(|&x| x == 0));
+    }
+
+    /// Claims to have read more than it was given room for.
+    #[derive(Debug)]
+    struct Overlong;
+
+    impl Backing for Overlong {
+        fn size(&self) -> io::Result<u64> {
+            Ok(1 << 20)
+        }
+
+        fn read_at(&self, buf: &mut [u8], _offset: u64) -> io::Result<usize> {
+            Ok(buf.len() + 10)
+        }
+
+        fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], _offset: u64) -> io::Result<usize> {
+            Ok(bufs.iter().map(|b| b.len()).sum::<usize>() + 10)
+        }
+    }
+
+    #[test]
+    fn read_run_rejects_a_read_longer_than_asked() {
+        for pages in [1, 3] {
+            let mut frames = vec![vec![0u8; 4096]; pages];
+            let mut bufs: Vec<&mut [u8]> = frames.iter_mut().map(|v| v.as_mut_slice()).collect();
+            match read_run(&Overlong, &mut bufs, 8192, 1 << 20) {
+                Err(RunError::Io(e)) => {
+                    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+                    let msg = e.to_string();
+                    assert!(msg.contains("Overlong"), "names the backing: {msg}");
+                    assert!(msg.contains("8192"), "names the offset: {msg}");
+                }
+                r => panic!("expected InvalidData, got {r:?}"),
+            }
+        }
     }
 
     #[test]

@@ -45,7 +45,8 @@
 //! domain uses the **fence flavour**: the reader issues `fence(SeqCst)` after its slot store
 //! and the writer `fence(SeqCst)` instead of the syscall, which is the same pattern with both
 //! sides paying. Under `cfg(loom)` the fence flavour is always used, so loom checks the
-//! pattern (the membarrier cannot be modelled). The flavour can also be forced with
+//! pattern (the membarrier cannot be modelled), and under Miri too (it has no `membarrier`
+//! system call). The flavour can also be forced with
 //! [`Rcu::with_flavor`] (benches and tests exercise both).
 //!
 //! Why a counter and not just an "active" bit: a reader thread that enters sections back to
@@ -316,7 +317,8 @@ mod membarrier {
     pub(super) fn available() -> bool {
         static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *OK.get_or_init(|| {
-            if std::env::var_os("FOLIOCACHE_RCU_NO_MEMBARRIER").is_some() {
+            // Miri has no membarrier(2): the fence flavour is the one it checks.
+            if cfg!(miri) || std::env::var_os("FOLIOCACHE_RCU_NO_MEMBARRIER").is_some() {
                 return false;
             }
             let mask = call(CMD_QUERY);

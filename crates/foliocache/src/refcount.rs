@@ -135,7 +135,7 @@
 use core::fmt;
 use core::str::FromStr;
 
-use crate::sync::{fence, AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering};
 
 /// Bit 31 of the word: frozen or free (`PAGEREF_LOCKED_BIT` in the seed's patch).
 pub const LOCKED: u32 = 1 << 31;
@@ -501,8 +501,8 @@ pub trait RefOps: Copy + Default + Send + Sync + 'static {
     /// already decided it).
     #[inline]
     #[must_use = "`true` means this put was the last: the caller must free the folio, or it leaks"]
-    fn sub_end(_rc: &RefCount, pending: PendingPut) -> bool {
-        plain_sub_end(pending)
+    fn sub_end(rc: &RefCount, pending: PendingPut) -> bool {
+        plain_sub_end(rc, pending)
     }
 
     /// `folio_ref_sub_and_test`.
@@ -751,12 +751,12 @@ fn plain_sub_begin(rc: &RefCount, n: u32, s: RefStrategy) -> PendingPut {
 }
 
 #[inline]
-fn plain_sub_end(pending: PendingPut) -> bool {
+fn plain_sub_end(rc: &RefCount, pending: PendingPut) -> bool {
     match pending {
         PendingPut::Won => {
             // ORDERING: Acquire fence; pairs with the Release decrement of every other holder
             // (`plain_sub_begin`), whose release sequences our final RMW read from.
-            fence(Ordering::Acquire);
+            crate::sync::acquire_after_final_put(&rc.word);
             true
         }
         PendingPut::Held | PendingPut::Zero => false,
@@ -1060,6 +1060,10 @@ mod tests {
     /// with `FOLIOCACHE_ABORT_CASE` set; the child performs the fatal operation and must die of
     /// SIGABRT with our message on stderr.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "runs the test binary as a child process, which Miri cannot"
+    )]
     fn overflow_and_underflow_abort_the_process() {
         let cases = [
             ("try_get_cas_loop_at_max", "overflow"),

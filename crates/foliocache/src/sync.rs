@@ -9,8 +9,9 @@
 //!
 //! | helper | kernel analog | here |
 //! |---|---|---|
-//! | [`current_cpu`] | `smp_processor_id()` | `sched_getcpu(3)`; a thread index under loom |
-//! | [`num_cpus`] | `num_possible_cpus()` | `available_parallelism()`; 2 under loom |
+//! | [`current_cpu`] | `smp_processor_id()` | `sched_getcpu(3)`; a thread index under loom and Miri |
+//! | [`num_cpus`] | `num_possible_cpus()` | `available_parallelism()`; 2 under loom and Miri |
+//! | [`acquire_after_final_put`] | `smp_acquire__after_ctrl_dep()` | `fence(Acquire)`; an Acquire load under ThreadSanitizer |
 //! | [`CachePadded`] | `____cacheline_aligned_in_smp` | crossbeam-utils' padding (128 B on x86-64, adjacent-line prefetch) |
 //! | [`Backoff`] | `cpu_relax()` loops | crossbeam-utils' exponential backoff; `yield_now` under loom |
 //! | [`Mutex`], [`Condvar`] | `spinlock_t`, wait queues | `std::sync` without poisoning; loom's under loom |
@@ -35,6 +36,31 @@ pub use std::sync::atomic::{
     fence, AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
     AtomicUsize, Ordering,
 };
+
+/// The Acquire half of a final put: called by the thread whose Release decrement of `word`
+/// took it to zero, before it frees what the count protected (`Arc`'s drop pattern).
+///
+/// A `fence(Acquire)`: the decrement read from the release sequence of every earlier
+/// holder's decrement, so their accesses happen before the free. ThreadSanitizer does not
+/// model standalone fences and would report those accesses racing with the next user of the
+/// memory; built for it (`--cfg foliocache_tsan`, which `scripts/tsan` sets), this is an
+/// Acquire load of `word` instead, which orders the same accesses (it reads the zero from the
+/// same release sequence) and which TSan sees, as std's `Arc` does under its sanitizer cfg.
+#[inline(always)]
+pub fn acquire_after_final_put(word: &AtomicU32) {
+    #[cfg(not(foliocache_tsan))]
+    {
+        let _ = word;
+        // ORDERING: Acquire fence; pairs with the Release decrements of the other holders (the
+        // caller's `// ORDERING:` names them).
+        fence(Ordering::Acquire);
+    }
+    #[cfg(foliocache_tsan)]
+    {
+        // ORDERING: as the fence above, through the word itself.
+        let _ = word.load(Ordering::Acquire);
+    }
+}
 
 /// `compiler_fence` is never modelled by loom (it constrains only the compiler), so it is the
 /// standard one in both builds.
@@ -340,11 +366,11 @@ pub fn spin_loop() {
 ///
 /// Uses `sched_getcpu(3)` (a vDSO call on x86-64 and arm64, a few nanoseconds). A thread may
 /// migrate right after the call; see the module docs. If the call fails (an exotic platform),
-/// a stable per-thread number is returned instead. Under loom, the model's thread index
-/// modulo [`num_cpus`].
+/// a stable per-thread number is returned instead. Under loom and Miri (which has no
+/// `sched_getcpu`), the thread's number modulo [`num_cpus`].
 #[inline]
 pub fn current_cpu() -> usize {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri)))]
     {
         // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
         let cpu = unsafe { libc::sched_getcpu() };
@@ -354,7 +380,7 @@ pub fn current_cpu() -> usize {
             thread_number()
         }
     }
-    #[cfg(loom)]
+    #[cfg(any(loom, miri))]
     {
         thread_number() % num_cpus()
     }
@@ -383,9 +409,10 @@ pub fn thread_number() -> usize {
     }
 }
 
-/// The number of CPUs work may be spread over (`num_possible_cpus()`); 2 under loom.
+/// The number of CPUs work may be spread over (`num_possible_cpus()`); 2 under loom and Miri
+/// (so that per-CPU state has more than one slot there too).
 pub fn num_cpus() -> usize {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri)))]
     {
         static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         *N.get_or_init(|| {
@@ -399,7 +426,7 @@ pub fn num_cpus() -> usize {
             }
         })
     }
-    #[cfg(loom)]
+    #[cfg(any(loom, miri))]
     {
         2
     }
@@ -409,6 +436,11 @@ pub fn num_cpus() -> usize {
 /// `0..num_cpus()` if the mask cannot be read.
 #[cfg(not(loom))]
 pub fn allowed_cpus() -> Vec<usize> {
+    if cfg!(miri) {
+        // Miri interprets every thread on the one host thread: one CPU, whatever `num_cpus`
+        // says (so tests that need two CPUs to pin to skip themselves).
+        return vec![0];
+    }
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `allowed` is a valid cpu_set_t and the size passed is its size.
@@ -430,7 +462,8 @@ pub fn allowed_cpus() -> Vec<usize> {
 #[cfg(not(loom))]
 pub fn pin_to_cpu(cpu: usize) -> bool {
     let cpus = allowed_cpus();
-    if cpus.is_empty() {
+    // Miri runs every thread on its one CPU: pinning means nothing there.
+    if cpus.is_empty() || cfg!(miri) {
         return false;
     }
     let target = cpus[cpu % cpus.len()];

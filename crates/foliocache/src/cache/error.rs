@@ -36,6 +36,23 @@ pub enum CacheError {
         /// The backing's error (for waiters: a copy of its kind and message).
         source: io::Error,
     },
+    /// The file changed behind the cache: a read of it found no data at byte `offset`, before
+    /// the `expected_size` bytes the cache believed it held (another process truncated it, or
+    /// its size and its contents disagree).
+    ///
+    /// Nothing of the failed read was cached (zeros there would be wrong data); pages cached
+    /// before the change may be stale. Close every handle of the file and open it again (the
+    /// cache then reads its new size), or invalidate its pages if the change is expected.
+    FileChanged {
+        /// The file.
+        path: PathBuf,
+        /// The byte at which the backing had no data.
+        offset: u64,
+        /// The size the cache believed the file had.
+        expected_size: u64,
+        /// The size the backing reports now (or `offset`, if it cannot say).
+        actual_size: u64,
+    },
     /// The memory budget is used up by folios reclaim cannot give back (pinned by guards,
     /// mapped, or under I/O).
     OutOfMemory {
@@ -108,6 +125,19 @@ impl fmt::Display for CacheError {
                 f,
                 "I/O error reading {} at byte {offset}: {source} (the pages were dropped from the \
                  cache; a later read retries)",
+                path.display()
+            ),
+            CacheError::FileChanged {
+                path,
+                offset,
+                expected_size,
+                actual_size,
+            } => write!(
+                f,
+                "{} changed behind the cache: it has no data at byte {offset} although the cache \
+                 believed it held {expected_size} bytes (it now reports {actual_size}); nothing \
+                 was cached for this read and cached pages may be stale: close every handle of \
+                 the file and open it again, or invalidate its cached pages",
                 path.display()
             ),
             CacheError::OutOfMemory {
@@ -190,6 +220,7 @@ impl From<crate::folio::ArenaError> for CacheError {
 /// | `Open`, `Io`, `Writeback` | the operating system error's own kind (`NotFound` for a missing file) |
 /// | `Unsupported` (a directory, a FIFO...) | `Unsupported` |
 /// | `NotWritable` | `PermissionDenied` |
+/// | `FileChanged` | `InvalidData` |
 /// | `Spawn`, `Arena` (the mapping failed) | the operating system error's own kind |
 /// | `OutOfMemory`, `Arena` (the budget exceeds the machine's memory) | `OutOfMemory` |
 /// | `UnexpectedEof` | `UnexpectedEof` |
@@ -207,6 +238,8 @@ impl From<CacheError> for io::Error {
             }
             CacheError::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
             CacheError::Unsupported { .. } => io::ErrorKind::Unsupported,
+            // The data the cache expected is not there (`ESTALE` in spirit).
+            CacheError::FileChanged { .. } => io::ErrorKind::InvalidData,
             CacheError::NotWritable { .. } => io::ErrorKind::PermissionDenied,
             CacheError::InvalidArgument { .. }
             | CacheError::Config(_)
@@ -226,6 +259,11 @@ impl CacheError {
     /// True for [`CacheError::Io`].
     pub fn is_io(&self) -> bool {
         matches!(self, CacheError::Io { .. })
+    }
+
+    /// True for [`CacheError::FileChanged`].
+    pub fn is_file_changed(&self) -> bool {
+        matches!(self, CacheError::FileChanged { .. })
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::inode::InodeKey;
 use super::stats::Event;
 use super::{CacheError, CacheInner};
-use crate::backing::{Backing, FileAttrs};
+use crate::backing::{Backing, FileAttrs, RunError};
 use crate::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::index::Index;
@@ -96,7 +96,7 @@ impl Mapping {
             pages: &self.pages,
             backing: &*self.backing,
             mapping: self.id,
-            file_size: self.size(),
+            backing_size: self.size().min(self.disk_size.load(Ordering::Relaxed)),
             mode: c.config.insert_mode,
         }
     }
@@ -160,6 +160,24 @@ impl Mapping {
             path: self.path.clone(),
             offset,
             source,
+        }
+    }
+
+    /// The error of a fill whose run started at byte `offset`: an I/O error, or the file
+    /// changed behind the cache.
+    pub(super) fn fill_error(&self, offset: u64, e: RunError) -> CacheError {
+        match e {
+            RunError::Io(source) => self.io_error(offset, source),
+            RunError::Changed {
+                offset,
+                expected_size,
+                actual_size,
+            } => CacheError::FileChanged {
+                path: self.path.clone(),
+                offset,
+                expected_size,
+                actual_size,
+            },
         }
     }
 }
@@ -559,7 +577,7 @@ impl CachedFile {
             let out = do_page_cache_ra(&self.cache, &m, req);
             inserted += out.inserted;
             if let Some((offset, e)) = out.error {
-                return Err(m.io_error(offset, e));
+                return Err(m.fill_error(offset, e));
             }
             if out.out_of_memory && out.inserted == 0 {
                 return Err(self.cache.out_of_memory(1));
@@ -676,7 +694,7 @@ impl CachedFile {
             }
             if let Some((offset, e)) = out.error {
                 if out.failed_range.contains(&index) {
-                    return Err(m.io_error(offset, e));
+                    return Err(m.fill_error(offset, e));
                 }
             }
         }
@@ -686,7 +704,7 @@ impl CachedFile {
             Ok(Some(f)) => Ok(Some(f)),
             Ok(None) => Ok(None),
             Err(readahead::ReadOneError::OutOfMemory) => Err(c.out_of_memory(1)),
-            Err(readahead::ReadOneError::Io(offset, e)) => Err(m.io_error(offset, e)),
+            Err(readahead::ReadOneError::Read(offset, e)) => Err(m.fill_error(offset, e)),
         }
     }
 

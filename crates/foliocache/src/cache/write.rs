@@ -628,19 +628,16 @@ fn create_page<'a>(
         let covered = within == 0 && src.len() == PAGE_SIZE;
         // Bytes of this page the file holds: below `i_size`, and in the backing only below
         // what it is known to hold (past that, up to `i_size`, is a hole: zeros).
-        let valid = m
-            .size()
-            .min(m.disk_size.load(Ordering::Relaxed))
-            .saturating_sub(start)
-            .min(PAGE_SIZE as u64) as usize;
-        if covered || valid == 0 {
+        let backing_size = m.size().min(m.disk_size.load(Ordering::Relaxed));
+        if covered || backing_size <= start {
             data.fill(0);
         } else {
             c.counters.inc(Event::IoReads);
-            let r = crate::backing::read_run(&*m.backing, &mut [&mut data[..]], start, valid);
+            let r =
+                crate::backing::read_run(&*m.backing, &mut [&mut data[..]], start, backing_size);
             if let Err(e) = r {
                 c.counters.inc(Event::IoErrors);
-                return Err(m.io_error(start, e));
+                return Err(m.fill_error(start, e));
             }
         }
         data[within..within + src.len()].copy_from_slice(src);

@@ -353,9 +353,36 @@ struct Region {
     base: NonNull<u8>,
     /// The mapped length (the caller's, rounded up to a page).
     len: usize,
+    /// Allocated with huge-page alignment (the layout to free it with, under Miri).
+    #[cfg(miri)]
+    huge: bool,
 }
 
 impl Region {
+    /// Under Miri, which supports neither `MAP_NORESERVE`, nor unmapping part of a mapping,
+    /// nor `madvise`: a zeroed heap allocation with the same length and alignment (anonymous
+    /// memory is zeroed too), freed with the same layout.
+    #[cfg(miri)]
+    fn map(len: usize, huge: bool) -> Result<Self, ArenaError> {
+        let len = len.max(1).next_multiple_of(PAGE_SIZE);
+        let layout = Self::layout(len, huge);
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let base = NonNull::new(p).ok_or_else(|| {
+            ArenaError::Map(std::io::Error::from(std::io::ErrorKind::OutOfMemory))
+        })?;
+        Ok(Self { base, len, huge })
+    }
+
+    /// The layout of a Region under Miri: huge-page alignment, so that the arena's code sees
+    /// the addresses it would get from the mapping; a page's otherwise.
+    #[cfg(miri)]
+    fn layout(len: usize, huge: bool) -> std::alloc::Layout {
+        let align = if huge { HUGE_SIZE } else { PAGE_SIZE };
+        std::alloc::Layout::from_size_align(len, align).expect("a page-rounded length")
+    }
+
+    #[cfg(not(miri))]
     fn map(len: usize, huge: bool) -> Result<Self, ArenaError> {
         let len = len.max(1).next_multiple_of(PAGE_SIZE);
         // Room to align the start to a huge page; the slack is unmapped below.
@@ -406,10 +433,17 @@ impl Region {
 }
 
 impl Drop for Region {
+    #[cfg(not(miri))]
     fn drop(&mut self) {
         // SAFETY: we mapped exactly this range (after trimming) and nothing borrows it any
         // more (every handle borrows the arena, which is being dropped).
         unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len) };
+    }
+
+    #[cfg(miri)]
+    fn drop(&mut self) {
+        // SAFETY: allocated by `map` with this layout; nothing borrows it any more.
+        unsafe { std::alloc::dealloc(self.base.as_ptr(), Self::layout(self.len, self.huge)) };
     }
 }
 

@@ -318,7 +318,9 @@ fn lock_waiters_sleep_and_wake() {
 #[test]
 fn concurrent_alloc_free_stress() {
     let a = Arc::new(arena(512, RefStrategy::LockedBit));
-    let iters = if cfg!(debug_assertions) {
+    let iters = if cfg!(miri) {
+        200
+    } else if cfg!(debug_assertions) {
         3_000
     } else {
         50_000

@@ -73,8 +73,12 @@ pub const MAX_BUSY_WAITS: u32 = 1000;
 /// concurrent reclaimer) or its last pass met folios locked for I/O. Each such pass sleeps
 /// 1 ms, so the wait is bounded by about 2 s; only pages that sit on the LRU and cannot be
 /// reclaimed (pinned, mapped) make an allocation fail at once.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 pub const MAX_IN_FLIGHT_WAITS: u32 = 2000;
+/// Under Miri: a few passes (each is a full reclaim pass, slow to interpret); the tests that
+/// reach the limit only check that the allocation fails.
+#[cfg(all(miri, not(loom)))]
+pub const MAX_IN_FLIGHT_WAITS: u32 = 20;
 /// Under loom: a couple of passes, enough to model the wait without exploding the search.
 #[cfg(loom)]
 pub const MAX_IN_FLIGHT_WAITS: u32 = 2;

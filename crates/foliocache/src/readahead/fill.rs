@@ -1,15 +1,26 @@
 //! Instantiating a readahead window: `page_cache_ra_unbounded` with the seed's batched
 //! insertion (`ra_fill_folios_batched`) and the vanilla loop (`ra_fill_folios_single`),
 //! `read_pages`, and `filemap_create_folio` for a single page.
+//!
+//! # Unwind safety
+//!
+//! Between its insertion into the index and the end of its read, a folio is locked, not
+//! uptodate and visible: readers that find it sleep until it is unlocked and then expect it
+//! either uptodate or flagged PG_error. A backing that panics in the middle would unwind
+//! through the fill and drop the locked folio, unlocking it with neither flag: it would stay
+//! in the index forever and every later reader of the page would loop finding it. So every
+//! inserted folio is held by a [`Filling`] guard from its insertion until its read ends; a
+//! guard dropped without `finish` (unwinding) fails the folio as an I/O error does: PG_error,
+//! out of the index, unlocked with waiters woken. The panic then goes on to the caller, and a
+//! later read of the page retries it.
 
-use std::io;
 use std::ops::Range;
 
 use super::{InsertMode, RaProbe, RaRequest};
-use crate::backing::{self, Backing};
+use crate::backing::{self, Backing, RunError};
 use crate::cache::{CacheInner, Event};
 use crate::folio::flags::PG_READAHEAD;
-use crate::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
+use crate::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::index::Index;
 
 /// Where a window is read into and from: one file of one cache.
@@ -20,7 +31,10 @@ pub(crate) struct RaTarget<'a> {
     /// The mapping id (for debugging; the index sets it on the folios).
     #[allow(dead_code)]
     pub(crate) mapping: u64,
-    pub(crate) file_size: u64,
+    /// The size the backing file is believed to hold (`check_end_of_data`): the file size for
+    /// a file the cache only reads; for one it writes, the smaller of the file size and what
+    /// writeback has put in the backing (past it, up to the file size, is a hole: zeros).
+    pub(crate) backing_size: u64,
     pub(crate) mode: InsertMode,
 }
 
@@ -29,8 +43,8 @@ pub(crate) struct RaTarget<'a> {
 pub(crate) struct RaOutcome {
     /// Pages this call inserted (whether their read then succeeded or not).
     pub(crate) inserted: usize,
-    /// The first failed run: its first byte and the backing's error.
-    pub(crate) error: Option<(u64, io::Error)>,
+    /// The first failed run: its first byte and why it failed.
+    pub(crate) error: Option<(u64, RunError)>,
     /// The pages of the first failed run.
     pub(crate) failed_range: Range<u64>,
     /// The arena ran out before the window was complete.
@@ -103,22 +117,85 @@ fn lock_new(f: FolioRef<'_>) -> FolioLocked<'_> {
         .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"))
 }
 
+/// A locked folio this fill inserted into the index and has not finished reading.
+///
+/// [`Filling::finish`] ends the read (uptodate, or failed); dropping the guard without it, as
+/// a panic unwinding through the fill does, fails the read, so no folio is ever left in the
+/// index locked-then-unlocked without PG_uptodate or PG_error.
+struct Filling<'a> {
+    /// `None` once finished.
+    folio: Option<FolioLocked<'a>>,
+    pages: &'a Index,
+}
+
+impl<'a> Filling<'a> {
+    /// Takes charge of `folio`, which was just inserted into `pages`.
+    fn new(pages: &'a Index, folio: FolioLocked<'a>) -> Filling<'a> {
+        Filling {
+            folio: Some(folio),
+            pages,
+        }
+    }
+
+    fn locked(&self) -> &FolioLocked<'a> {
+        self.folio
+            .as_ref()
+            .expect("a filling folio is held until finished")
+    }
+
+    /// The bytes to read into (the folio is not uptodate until `finish`).
+    fn data_mut(&mut self) -> &mut [u8] {
+        self.folio
+            .as_mut()
+            .and_then(|f| f.data_mut())
+            .expect("a folio under its first read is not uptodate")
+    }
+
+    /// `folio_end_read`: uptodate on success; on failure removed from the index first (no
+    /// later lookup finds it) and flagged PG_error. Unlocks and wakes waiters either way.
+    fn finish(mut self, success: bool) -> FolioRef<'a> {
+        let f = self.folio.take().expect("finished once");
+        if !success {
+            self.pages.delete(&f);
+        }
+        f.end_read(success)
+    }
+}
+
+impl Drop for Filling<'_> {
+    /// The read never ended (a panic unwinds through the fill): fail it.
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(f) = self.folio.take() {
+            fail_unfinished(self.pages, f);
+        }
+    }
+}
+
+/// `folio_end_read(folio, false)` for a folio whose fill was abandoned: removed from the index,
+/// PG_error, unlocked (waiters wake and fail).
+#[cold]
+fn fail_unfinished(pages: &Index, folio: FolioLocked<'_>) {
+    pages.delete(&folio);
+    drop(folio.end_read(false));
+}
+
 /// `ra_fill_folios_batched`: insert each contiguous run of free slots with one
 /// `add_folio_range` (one index lock hold), then read the runs.
 fn fill_batched<'a>(
     t: &RaTarget<'a>,
     req: RaRequest,
     mark: Option<usize>,
-    folios: Vec<FolioLocked<'a>>,
+    mut folios: Vec<FolioLocked<'a>>,
     out: &mut RaOutcome,
 ) {
     let end = req.index + req.nr_to_read as u64;
     // (first page, folios) of every inserted run; folios are taken from the front of the
-    // preallocated array in order, as the kernel passes `folios + added_folios`.
-    let mut runs: Vec<(u64, usize)> = Vec::new();
+    // preallocated array in order, as the kernel passes `folios + added_folios`, and guarded
+    // from their insertion on.
+    let mut runs: Vec<(u64, Vec<Filling<'a>>)> = Vec::new();
     // The shadow entries each run's folios replaced (`__filemap_add_folio`'s `shadowp`).
     let mut shadows = vec![None; folios.len()];
-    let mut used = 0usize;
     let mut i = 0usize;
     while i < req.nr_to_read {
         let idx = req.index + i as u64;
@@ -132,37 +209,40 @@ fn fill_batched<'a>(
         // Stops at the first occupied slot; an error means nothing was inserted.
         let n = t
             .pages
-            .add_folio_range_shadows(idx, end, &folios[used..], &mut shadows[used..])
+            .add_folio_range_shadows(idx, end, &folios, &mut shadows)
             .map_or(0, |pages| pages as usize);
         if n == 0 {
             // Raced: another reader inserted this page since the peek. Skip it.
             i += 1;
             continue;
         }
+        let run: Vec<Filling<'a>> = folios
+            .drain(..n)
+            .map(|f| Filling::new(t.pages, f))
+            .collect();
         if let Some(m) = mark.filter(|&m| m >= i && m < i + n) {
-            folios[used + (m - i)].set_flag(PG_READAHEAD);
+            run[m - i].locked().set_flag(PG_READAHEAD);
         }
         // `filemap_add_folio` ends with `workingset_refault` and `folio_add_lru`.
-        for (f, &shadow) in folios[used..used + n].iter().zip(&shadows[used..used + n]) {
-            t.cache.workingset_refault(f, shadow);
-            t.cache.add_lru(f);
+        for (f, &shadow) in run.iter().zip(&shadows[..n]) {
+            t.cache.workingset_refault(f.locked(), shadow);
+            t.cache.add_lru(f.locked());
         }
-        runs.push((idx, n));
-        used += n;
+        out.inserted += n;
+        runs.push((idx, run));
         i += n;
     }
-    out.inserted += used;
-    let mut folios = folios.into_iter();
-    for (first, n) in runs {
-        read_pages(t, first, folios.by_ref().take(n).collect(), out);
+    // `ractl_free_folios`: the unused rest is unlocked and freed.
+    drop(folios);
+    for (first, run) in runs {
+        read_pages(t, first, run, out);
     }
-    // `ractl_free_folios`: the unused rest is unlocked and freed as `folios` drops.
 }
 
 /// `ra_fill_folios_single`: the vanilla loop, one allocation and one index insertion (one
 /// lock hold) per page; a run is read when a cached page interrupts it and at the end.
 fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &mut RaOutcome) {
-    let mut run: Vec<FolioLocked<'a>> = Vec::new();
+    let mut run: Vec<Filling<'a>> = Vec::new();
     let mut run_start = req.index;
     for i in 0..req.nr_to_read {
         let idx = req.index + i as u64;
@@ -183,11 +263,12 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
             read_pages(t, run_start, std::mem::take(&mut run), out);
             continue;
         };
+        let folio = Filling::new(t.pages, folio);
         if mark == Some(i) {
-            folio.set_flag(PG_READAHEAD);
+            folio.locked().set_flag(PG_READAHEAD);
         }
-        t.cache.workingset_refault(&folio, shadow);
-        t.cache.add_lru(&folio);
+        t.cache.workingset_refault(folio.locked(), shadow);
+        t.cache.add_lru(folio.locked());
         if run.is_empty() {
             run_start = idx;
         }
@@ -198,29 +279,16 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
 }
 
 /// `read_pages`: one backing read for a contiguous run of locked folios starting at page
-/// `first`, then `folio_end_read` on each: uptodate, or, on error, removed from the index
-/// and flagged PG_error so that waiters fail and a later read retries.
-fn read_pages<'a>(
-    t: &RaTarget<'a>,
-    first: u64,
-    mut run: Vec<FolioLocked<'a>>,
-    out: &mut RaOutcome,
-) {
+/// `first`, then `folio_end_read` on each: uptodate, or, on error (a changed file included),
+/// removed from the index and flagged PG_error so that waiters fail and a later read retries.
+fn read_pages<'a>(t: &RaTarget<'a>, first: u64, mut run: Vec<Filling<'a>>, out: &mut RaOutcome) {
     if run.is_empty() {
         return;
     }
     let offset = first << PAGE_SHIFT;
-    let bytes: usize = run.iter().map(|f| f.size()).sum();
-    let expected = (t.file_size.saturating_sub(offset)).min(bytes as u64) as usize;
     let result = {
-        let mut bufs: Vec<&mut [u8]> = run
-            .iter_mut()
-            .map(|f| {
-                f.data_mut()
-                    .expect("folios under readahead are not uptodate")
-            })
-            .collect();
-        backing::read_run(t.backing, &mut bufs, offset, expected)
+        let mut bufs: Vec<&mut [u8]> = run.iter_mut().map(Filling::data_mut).collect();
+        backing::read_run(t.backing, &mut bufs, offset, t.backing_size)
     };
     let c = &t.cache.counters;
     c.inc(Event::IoReads);
@@ -228,15 +296,14 @@ fn read_pages<'a>(
         Ok(n) => {
             c.add(Event::IoBytes, n as u64);
             for f in run {
-                drop(f.end_read(true));
+                drop(f.finish(true));
             }
         }
         Err(e) => {
             c.inc(Event::IoErrors);
             let pages = run.len() as u64;
             for f in run {
-                t.pages.delete(&f);
-                drop(f.end_read(false));
+                drop(f.finish(false));
             }
             if out.error.is_none() {
                 out.error = Some((offset, e));
@@ -250,8 +317,8 @@ fn read_pages<'a>(
 pub(crate) enum ReadOneError {
     /// No free page in the budget.
     OutOfMemory,
-    /// The backing read failed at this byte offset.
-    Io(u64, io::Error),
+    /// The backing read failed (or found the file changed) at this byte offset.
+    Read(u64, RunError),
 }
 
 /// `filemap_create_folio` + `filemap_read_folio`: allocate, insert and read the single page
@@ -260,7 +327,7 @@ pub(crate) fn read_one<'a>(
     t: &RaTarget<'a>,
     index: u64,
 ) -> Result<Option<FolioRef<'a>>, ReadOneError> {
-    let mut folio = match t.cache.alloc_folio(0) {
+    let folio = match t.cache.alloc_folio(0) {
         Ok(f) => lock_new(f),
         Err(_) => return Err(ReadOneError::OutOfMemory),
     };
@@ -268,26 +335,22 @@ pub(crate) fn read_one<'a>(
         // Another reader inserted it first.
         return Ok(None);
     };
-    t.cache.workingset_refault(&folio, shadow);
-    t.cache.add_lru(&folio);
+    let mut folio = Filling::new(t.pages, folio);
+    t.cache.workingset_refault(folio.locked(), shadow);
+    t.cache.add_lru(folio.locked());
     let offset = index << PAGE_SHIFT;
-    let expected = (t.file_size.saturating_sub(offset)).min(PAGE_SIZE as u64) as usize;
-    let result = {
-        let buf = folio.data_mut().expect("a new folio is not uptodate");
-        backing::read_run(t.backing, &mut [buf], offset, expected)
-    };
+    let result = backing::read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size);
     let c = &t.cache.counters;
     c.inc(Event::IoReads);
     match result {
         Ok(n) => {
             c.add(Event::IoBytes, n as u64);
-            Ok(Some(folio.end_read(true)))
+            Ok(Some(folio.finish(true)))
         }
         Err(e) => {
             c.inc(Event::IoErrors);
-            t.pages.delete(&folio);
-            drop(folio.end_read(false));
-            Err(ReadOneError::Io(offset, e))
+            drop(folio.finish(false));
+            Err(ReadOneError::Read(offset, e))
         }
     }
 }

@@ -32,7 +32,10 @@
 //!
 //! - A folio enters the index locked and not uptodate; only the thread that inserted it
 //!   fills it, and it leaves the locked state exactly once: uptodate (data complete) or
-//!   error (removed from the index first, so no later lookup finds a failed folio).
+//!   error (removed from the index first, so no later lookup finds a failed folio). This
+//!   holds when the backing panics too (the fill's guards fail the folios as the panic
+//!   unwinds), and a read that finds the file shorter than its believed size is an error,
+//!   never zeros cached as data.
 //! - Readers that find a folio locked and not uptodate sleep on the folio lock's waiters
 //!   (no spinning) and re-check after waking.
 //! - The mark is placed only on a folio this call inserted (a page already present is
