@@ -65,7 +65,27 @@ fn step(
             let from = (off as usize).min(before as usize);
             let mut back = vec![0u8; end - from];
             f.read_exact_at(&mut back, from as u64).unwrap();
-            assert_same(&back, &model[from..end], "read back after the write");
+            if back[..] != model[from..end] {
+                let g = f.get_folio(off >> 12).unwrap();
+                let within = (off & 4095) as usize;
+                let mut again = vec![0u8; len.min(64)];
+                let n = f.read_at(&mut again, off).unwrap();
+                eprintln!(
+                    "DIAG len {} dirty {} cached {} folio[{within}] = {} (index {}), read again {:?}, stats {:?}",
+                    f.len(),
+                    f.dirty_pages(),
+                    f.cached_pages(),
+                    g[within],
+                    g.index(),
+                    &again[..n.min(8)],
+                    c.stats()
+                );
+            }
+            assert_same(
+                &back,
+                &model[from..end],
+                &format!("read back (from byte {from}) after a write of {len} at {off} onto {before} bytes"),
+            );
             format!("write {len} at {off} of {b}")
         }
         45..=74 => {

@@ -96,7 +96,8 @@ impl Mapping {
             pages: &self.pages,
             backing: &*self.backing,
             mapping: self.id,
-            backing_size: self.size().min(self.disk_size.load(Ordering::Relaxed)),
+            size: &self.size,
+            disk_size: &self.disk_size,
             mode: c.config.insert_mode,
         }
     }

@@ -22,6 +22,7 @@ use crate::cache::{CacheInner, Event};
 use crate::folio::flags::PG_READAHEAD;
 use crate::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::index::Index;
+use crate::sync::{AtomicU64, Ordering};
 
 /// Where a window is read into and from: one file of one cache.
 pub(crate) struct RaTarget<'a> {
@@ -31,11 +32,28 @@ pub(crate) struct RaTarget<'a> {
     /// The mapping id (for debugging; the index sets it on the folios).
     #[allow(dead_code)]
     pub(crate) mapping: u64,
-    /// The size the backing file is believed to hold (`check_end_of_data`): the file size for
-    /// a file the cache only reads; for one it writes, the smaller of the file size and what
-    /// writeback has put in the backing (past it, up to the file size, is a hole: zeros).
-    pub(crate) backing_size: u64,
+    /// The file size (`i_size`), read when the window's folios are inserted.
+    pub(crate) size: &'a AtomicU64,
+    /// What writeback has put in the backing: for a file the cache also writes, bytes past it
+    /// (up to the file size) are a hole, zeros (for a file it only reads, the file size).
+    pub(crate) disk_size: &'a AtomicU64,
     pub(crate) mode: InsertMode,
+}
+
+impl RaTarget<'_> {
+    /// The size the backing file is believed to hold (`check_end_of_data`): the smaller of
+    /// the file size and what writeback has put there. Read when a run is about to be read,
+    /// after its folios are in the index: a page written back and evicted before the run's
+    /// insertion found its slot empty has raised `disk_size` before that (writeback ends
+    /// after it does), so the run reads the page's bytes instead of zeroing a hole that is
+    /// not one. (A value captured when the window was planned could predate that writeback.)
+    pub(crate) fn backing_size(&self) -> u64 {
+        // ORDERING: Acquire for `i_size`, as every reader of it (`Mapping::size`); `disk_size`
+        // is ordered by the eviction that emptied the slot (see above).
+        self.size
+            .load(Ordering::Acquire)
+            .min(self.disk_size.load(Ordering::Relaxed))
+    }
 }
 
 /// What one window did.
@@ -288,7 +306,7 @@ fn read_pages<'a>(t: &RaTarget<'a>, first: u64, mut run: Vec<Filling<'a>>, out: 
     let offset = first << PAGE_SHIFT;
     let result = {
         let mut bufs: Vec<&mut [u8]> = run.iter_mut().map(Filling::data_mut).collect();
-        backing::read_run(t.backing, &mut bufs, offset, t.backing_size)
+        backing::read_run(t.backing, &mut bufs, offset, t.backing_size())
     };
     let c = &t.cache.counters;
     c.inc(Event::IoReads);
@@ -339,7 +357,7 @@ pub(crate) fn read_one<'a>(
     t.cache.workingset_refault(folio.locked(), shadow);
     t.cache.add_lru(folio.locked());
     let offset = index << PAGE_SHIFT;
-    let result = backing::read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size);
+    let result = backing::read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size());
     let c = &t.cache.counters;
     c.inc(Event::IoReads);
     match result {
