@@ -274,19 +274,7 @@ mod slots {
                 if let Some((_, s)) = m.0.iter().find(|(id, _)| *id == c.id) {
                     return &***s as *const RefSlot;
                 }
-                let mut reg = c.slots.lock();
-                // Reuse the slot of an exited thread (its count stays in the sum), else add one.
-                // ORDERING: Acquire pairs with the Release of `owned` at thread exit.
-                let s = match reg.iter().find(|s| !s.owned.load(Ordering::Acquire)) {
-                    Some(s) => s.clone(),
-                    None => {
-                        let s = Arc::new(CachePadded::new(RefSlot::default()));
-                        reg.push(s.clone());
-                        s
-                    }
-                };
-                s.owned.store(true, Ordering::Relaxed);
-                drop(reg);
+                let s = claim(c);
                 let p = &**s as *const RefSlot;
                 m.0.push((c.id, s));
                 p
@@ -312,6 +300,15 @@ mod slots {
                 return p;
             }
         }
+        // The registry keeps the slot alive as long as the set lives.
+        let p = &**claim(c) as *const RefSlot;
+        EXITING.with(|e| e.set(Some((c.id, p))));
+        p
+    }
+
+    /// A slot of `c` for this thread, marked owned: the slot of an exited thread if there is
+    /// one (its count stays in the sum), else a new one.
+    fn claim(c: &PercpuCounters) -> Arc<CachePadded<RefSlot>> {
         let mut reg = c.slots.lock();
         // ORDERING: Acquire pairs with the Release of `owned` at thread exit.
         let s = match reg.iter().find(|s| !s.owned.load(Ordering::Acquire)) {
@@ -323,10 +320,7 @@ mod slots {
             }
         };
         s.owned.store(true, Ordering::Relaxed);
-        drop(reg);
-        let p = &**s as *const RefSlot;
-        EXITING.with(|e| e.set(Some((c.id, p))));
-        p
+        s
     }
 }
 

@@ -525,63 +525,80 @@ fn write_page(
     within: usize,
     src: &[u8],
 ) -> Result<(), CacheError> {
-    let pos = (index << PAGE_SHIFT) + within as u64;
+    let end = (index << PAGE_SHIFT) + (within + src.len()) as u64;
     loop {
-        let Some(folio) = m.pages.lookup(index) else {
-            match create_page(c, m, index, within, src)? {
-                Some(folio) => {
-                    write_end(c, m, folio, pos + src.len() as u64);
-                    return Ok(());
-                }
-                None => continue, // raced with another insertion: look again
-            }
-        };
-        let folio = folio.lock();
-        if folio.mapping() != m.id || folio.index() != index || !folio.is_uptodate() {
-            // Truncated, replaced, or a read into it failed and it was removed.
-            continue;
+        if let Some(folio) = modify_cached(c, m, index, within, src)? {
+            write_end(c, m, folio, end);
+            return Ok(());
         }
-        writeback::wait_stable(&folio);
-        // SAFETY: the folio is in our index (checked under its lock: one reference for the
-        // page cache, order 0) and we hold one: 2 is exactly the references we know of.
-        match unsafe { folio.freeze(2) } {
-            Ok(frozen) => {
-                frozen.write_frozen(within, src);
-                // SAFETY: the same two references exist again.
-                let folio = unsafe { frozen.unfreeze_locked(2) };
-                c.counters.inc(Event::WritesInPlace);
-                write_end(c, m, folio, pos + src.len() as u64);
-                return Ok(());
-            }
-            Err(folio) => {
-                // Someone holds it: write a copy and replace it. Allocate unlocked (reclaim
-                // may need this folio's neighbours' locks), then look again.
-                drop(folio);
-                let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
-                if let Some(done) = replace_page(c, m, index, within, src, new) {
-                    return done;
-                }
-            }
+        if let Some(folio) = create_page(c, m, index, within, src)? {
+            write_end(c, m, folio, end);
+            return Ok(());
         }
+        // Raced with another insertion: look again.
     }
 }
 
-/// The replacement path of [`write_page`]: if page `index` is still cached, uptodate and not
-/// under writeback, copies it into `new` with `src` written over it and replaces it in the
-/// index. `None`: the page changed meanwhile, look again (`new` is freed).
-fn replace_page<'a>(
+/// Writes `src` at `within` into page `index` if it is cached, with the protocol of the module
+/// docs (in place under a frozen refcount, else a replacement), and returns the folio that
+/// now holds the page, locked; `None` if the page is not cached. The caller ends the write
+/// (`write_end`) or just unlocks (the truncation's zeroed tail, which dirties nothing).
+fn modify_cached<'a>(
     c: &'a CacheInner,
     m: &'a Mapping,
     index: u64,
     within: usize,
     src: &[u8],
-    new: FolioRef<'a>,
-) -> Option<Result<(), CacheError>> {
-    let old = m.pages.lookup(index)?.lock();
-    if old.mapping() != m.id || old.index() != index || !old.is_uptodate() {
-        return None;
+) -> Result<Option<FolioLocked<'a>>, CacheError> {
+    let Some(folio) = lookup_stable(m, index) else {
+        return Ok(None);
+    };
+    // SAFETY: the folio is in our index (checked under its lock: one reference for the page
+    // cache, order 0) and we hold one: 2 is exactly the references we know of.
+    match unsafe { folio.freeze(2) } {
+        Ok(frozen) => {
+            frozen.write_frozen(within, src);
+            c.counters.inc(Event::WritesInPlace);
+            // SAFETY: the same two references exist again.
+            Ok(Some(unsafe { frozen.unfreeze_locked(2) }))
+        }
+        Err(folio) => {
+            // Someone holds it: write a copy and replace it. Allocate unlocked (reclaim may
+            // need this folio's neighbours' locks), then look again.
+            drop(folio);
+            let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+            let Some(old) = lookup_stable(m, index) else {
+                return Ok(None);
+            };
+            Ok(Some(replace_page(c, m, old, within, src, new)))
+        }
     }
-    writeback::wait_stable(&old);
+}
+
+/// `write_begin`'s lookup: page `index`, locked, still this file's, uptodate and not under
+/// writeback (`folio_wait_stable`); `None` if it is not cached.
+fn lookup_stable<'a>(m: &'a Mapping, index: u64) -> Option<FolioLocked<'a>> {
+    loop {
+        let folio = m.pages.lookup(index)?.lock();
+        if folio.mapping() == m.id && folio.index() == index && folio.is_uptodate() {
+            writeback::wait_stable(&folio);
+            return Some(folio);
+        }
+        // Truncated, replaced, or a read into it failed and it was removed: look again.
+    }
+}
+
+/// The replacement path of [`modify_cached`]: copies the locked page `old` into `new` with
+/// `src` written over it at `within` and puts `new` in its index slot
+/// (`replace_page_cache_folio`); the page's dirtiness moves with it. Returns `new`, locked.
+fn replace_page<'a>(
+    c: &'a CacheInner,
+    m: &'a Mapping,
+    old: FolioLocked<'a>,
+    within: usize,
+    src: &[u8],
+    new: FolioRef<'a>,
+) -> FolioLocked<'a> {
     let mut new = new
         .try_lock()
         .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
@@ -593,8 +610,7 @@ fn replace_page<'a>(
     }
     new.mark_uptodate();
     // The page's dirtiness moves to the new folio; its tags are the page's and stay.
-    let was_dirty = old.test_clear_flag(crate::folio::flags::PG_DIRTY);
-    if was_dirty {
+    if old.test_clear_flag(crate::folio::flags::PG_DIRTY) {
         new.set_flag(crate::folio::flags::PG_DIRTY);
     }
     let replaced = m.pages.replace_folio(&old, &new);
@@ -602,9 +618,7 @@ fn replace_page<'a>(
     c.add_lru(&new);
     drop(old);
     c.counters.inc(Event::WritesReplaced);
-    let pos = (index << PAGE_SHIFT) + within as u64;
-    write_end(c, m, new, pos + src.len() as u64);
-    Some(Ok(()))
+    new
 }
 
 /// `write_begin` for a page not in the cache: a new folio holding the page's bytes with `src`
@@ -683,53 +697,8 @@ fn zero_cached_tail(
     tail: usize,
 ) -> Result<(), CacheError> {
     let zeros = [0u8; PAGE_SIZE];
-    loop {
-        let Some(folio) = m.pages.lookup(index) else {
-            return Ok(());
-        };
-        let folio = folio.lock();
-        if folio.mapping() != m.id || folio.index() != index || !folio.is_uptodate() {
-            continue;
-        }
-        writeback::wait_stable(&folio);
-        // SAFETY: as in `write_page`: the index's reference and ours.
-        match unsafe { folio.freeze(2) } {
-            Ok(frozen) => {
-                frozen.write_frozen(tail, &zeros[tail..]);
-                // SAFETY: the same two references exist again.
-                drop(unsafe { frozen.unfreeze_locked(2) });
-                return Ok(());
-            }
-            Err(folio) => {
-                drop(folio);
-                let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
-                let Some(old) = m.pages.lookup(index) else {
-                    return Ok(());
-                };
-                let old = old.lock();
-                if old.mapping() != m.id || old.index() != index || !old.is_uptodate() {
-                    continue;
-                }
-                writeback::wait_stable(&old);
-                let mut new = new
-                    .try_lock()
-                    .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
-                {
-                    let dst = new.data_mut().expect("fresh");
-                    dst[..tail].copy_from_slice(&old.data().expect("uptodate")[..tail]);
-                    dst[tail..].fill(0);
-                }
-                new.mark_uptodate();
-                if old.test_clear_flag(crate::folio::flags::PG_DIRTY) {
-                    new.set_flag(crate::folio::flags::PG_DIRTY);
-                }
-                let replaced = m.pages.replace_folio(&old, &new);
-                assert!(replaced, "a locked folio of this index can be replaced");
-                c.add_lru(&new);
-                return Ok(());
-            }
-        }
-    }
+    drop(modify_cached(c, m, index, tail, &zeros[tail..])?);
+    Ok(())
 }
 
 /// A page of a file held for an update in place: a buffer manager's exclusive page latch,
