@@ -225,8 +225,12 @@ pub fn check_budget(budget_bytes: usize) -> Result<(), BudgetOverLimit> {
     Ok(())
 }
 
-/// `totalram_pages` of the machine, in bytes (`None` if the system does not say).
+/// `totalram_pages` of the machine, in bytes (`None` if the system does not say, and under
+/// Miri, which has no `_SC_PHYS_PAGES`).
 fn physical_memory() -> Option<u64> {
+    if cfg!(miri) {
+        return None;
+    }
     // SAFETY: sysconf has no preconditions.
     let (pages, size) = unsafe {
         (
@@ -237,8 +241,12 @@ fn physical_memory() -> Option<u64> {
     (pages > 0 && size > 0).then(|| pages as u64 * size as u64)
 }
 
-/// What `RLIMIT_AS` leaves this process to map, in bytes (`None` when unlimited).
+/// What `RLIMIT_AS` leaves this process to map, in bytes (`None` when unlimited, and under
+/// Miri, which has no `getrlimit`).
 fn address_space_left() -> Option<u64> {
+    if cfg!(miri) {
+        return None;
+    }
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
