@@ -4,7 +4,7 @@
 //! The numbers are quoted in the `filetable` module docs.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use foliocache::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
+use foliocache::mm::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -12,9 +12,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use foliocache::folio::{Arena, ArenaConfig, FolioLocked, PAGE_SIZE};
-use foliocache::index::Index;
-use foliocache::refcount::RefStrategy;
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked, PAGE_SIZE};
+use foliocache::mm::index::Index;
+use foliocache::mm::refcount::RefStrategy;
 
 const BATCH: u64 = 32;
 

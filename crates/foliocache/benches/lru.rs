@@ -12,9 +12,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use foliocache::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
-use foliocache::lru::{DrainFilter, Lru, LruConfig, FOLIO_BATCH_SIZE};
-use foliocache::refcount::RefStrategy;
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
+use foliocache::mm::lru::{DrainFilter, Lru, LruConfig, FOLIO_BATCH_SIZE};
+use foliocache::mm::refcount::RefStrategy;
 
 fn setup(filter: DrainFilter) -> (Box<Arena>, Lru) {
     let mut c = ArenaConfig::new(1024 * PAGE_SIZE, RefStrategy::LockedBit);

@@ -2,8 +2,8 @@
 //! the same reference. The numbers are quoted in the `percpu_ref` module docs.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use foliocache::percpu_ref::{PercpuRef, RefVariant};
-use foliocache::rcu::Rcu;
+use foliocache::mm::percpu_ref::{PercpuRef, RefVariant};
+use foliocache::mm::rcu::Rcu;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,14 +17,14 @@ struct Sharded {
 impl Sharded {
     fn new() -> Self {
         Self {
-            shards: (0..foliocache::sync::num_cpus())
+            shards: (0..foliocache::mm::sync::num_cpus())
                 .map(|_| Default::default())
                 .collect(),
         }
     }
     #[inline]
     fn add(&self, d: u64) {
-        let cpu = foliocache::sync::current_cpu() % self.shards.len();
+        let cpu = foliocache::mm::sync::current_cpu() % self.shards.len();
         self.shards[cpu].fetch_add(d, Ordering::Relaxed);
     }
 }

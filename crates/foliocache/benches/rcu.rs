@@ -2,7 +2,7 @@
 //! of a grace period. The numbers are quoted in the `rcu` module docs.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use foliocache::rcu::{Flavor, Rcu};
+use foliocache::mm::rcu::{Flavor, Rcu};
 use std::hint::black_box;
 use std::time::Duration;
 

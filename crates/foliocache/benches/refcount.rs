@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
-use foliocache::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, RefStrategy};
-use foliocache::sync::{AtomicU32, CachePadded, Ordering};
+use foliocache::mm::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, RefStrategy};
+use foliocache::mm::sync::{AtomicU32, CachePadded, Ordering};
 
 /// Something that does one get+put pair on a shared counter.
 trait Pair: Sync {
@@ -73,7 +73,7 @@ fn run<P: Pair>(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, threads: usize
                         .map(|t| {
                             let barrier = &barrier;
                             sc.spawn(move || {
-                                foliocache::sync::pin_to_cpu(t);
+                                foliocache::mm::sync::pin_to_cpu(t);
                                 barrier.wait();
                                 let start = Instant::now();
                                 for _ in 0..iters {

@@ -10,10 +10,10 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use foliocache::rmap::id::RmapId;
-use foliocache::rmap::{FolioRmap, Tracking};
-use foliocache::seqcount::SeqCount;
-use foliocache::sync::AtomicU64;
+use foliocache::mm::rmap::id::RmapId;
+use foliocache::mm::rmap::{FolioRmap, Tracking};
+use foliocache::mm::seqcount::SeqCount;
+use foliocache::mm::sync::AtomicU64;
 
 fn sections(c: &mut Criterion) {
     let mut g = c.benchmark_group("seqcount-section/3-words");

@@ -13,11 +13,11 @@
 //! is dropped. With `rmap-id` (the seed) and `mm-owner` (today's kernel), the first write
 //! after the snapshot is gone finds the folio mapped exclusively and reuses it whole.
 
-use foliocache::folio::{Arena, ArenaConfig};
-use foliocache::refcount::RefStrategy;
-use foliocache::rmap::Tracking;
-use foliocache::space::{SpaceConfig, Spaces};
-use foliocache::sync::Arc;
+use foliocache::mm::folio::{Arena, ArenaConfig};
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::rmap::Tracking;
+use foliocache::mm::space::{SpaceConfig, Spaces};
+use foliocache::mm::sync::Arc;
 
 const MIB: usize = 1 << 20;
 

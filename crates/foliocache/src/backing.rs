@@ -49,7 +49,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::mm::sync::{AtomicU64, Mutex, Ordering};
 
 /// The source of a cached file's bytes; the analog of a filesystem's `->read_folio`.
 ///

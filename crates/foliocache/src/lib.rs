@@ -1,97 +1,104 @@
 //! # foliocache
 //!
-//! A userspace page cache built the way Linux builds its own, and the mechanisms of five Linux
-//! memory-management patch threads that make it scale, each implemented twice (the kernel's
-//! vanilla behaviour and the patch's improvement) and selectable at run time.
+//! A page cache for storage engines, in userspace: files are read and written through a
+//! shared, concurrent cache of their pages that stays within a fixed memory budget, with the
+//! semantics of the kernel's own (`pread`, `pwrite`, `fsync`) and zero-copy access to cached
+//! pages. It is built the way Linux builds its page cache, and each of five Linux
+//! memory-management patch threads that make it scale is implemented twice (the kernel's
+//! vanilla behaviour and the patch's improvement), selectable at run time: see [`mm`].
 //!
 //! ```
-//! use foliocache::{Config, FolioCache, InsertMode, RefStrategy};
+//! use foliocache::{Config, FolioCache, OpenOptions};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
 //! # let path = dir.path().join("db.sst");
 //! # std::fs::write(&path, (0..1_000_000u32).map(|i| i as u8).collect::<Vec<_>>())?;
-//! // A cache with a 64 MiB budget, the seed-000 refcount and the seed-001 readahead insertion.
-//! let cache = FolioCache::new(
-//!     Config::new(64 << 20)
-//!         .strategy(RefStrategy::LockedBit)
-//!         .insert_mode(InsertMode::Batched),
-//! )?;
+//! let cache = FolioCache::new(Config::new(64 << 20))?; // a 64 MiB budget
 //!
-//! // Many threads, each with its own handle (its own readahead stream), read the same file.
+//! // Many threads, each with its own handle (like a file descriptor), read the same file.
 //! std::thread::scope(|s| {
 //!     for t in 0..4u64 {
 //!         let file = cache.open(&path).unwrap();
 //!         s.spawn(move || {
 //!             let mut buf = [0u8; 8192];
-//!             let n = file.read_at(&mut buf, t * 100_000).unwrap(); // pread semantics
-//!             assert_eq!(n, 8192);
+//!             file.read_exact_at(&mut buf, t * 100_000).unwrap(); // pread semantics, a copy
 //!             assert_eq!(buf[0], (t * 100_000) as u8);
 //!         });
 //!     }
 //! });
 //!
-//! // Zero-copy access: pin the folio caching page 3 and read its bytes in place.
+//! // Zero-copy: pin the page holding byte 12,288 and read it in place.
 //! let file = cache.open(&path)?;
 //! let page = file.get_folio(3)?;
 //! assert_eq!(page[0], (3 * 4096) as u8);
+//! drop(page);
+//!
+//! // Writes: dirty in the cache at once, durable after a sync.
+//! let db = cache.open_with(&path, OpenOptions::new().write(true))?;
+//! db.write_all_at(b"hello", 0)?;
+//! db.sync_data()?;
 //! println!("{:?}", cache.stats());
 //! # Ok(()) }
 //! ```
 //!
-//! | module | mechanism | kernel model |
-//! |---|---|---|
-//! | [`sync`] | atomics, locks, threads; std or loom | — |
-//! | [`filetable`] | resizable hash of open files; each lookup pins the table with an `immutable`, `atomic`, `percpu` or `percpu-fast` reference (seed 003) | futex private hash: `futex_hash`, `futex_hash_allocate`, `__futex_pivot_hash` |
-//! | [`percpu_ref`] | per-thread reference counts with a grace-period switch to one atomic; kill, wait-for-zero, re-arm (seed 003) | `lib/percpu-refcount.c`, `futex_ref_get`/`futex_ref_put`/`futex_ref_drop` |
-//! | [`rcu`] | read sections with no shared atomic, grace periods via `membarrier(2)`, `call_rcu` | RCU (`rcu_read_lock`, `synchronize_rcu`, `call_rcu`), liburcu memb |
-//! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
-//! | [`backing`] | positional reads of the file behind a cache (`pread`/`preadv`), fault injection | `->read_folio`, `read_pages` |
-//! | [`folio`] | folio header and flags, the arena (memmap + buddy allocator + per-CPU lists), folio lock and wait table, bad-page check | `struct folio`, `mm/page_alloc.c`, `folio_lock`, `free_pages_prepare` |
-//! | [`index`] | per-file XArray-like radix tree: lockless RCU lookup with speculative `try_get` + re-check, one-folio and batched range insertion (seed 001), delete, evict, truncate, invalidate; shadow entries and the shadow-node shrinker | `filemap_get_entry`, `__filemap_add_folio`, `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping` |
-//! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget, workingset detection (shadow entries, refault activation) | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec`; `mm/workingset.c` |
-//! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
-//! | [`cache`] | [`FolioCache`]: inodes that outlive their handles, open files, `read_at` (pread), `write_at` (pwrite), `set_len`, syncs, pinned and writable folio guards, readahead, invalidate, statistics | `filemap_read`, `filemap_get_pages`, `generic_perform_write`, `fs/inode.c` |
-//! | [`writeback`] | dirty and writeback tags, `writepages`, dirty throttling, the error sequence (`errseq_t`) | `mm/page-writeback.c`, `lib/errseq.c` |
-//! | [`rmap`] | the sharer state a folio header carries: mapcounts, rmap IDs and sub-IDs, the exclusivity test, per tracking strategy (seed 002); below `folio`, so nothing under `space` imports it | `folio_mapcount`, RFC `rmap_id.c` |
-//! | [`space`] | address spaces over the folios: page tables, fork, COW with exact mapped-shared detection | `rmap.c`, `memory.c` (seed 002) |
-//! | [`seqcount`] | atomic seqcount: concurrent adding writers, exclusive fast path | RFC `atomic_seqcount.h` (seed 002) |
+//! # The user API
 //!
-//! Next steps: the `examples/` directory (`read_file`: many threads, one file;
-//! `pinned_folio`: zero-copy reads; `small_budget`: data eight times the budget, reclaim;
-//! `cow_snapshot`: `fork` and copy-on-write), [`FolioCache::vmstat`] for every counter as
-//! `/proc/vmstat` lines, and the `foliocache-lab` binary, which measures each mechanism
-//! against the kernel's vanilla behaviour and the cache against quick_cache, moka and the
-//! kernel's page cache (`foliocache-lab all`).
+//! | item | what it is |
+//! |---|---|
+//! | [`FolioCache`] | the cache: a budget, the files it caches, statistics; cheap to clone |
+//! | [`Config`] | its settings: budget, readahead, LRU protection, unused inodes, dirty limits |
+//! | [`CachedFile`] | an open file: `read_at`, `write_at`, `append`, `set_len`, syncs, pinned pages |
+//! | [`OpenOptions`] | how to open: read-only (default), write, create, truncate |
+//! | [`PinnedFolio`], [`OwnedFolio`] | a cached page, pinned, read in place (borrowed, or `'static`) |
+//! | [`FolioMut`] | a cached page to write in place, marked dirty when dropped |
+//! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
+//! | [`CacheStats`] | hits, misses, readahead, reclaim, dirty and writeback counts |
+//! | [`WbErrorPolicy`] | what becomes of pages whose writeback failed |
+//! | [`backing`] | the file behind a cache, for engines that bring their own storage or inject faults |
 //!
-//! The crate is being built issue by issue; the table grows with it (see the README).
+//! **Pages, folios and offsets.** Every offset in the API is a byte offset into the file, as
+//! with `pread`. The cache holds a file in pages of [`PAGE_SIZE`] (4 KiB) bytes; a *folio* is
+//! the unit it allocates, pins and evicts, one page today. [`CachedFile::get_folio`] takes a
+//! page number (byte offset / [`PAGE_SIZE`]).
+//!
+//! **Lifetimes.** A file's cached pages belong to the file (its device and inode), not to a
+//! handle: they outlive the handles, are shared by every handle of the file, and age out
+//! through the LRU when the budget is needed; [`Config::unused_inodes`] bounds how many
+//! closed files keep theirs. A file changed behind the cache's back is noticed at the next
+//! `open`.
+//!
+//! **Durability.** A write is visible to every reader at once and reaches the file through a
+//! sync ([`CachedFile::sync_data`], [`CachedFile::sync_all`], [`CachedFile::sync_range`]),
+//! the background flusher, or a writer at the dirty limit. A writeback error is reported to
+//! every handle open when it happened, once, at its next sync.
+//!
+//! # For kernel and systems engineers
+//!
+//! [`mm`] holds the mechanisms (folio refcount, index, readahead, LRU, writeback, per-CPU
+//! references, RCU, rmap), each with an essay naming the kernel functions it mirrors, and
+//! [`mm::Experiment`], which picks their variants for a cache. The `foliocache-lab` binary in
+//! the repository measures each against the kernel's vanilla behaviour, and the cache against
+//! quick_cache, moka and the kernel's page cache (`foliocache-lab all`). The `examples/`
+//! directory has `read_file` (many threads, one file), `pinned_folio` (zero-copy),
+//! `small_budget` (data eight times the budget) and `cow_snapshot` (`fork` and copy-on-write
+//! on [`mm::space`]); [`FolioCache::vmstat`] prints every counter as `/proc/vmstat` lines.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
 #[cfg(not(loom))]
-pub mod cache;
-pub mod filetable;
-pub mod folio;
-pub mod index;
+mod cache;
 #[cfg(all(test, loom))]
 mod loom_tests;
-pub mod lru;
-pub mod percpu_ref;
-pub mod rcu;
-pub mod readahead;
-pub mod refcount;
-pub mod rmap;
-pub mod seqcount;
-pub mod space;
-pub mod sync;
-pub mod writeback;
+pub mod mm;
+mod variant;
 
 #[cfg(not(loom))]
 pub use cache::{
     CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, FolioMut, OpenOptions,
-    OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO,
+    OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
-pub use readahead::InsertMode;
-pub use refcount::RefStrategy;
-pub use writeback::WbErrorPolicy;
+pub use mm::folio::PAGE_SIZE;
+pub use mm::writeback::WbErrorPolicy;
+pub use variant::{UnknownVariant, Variant};

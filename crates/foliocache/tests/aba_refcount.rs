@@ -35,7 +35,7 @@
 
 use std::cell::{Cell, RefCell};
 
-use foliocache::refcount::{PendingPut, RefCount, RefStrategy};
+use foliocache::mm::refcount::{PendingPut, RefCount, RefStrategy};
 
 const X: u32 = 1;
 const Y: u32 = 2;

@@ -5,7 +5,8 @@
 
 #![cfg(not(loom))]
 
-use foliocache::folio::{MemoryLimit, METADATA_BYTES_PER_PAGE};
+use foliocache::mm::folio::{MemoryLimit, METADATA_BYTES_PER_PAGE};
+use foliocache::mm::Experiment;
 use foliocache::{CacheError, Config, ConfigError, FolioCache};
 
 const MIB: usize = 1 << 20;
@@ -134,8 +135,7 @@ fn a_budget_over_the_address_space_limit_is_refused() {
 /// `batch_slots` aborted the process allocating its batches.
 #[test]
 fn each_bad_setting_is_a_typed_error_that_names_the_valid_range() {
-    let mut c = Config::new(64 * MIB);
-    c.lru.batch_slots = 1 << 40;
+    let c = Config::new(64 * MIB).experiment(Experiment::new().batch_slots(1 << 40));
     let e = c.validate().unwrap_err();
     assert!(matches!(e, ConfigError::BatchSlotsTooMany { batch_slots } if batch_slots == 1 << 40));
     assert!(e.to_string().contains("1..=8192"), "{e}");
@@ -144,8 +144,7 @@ fn each_bad_setting_is_a_typed_error_that_names_the_valid_range() {
         Err(CacheError::Config(ConfigError::BatchSlotsTooMany { .. }))
     ));
 
-    let mut c = Config::new(64 * MIB);
-    c.lru.inactive_ratio = Some(u32::MAX);
+    let c = Config::new(64 * MIB).inactive_ratio(Some(u32::MAX));
     let e = c.validate().unwrap_err();
     assert!(matches!(e, ConfigError::InactiveRatioTooLarge { .. }));
     assert!(e.to_string().contains("0..=1024"), "{e}");
@@ -163,10 +162,12 @@ fn each_bad_setting_is_a_typed_error_that_names_the_valid_range() {
     assert!(matches!(e, ConfigError::WindowTooLarge { .. }));
 
     // The edges of each range are accepted.
-    let mut c = Config::new(64 * MIB).readahead_pages(foliocache::cache::MAX_RA_PAGES);
-    c.lru.batch_slots = 8192;
-    c.lru.inactive_ratio = Some(1024);
-    c.validate().unwrap();
+    Config::new(64 * MIB)
+        .readahead_pages(foliocache::MAX_RA_PAGES)
+        .experiment(Experiment::new().batch_slots(8192))
+        .inactive_ratio(Some(1024))
+        .validate()
+        .unwrap();
 }
 
 /// Regression: a read that failed with `OutOfMemory` because every folio was pinned had

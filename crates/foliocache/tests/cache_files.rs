@@ -10,7 +10,10 @@ use std::thread;
 use std::time::Duration;
 
 use foliocache::backing::{Backing, FaultyBacking, FileBacking, MemBacking};
-use foliocache::{CacheError, Config, FolioCache, InsertMode, RefStrategy};
+use foliocache::mm::readahead::InsertMode;
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::Experiment;
+use foliocache::{CacheError, Config, FolioCache};
 use rand::{Rng, SeedableRng};
 
 const PAGE: u64 = 4096;
@@ -31,7 +34,7 @@ fn temp_file(data: &[u8]) -> tempfile::NamedTempFile {
 fn cache(budget: usize, mode: InsertMode) -> FolioCache {
     FolioCache::new(
         Config::new(budget)
-            .insert_mode(mode)
+            .experiment(Experiment::new().insert_mode(mode))
             .panic_on_bad_page(false),
     )
     .unwrap()
@@ -44,12 +47,13 @@ fn assert_baseline(cache: &FolioCache) {
     cache.drop_caches();
     assert_eq!(cache.stats().inodes, 0, "every inode unused and evicted");
     cache.lru_add_drain_all();
-    cache.lru().validate(cache.arena()).expect("LRU consistent");
     let s = cache.stats();
     assert_eq!(s.allocated_pages, 0, "folios leaked: {s:?}");
     assert_eq!(s.bad_pages, 0, "bad pages: {s:?}");
     assert_eq!(s.free_pages, s.budget_pages);
-    cache.arena().validate().expect("arena consistent");
+    cache
+        .validate()
+        .expect("LRU, dirty accounting and arena consistent");
 }
 
 #[test]
@@ -63,8 +67,7 @@ fn random_reads_equal_the_file() {
     ] {
         let c = FolioCache::new(
             Config::new(4 << 20)
-                .insert_mode(mode)
-                .strategy(strategy)
+                .experiment(Experiment::new().insert_mode(mode).strategy(strategy))
                 .panic_on_bad_page(false),
         )
         .unwrap();
@@ -357,7 +360,7 @@ fn an_arena_too_small_for_a_window_falls_back_and_reclaims() {
     // falls back to one folio at a time, and reclaim makes room as the read goes on.
     let c = FolioCache::new(
         Config::new(8 * 4096)
-            .insert_mode(InsertMode::Batched)
+            .experiment(Experiment::new().insert_mode(InsertMode::Batched))
             .readahead_pages(32)
             .panic_on_bad_page(false),
     )
@@ -502,11 +505,12 @@ fn invalid_arguments_and_configs_are_rejected_clearly() {
 fn an_unaligned_miss_marks_its_folio_accessed() {
     for at in [0u64, 100] {
         // The kernel's policy: the filling read is the first access.
-        let lru = foliocache::lru::LruConfig {
-            reference_on_fill: true,
-            ..Default::default()
-        };
-        let c = FolioCache::new(Config::new(1 << 20).readahead_pages(0).lru(lru)).unwrap();
+        let c = FolioCache::new(
+            Config::new(1 << 20)
+                .readahead_pages(0)
+                .experiment(Experiment::new().reference_on_fill(true)),
+        )
+        .unwrap();
         let file = c
             .open_backing("mem", MemBacking(vec![3; 8 * PAGE as usize]))
             .unwrap();
@@ -517,7 +521,7 @@ fn an_unaligned_miss_marks_its_folio_accessed() {
             }
         }
         c.lru_add_drain_all();
-        let active = c.lru_stats().pages[foliocache::lru::LruList::Active as usize];
+        let active = c.lru_stats().pages[foliocache::mm::lru::LruList::Active as usize];
         assert_eq!(active, 4, "read twice at +{at}: promoted");
     }
 }
@@ -527,7 +531,7 @@ fn an_unaligned_miss_marks_its_folio_accessed() {
 /// pinned reads and copies alike.
 #[test]
 fn a_filled_folio_needs_two_hits_to_be_promoted_by_default() {
-    use foliocache::lru::LruList;
+    use foliocache::mm::lru::LruList;
     let c = FolioCache::new(Config::new(1 << 20).readahead_pages(0)).unwrap();
     let file = c
         .open_backing("mem", MemBacking(vec![3; 8 * PAGE as usize]))

@@ -7,7 +7,8 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use foliocache::lru::{DrainFilter, LruConfig};
+use foliocache::mm::lru::DrainFilter;
+use foliocache::mm::Experiment;
 use foliocache::{Config, FolioCache};
 
 const PAGE: usize = 4096;
@@ -40,10 +41,7 @@ fn several_threads_read_a_file_eight_times_the_budget() {
         let f = temp_file(&data);
         let cache = FolioCache::new(
             Config::new(32 * PAGE)
-                .lru(LruConfig {
-                    filter,
-                    ..LruConfig::default()
-                })
+                .experiment(Experiment::new().drain_filter(filter))
                 .panic_on_bad_page(true),
         )
         .unwrap();
@@ -145,10 +143,7 @@ fn add_as_active_lands_new_folios_on_the_active_list_and_ages_them() {
     let f = temp_file(&data);
     let cache = FolioCache::new(
         Config::new(32 * PAGE)
-            .lru(LruConfig {
-                add_as_active: true,
-                ..LruConfig::default()
-            })
+            .experiment(Experiment::new().add_as_active(true))
             .panic_on_bad_page(true),
     )
     .unwrap();
@@ -164,25 +159,21 @@ fn add_as_active_lands_new_folios_on_the_active_list_and_ages_them() {
     assert_empty(&cache);
 }
 
-/// `LruConfig::inactive_ratio`: reclaim keeps about `ratio` active pages per inactive one. A
+/// `Config::inactive_ratio`: reclaim keeps about `ratio` active pages per inactive one. A
 /// hot set is promoted, then a stream of one-time reads forces reclaim; the larger ratio keeps
 /// more of the hot set active, and neither lets the active list run past its ratio by more
 /// than a deactivation step.
 #[test]
 fn reclaim_keeps_the_configured_inactive_ratio() {
     use foliocache::backing::MemBacking;
-    use foliocache::lru::LruList;
+    use foliocache::mm::lru::LruList;
     let mut active_kept = Vec::new();
     for ratio in [1u32, 3] {
-        let lru = LruConfig {
-            batch_slots: 1,
-            inactive_ratio: Some(ratio),
-            ..LruConfig::default()
-        };
         let c = FolioCache::new(
             Config::new(256 * PAGE)
                 .readahead_pages(0)
-                .lru(lru)
+                .experiment(Experiment::new().batch_slots(1))
+                .inactive_ratio(Some(ratio))
                 .workingset(false),
         )
         .unwrap();

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use foliocache::{Config, FolioCache, InsertMode, RefStrategy};
+use foliocache::mm::readahead::InsertMode;
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::Experiment;
+use foliocache::{Config, FolioCache};
 use rand::{Rng, SeedableRng};
 
 const PAGE: u64 = 4096;
@@ -37,8 +40,7 @@ fn readers_race_invalidation_readahead_and_pins() {
     ] {
         let cache = FolioCache::new(
             Config::new(2 << 20)
-                .insert_mode(mode)
-                .strategy(strategy)
+                .experiment(Experiment::new().insert_mode(mode).strategy(strategy))
                 .readahead_pages(16)
                 .panic_on_bad_page(false),
         )
@@ -114,10 +116,9 @@ fn readers_race_invalidation_readahead_and_pins() {
         // waited in a per-CPU LRU batch go when the batches drain.
         cache.drop_caches();
         cache.lru_add_drain_all();
-        cache.lru().validate(cache.arena()).unwrap();
         let s = cache.stats();
         assert_eq!(s.allocated_pages, 0, "{s:?}");
         assert_eq!(s.bad_pages, 0);
-        cache.arena().validate().unwrap();
+        cache.validate().unwrap();
     }
 }

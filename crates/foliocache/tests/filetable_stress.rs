@@ -7,7 +7,7 @@
 //! `validate()` must agree with the model at the end.
 #![cfg(not(loom))]
 
-use foliocache::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
+use foliocache::mm::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -15,7 +15,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use foliocache::backing::{Backing, MemBacking};
-use foliocache::{CacheError, Config, FolioCache, InsertMode};
+use foliocache::mm::readahead::InsertMode;
+use foliocache::mm::Experiment;
+use foliocache::{CacheError, Config, FolioCache};
 
 const PAGE: usize = 4096;
 
@@ -51,8 +53,14 @@ fn content(len: usize) -> Vec<u8> {
 fn configs() -> Vec<(&'static str, Config)> {
     let base = || Config::new(4 << 20).panic_on_bad_page(false);
     vec![
-        ("batched", base().insert_mode(InsertMode::Batched)),
-        ("single", base().insert_mode(InsertMode::Single)),
+        (
+            "batched",
+            base().experiment(Experiment::new().insert_mode(InsertMode::Batched)),
+        ),
+        (
+            "single",
+            base().experiment(Experiment::new().insert_mode(InsertMode::Single)),
+        ),
         ("no readahead", base().readahead_pages(0)),
     ]
 }

@@ -8,10 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use foliocache::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
-use foliocache::index::{AddError, Index};
-use foliocache::refcount::RefStrategy;
-use foliocache::sync::Arc;
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
+use foliocache::mm::index::{AddError, Index};
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

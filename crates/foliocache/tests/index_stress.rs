@@ -9,10 +9,10 @@
 //! tree and the arena validate and the accounting returns to baseline.
 #![cfg(not(loom))]
 
-use foliocache::folio::{Arena, ArenaConfig, FolioLocked, PAGE_SIZE};
-use foliocache::index::Index;
-use foliocache::refcount::RefStrategy;
-use foliocache::sync::{thread, Arc, AtomicBool, AtomicU64, Ordering};
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked, PAGE_SIZE};
+use foliocache::mm::index::Index;
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::sync::{thread, Arc, AtomicBool, AtomicU64, Ordering};
 
 const SPAN: u64 = 256;
 

@@ -16,13 +16,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use foliocache::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
-use foliocache::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
-use foliocache::index::Index;
-use foliocache::lru::{
+use foliocache::mm::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGSET};
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
+use foliocache::mm::index::Index;
+use foliocache::mm::lru::{
     DrainFilter, Evict, Lru, LruConfig, LruList, LruStats, FOLIO_BATCH_SIZE, SWAP_CLUSTER_MAX,
 };
-use foliocache::refcount::RefStrategy;
+use foliocache::mm::refcount::RefStrategy;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

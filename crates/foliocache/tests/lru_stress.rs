@@ -15,10 +15,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use foliocache::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
-use foliocache::index::Index;
-use foliocache::lru::{DrainFilter, Evict, Lru, LruConfig, LruList};
-use foliocache::refcount::RefStrategy;
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
+use foliocache::mm::index::Index;
+use foliocache::mm::lru::{DrainFilter, Evict, Lru, LruConfig, LruList};
+use foliocache::mm::refcount::RefStrategy;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -4,8 +4,8 @@
 //! balance at the end.
 #![cfg(not(loom))]
 
-use foliocache::percpu_ref::{PercpuRef, RefVariant};
-use foliocache::rcu::Rcu;
+use foliocache::mm::percpu_ref::{PercpuRef, RefVariant};
+use foliocache::mm::rcu::Rcu;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 

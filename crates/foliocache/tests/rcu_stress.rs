@@ -4,7 +4,7 @@
 //! a reader that could still see it would read the poison; every node is accounted for.
 #![cfg(not(loom))]
 
-use foliocache::rcu::{Flavor, Rcu};
+use foliocache::mm::rcu::{Flavor, Rcu};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 

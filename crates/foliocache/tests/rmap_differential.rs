@@ -1,4 +1,4 @@
-//! Differential test of the per-folio sharer tracking (`foliocache::rmap`): random
+//! Differential test of the per-folio sharer tracking (`foliocache::mm::rmap`): random
 //! batched map/unmap sequences by several spaces on folios of every order, against a model
 //! that simply counts each space's mappings. After every step:
 //!
@@ -10,8 +10,8 @@
 //! - `validate()` recomputes every counter from the model.
 #![cfg(not(loom))]
 
-use foliocache::rmap::id::RmapId;
-use foliocache::rmap::{FolioRmap, Tracking};
+use foliocache::mm::rmap::id::RmapId;
+use foliocache::mm::rmap::{FolioRmap, Tracking};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -71,6 +71,7 @@ fn run(t: Tracking, seed: u64, steps: usize, nr_spaces: usize) -> u64 {
                         }
                     }
                     Tracking::None => assert_eq!(got, total == 1),
+                    other => panic!("no model for the tracking {other}"),
                 }
             }
         }

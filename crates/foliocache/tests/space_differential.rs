@@ -18,10 +18,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use foliocache::folio::{Arena, ArenaConfig, FolioRef};
-use foliocache::refcount::RefStrategy;
-use foliocache::rmap::Tracking;
-use foliocache::space::{Space, SpaceConfig, SpaceError, Spaces};
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioRef};
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::rmap::Tracking;
+use foliocache::mm::space::{Space, SpaceConfig, SpaceError, Spaces};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -313,6 +313,7 @@ fn run(t: Tracking, seed: u64, steps: usize) {
                     // one space) is "shared" by the mapcount rule, as in the kernel.
                     Tracking::MmOwner => *p <= 2 && (f.order > 0 || f.mapcount <= 1),
                     Tracking::None => false,
+                    other => panic!("no exactness rule for the tracking {other}"),
                 };
                 if must_be_exact {
                     exact_checks += 1;

@@ -13,10 +13,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use foliocache::folio::{Arena, ArenaConfig};
-use foliocache::refcount::RefStrategy;
-use foliocache::rmap::Tracking;
-use foliocache::space::{Space, SpaceConfig, Spaces};
+use foliocache::mm::folio::{Arena, ArenaConfig};
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::rmap::Tracking;
+use foliocache::mm::space::{Space, SpaceConfig, Spaces};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -17,8 +17,8 @@
 
 #![cfg(not(loom))]
 
-use foliocache::refcount::{RefCount, RefStrategy, LOCKED, WIPE_LIMIT};
-use foliocache::sync::{thread, Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
+use foliocache::mm::refcount::{RefCount, RefStrategy, LOCKED, WIPE_LIMIT};
+use foliocache::mm::sync::{thread, Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 
 const NONE: u32 = u32::MAX;
 const FOLIOS: usize = 8;
@@ -343,7 +343,7 @@ fn hot_counter(s: RefStrategy) {
         }
         // Some work between reclaim attempts, so getters also meet the folio unfrozen.
         for _ in 0..16 {
-            foliocache::sync::spin_loop();
+            foliocache::mm::sync::spin_loop();
         }
     }
     stop.store(true, Ordering::Relaxed);

@@ -3,8 +3,8 @@
 #![cfg(not(loom))]
 
 use foliocache::backing::MemBacking;
-use foliocache::index::ShadowNodes;
-use foliocache::lru::LruConfig;
+use foliocache::mm::index::ShadowNodes;
+use foliocache::mm::Experiment;
 use foliocache::{CachedFile, Config, FolioCache};
 
 const PAGE: usize = 4096;
@@ -21,10 +21,7 @@ fn cache(budget: usize, workingset: bool) -> FolioCache {
     FolioCache::new(
         Config::new(budget * PAGE)
             .readahead_pages(0)
-            .lru(LruConfig {
-                batch_slots: 1,
-                ..LruConfig::default()
-            })
+            .experiment(Experiment::new().batch_slots(1))
             .workingset(workingset)
             .panic_on_bad_page(true),
     )
@@ -151,7 +148,7 @@ fn a_loop_larger_than_the_inactive_list_stops_thrashing() {
     // One CPU: pages freed to another CPU's per-CPU free list would give a thread that
     // migrates there extra room without reclaim, and the loop would thrash less than the
     // budget says (seen under a loaded CI machine: 336 hits instead of under 144).
-    foliocache::sync::pin_to_cpu(0);
+    foliocache::mm::sync::pin_to_cpu(0);
     let (stale, set, rounds) = (32, 48, 30);
     let data = content(256);
     let mut hits = Vec::new();
@@ -194,8 +191,9 @@ fn a_loop_larger_than_the_inactive_list_stops_thrashing() {
 fn a_moved_working_set_displaces_often_read_stale_blocks_in_a_block_cache() {
     let (stale, set, rounds) = (48, 40, 40);
     let data = content(256);
-    let mut config = Config::block_cache(64 * PAGE).panic_on_bad_page(true);
-    config.lru.batch_slots = 1;
+    let config = Config::block_cache(64 * PAGE)
+        .panic_on_bad_page(true)
+        .experiment(Experiment::new().batch_slots(1));
     let c = FolioCache::new(config).unwrap();
     let file = c.open_backing("data", MemBacking(data.clone())).unwrap();
     for _ in 0..8 {

@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use foliocache::folio::{Arena, ArenaConfig, PAGE_SIZE};
-use foliocache::index::{Index, Shadow};
-use foliocache::refcount::RefStrategy;
+use foliocache::mm::folio::{Arena, ArenaConfig, PAGE_SIZE};
+use foliocache::mm::index::{Index, Shadow};
+use foliocache::mm::refcount::RefStrategy;
 use rand::{Rng, SeedableRng};
 
 /// Page indices used: a few leaves (64 slots) and some far ones.

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use foliocache::backing::MemBacking;
-use foliocache::folio::{Arena, ArenaConfig, PAGE_SIZE};
-use foliocache::index::{Index, Shadow, ShadowNodes};
+use foliocache::mm::folio::{Arena, ArenaConfig, PAGE_SIZE};
+use foliocache::mm::index::{Index, Shadow, ShadowNodes};
 use foliocache::{Config, FolioCache};
 use rand::{Rng, SeedableRng};
 
@@ -22,7 +22,10 @@ const PAGE: usize = 4096;
 /// the folio cached at that index (identity, and a tag naming the index), stable while held.
 #[test]
 fn lookups_while_folios_and_shadows_replace_each_other() {
-    let mut c = ArenaConfig::new(256 * PAGE_SIZE, foliocache::RefStrategy::LockedBit);
+    let mut c = ArenaConfig::new(
+        256 * PAGE_SIZE,
+        foliocache::mm::refcount::RefStrategy::LockedBit,
+    );
     c.panic_on_bad_page = true;
     let arena = Arc::new(Arena::new(c).unwrap());
     let index = Arc::new(Index::new(arena.clone()));

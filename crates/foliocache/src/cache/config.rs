@@ -3,100 +3,88 @@
 
 use std::fmt;
 
-use crate::filetable::TableRef;
-use crate::folio::BudgetOverLimit;
-use crate::lru::{LruConfig, MAX_BATCH_SLOTS, MAX_INACTIVE_RATIO};
-use crate::readahead::{InsertMode, DEFAULT_RA_PAGES};
-use crate::refcount::RefStrategy;
-use crate::writeback::WbErrorPolicy;
+use crate::mm::folio::BudgetOverLimit;
+pub use crate::mm::lru::MAX_INACTIVE_RATIO;
+use crate::mm::lru::{LruConfig, MAX_BATCH_SLOTS};
+use crate::mm::readahead::DEFAULT_RA_PAGES;
+use crate::mm::writeback::WbErrorPolicy;
+use crate::mm::Experiment;
 
 /// The largest readahead window accepted, in pages (8 MiB).
 pub const MAX_RA_PAGES: usize = 2048;
 
-/// Active pages per inactive one in [`Config::block_cache`] (`LruConfig::inactive_ratio`).
+/// Active pages per inactive one in [`Config::block_cache`] ([`Config::inactive_ratio`]).
 pub const BLOCK_CACHE_INACTIVE_RATIO: u32 = 4;
 
-/// How to build a [`FolioCache`](super::FolioCache): memory budget, refcount strategy,
-/// readahead insertion mode and window.
+/// How to build a [`FolioCache`](super::FolioCache): the memory budget, readahead, the
+/// LRU's protection of frequently read pages, inode caching, and the write path's dirty
+/// limits and flusher. Every setting has a default that suits a general-purpose cache;
+/// [`Config::block_cache`] is the starting point for a storage engine's block cache.
+///
+/// The mechanism variants the lab compares (refcount strategy, readahead insertion, ...) are
+/// not settings but an [`Experiment`], set with [`Config::experiment`].
 ///
 /// ```
-/// use foliocache::{Config, InsertMode, RefStrategy};
+/// use foliocache::Config;
 ///
-/// let config = Config::new(64 << 20)          // 64 MiB of folio data
-///     .strategy(RefStrategy::LockedBit)       // the seed 000 refcount
-///     .insert_mode(InsertMode::Batched)       // the seed 001 readahead insertion
-///     .readahead_pages(32);                   // 128 KiB maximum window (the kernel default)
+/// let config = Config::new(64 << 20)          // 64 MiB of cached data
+///     .readahead_pages(64)                    // 256 KiB maximum readahead window
+///     .unused_inodes(1024);                   // keep the pages of 1,024 closed files
 /// assert!(config.validate().is_ok());
 /// assert!(Config::new(100).validate().is_err()); // not even one page
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Bytes of folio data the cache may hold (whole 4 KiB pages).
-    pub budget_bytes: usize,
-    /// The folio refcount strategy (seed 000).
-    pub strategy: RefStrategy,
-    /// How readahead inserts its folios (seed 001).
-    pub insert_mode: InsertMode,
+    pub(crate) budget_bytes: usize,
+    /// The mechanism variants.
+    pub(crate) experiment: Experiment,
     /// Maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead.
-    pub ra_pages: usize,
-    /// How a read pins the open-file table while it resolves its handle (seed 003).
-    pub file_table: TableRef,
+    pub(crate) ra_pages: usize,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
-    pub panic_on_bad_page: bool,
-    /// The LRU: drain-time dead-folio filter (seed 004), add policy, batch slots, workingset
-    /// detection.
-    pub lru: LruConfig,
-    /// Run a background reclaimer thread (the kswapd analog): woken when free pages fall
-    /// below the low watermark, it reclaims up to the high one so that allocations rarely
-    /// stall. Default false: reclaim happens only in allocating threads (direct reclaim).
-    pub background_reclaim: bool,
-    /// Back the folio data and headers with transparent huge pages, as the kernel's direct
-    /// map is (fewer TLB misses on random reads). Default true; ignored where the kernel has
-    /// no huge pages to give.
-    pub huge_pages: bool,
-    /// Unused inodes (files no handle or guard uses) kept in the inode cache, with their
-    /// pages, for a later `open`; beyond it the least recently used is evicted. Default
-    /// [`DEFAULT_UNUSED_INODES`]; 0 drops a file's pages when its last handle closes.
-    pub unused_inodes: usize,
-    /// The dirty limit, in percent of the budget (`vm.dirty_ratio`, default 20): a writer
-    /// that would dirty more pages writes dirty pages back first, so reclaim always finds
-    /// clean pages to free.
-    pub dirty_ratio: u32,
-    /// Where a throttled writer stops writing back, in percent of the budget
-    /// (`vm.dirty_background_ratio`, default 10; at most `dirty_ratio`).
-    pub dirty_background_ratio: u32,
-    /// What becomes of pages whose writeback failed ([`WbErrorPolicy`]; default the kernel's:
-    /// they are marked clean and the error is reported to every handle's next sync).
-    pub writeback_errors: WbErrorPolicy,
-    /// Run the background flusher thread (started by the first write): it writes back files
-    /// dirty for longer than [`Config::dirty_expire`] and, above the background threshold,
-    /// until under it. Default true; without it, dirty pages reach the backing only through
-    /// syncs, writers at the dirty limit, inode eviction and the cache's drop.
-    pub background_writeback: bool,
-    /// How long a page may stay dirty before the flusher writes it back
-    /// (`dirty_expire_centisecs`; default 30 s).
-    pub dirty_expire: std::time::Duration,
-    /// How often the flusher wakes to look for expired dirty pages
-    /// (`dirty_writeback_centisecs`; default 5 s).
-    pub dirty_writeback_interval: std::time::Duration,
+    pub(crate) panic_on_bad_page: bool,
+    /// Workingset detection (see [`Config::workingset`]).
+    pub(crate) workingset: bool,
+    /// Active pages per inactive one (see [`Config::inactive_ratio`]).
+    pub(crate) inactive_ratio: Option<u32>,
+    /// Run a background reclaimer thread (see [`Config::background_reclaim`]).
+    pub(crate) background_reclaim: bool,
+    /// Transparent huge pages for the cache's memory (see [`Config::huge_pages`]).
+    pub(crate) huge_pages: bool,
+    /// Unused inodes kept (see [`Config::unused_inodes`]).
+    pub(crate) unused_inodes: usize,
+    /// The dirty limit, in percent of the budget (see [`Config::dirty_ratios`]).
+    pub(crate) dirty_ratio: u32,
+    /// Where a throttled writer stops writing back, in percent of the budget.
+    pub(crate) dirty_background_ratio: u32,
+    /// What becomes of pages whose writeback failed (see [`Config::writeback_errors`]).
+    pub(crate) writeback_errors: WbErrorPolicy,
+    /// Run the background flusher (see [`Config::background_writeback`]).
+    pub(crate) background_writeback: bool,
+    /// How long a page may stay dirty before the flusher writes it back.
+    pub(crate) dirty_expire: std::time::Duration,
+    /// How often the flusher wakes to look for expired dirty pages.
+    pub(crate) dirty_writeback_interval: std::time::Duration,
 }
 
 /// The default of [`Config::unused_inodes`].
 pub const DEFAULT_UNUSED_INODES: usize = 4096;
 
 impl Config {
-    /// A configuration with `budget_bytes` of folio data and the defaults: the `locked-bit`
-    /// refcount, `batched` insertion, a 32-page (128 KiB) readahead window, the
-    /// `percpu-fast` file-table reference.
+    /// A configuration with `budget_bytes` of cached data and the defaults: a 32-page
+    /// (128 KiB) readahead window, workingset detection, the kernel's inactive ratio,
+    /// [`DEFAULT_UNUSED_INODES`] closed files kept, the kernel's dirty ratios (20% and 10% of
+    /// the budget) and flusher timing (30 s, every 5 s), and every mechanism's best variant
+    /// ([`Experiment::new`]).
     pub fn new(budget_bytes: usize) -> Config {
+        let lru = LruConfig::DEFAULT;
         Config {
             budget_bytes,
-            strategy: RefStrategy::LockedBit,
-            insert_mode: InsertMode::Batched,
+            experiment: Experiment::new(),
             ra_pages: DEFAULT_RA_PAGES,
-            file_table: TableRef::PercpuFast,
             panic_on_bad_page: cfg!(debug_assertions),
-            lru: LruConfig::default(),
+            workingset: lru.workingset,
+            inactive_ratio: lru.inactive_ratio,
             background_reclaim: false,
             huge_pages: true,
             unused_inodes: DEFAULT_UNUSED_INODES,
@@ -124,91 +112,98 @@ impl Config {
     ///
     /// On the lab's `peers` trace (a 64 MiB budget over 256 MiB) the hit ratio goes from 84.3%
     /// with [`Config::new`] to 86.2% at Zipf 0.99 and from 67.4% to 69.3% at Zipf 0.8, with
-    /// the active list's counted second chances ([`LruConfig::active_second_chance`], on in
+    /// the active list's counted second chances ([`Experiment::active_second_chance`], on in
     /// both); on uniform reads nothing changes (no block is more popular than another).
     ///
     /// ```
     /// use foliocache::Config;
     ///
     /// let config = Config::block_cache(256 << 20);
-    /// assert_eq!(config.ra_pages, 0);
-    /// assert_eq!(config.lru.inactive_ratio, Some(foliocache::BLOCK_CACHE_INACTIVE_RATIO));
+    /// assert_eq!(config, Config::new(256 << 20).readahead_pages(0).inactive_ratio(Some(4)));
     /// assert!(config.validate().is_ok());
     /// ```
     pub fn block_cache(budget_bytes: usize) -> Config {
-        let mut c = Config::new(budget_bytes).readahead_pages(0);
-        c.lru.inactive_ratio = Some(BLOCK_CACHE_INACTIVE_RATIO);
-        c
+        Config::new(budget_bytes)
+            .readahead_pages(0)
+            .inactive_ratio(Some(BLOCK_CACHE_INACTIVE_RATIO))
     }
 
-    /// Sets the refcount strategy.
-    pub fn strategy(mut self, strategy: RefStrategy) -> Config {
-        self.strategy = strategy;
+    /// The budget: bytes of folio data the cache may hold.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_bytes
+    }
+
+    /// Sets the mechanism variants ([`Experiment`]; default [`Experiment::new`], every seed's
+    /// improvement). For the lab and for experiments: a storage engine keeps the default.
+    pub fn experiment(mut self, experiment: Experiment) -> Config {
+        self.experiment = experiment;
         self
     }
 
-    /// Sets the readahead insertion mode.
-    pub fn insert_mode(mut self, mode: InsertMode) -> Config {
-        self.insert_mode = mode;
-        self
-    }
-
-    /// Sets the maximum readahead window in 4 KiB pages (0 disables readahead).
+    /// Sets the maximum readahead window in 4 KiB pages (`ra_pages`, default 32: 128 KiB, the
+    /// kernel's); 0 disables readahead, at most [`MAX_RA_PAGES`].
     pub fn readahead_pages(mut self, pages: usize) -> Config {
         self.ra_pages = pages;
         self
     }
 
-    /// Sets how reads pin the open-file table (`immutable`, `atomic`, `percpu`,
-    /// `percpu-fast`).
-    pub fn file_table(mut self, reference: TableRef) -> Config {
-        self.file_table = reference;
-        self
-    }
-
-    /// Sets the LRU's behaviour (drain filter `vanilla`/`filtered`, add-as-active).
-    pub fn lru(mut self, lru: LruConfig) -> Config {
-        self.lru = lru;
-        self
-    }
-
-    /// Turns workingset detection on or off (default on; `lru.workingset`): reclaim leaves
+    /// Turns workingset detection on or off (default on): reclaim leaves
     /// shadow entries in the index, and a page read again within the active list's size of
     /// its eviction is activated at once (`mm/workingset.c`). Off gives the plain two-list
     /// LRU, for measuring the difference.
     pub fn workingset(mut self, on: bool) -> Config {
-        self.lru.workingset = on;
+        self.workingset = on;
         self
     }
 
-    /// Turns the background reclaimer (kswapd analog) on or off.
+    /// Sets how many active pages are kept per inactive one before reclaim deactivates
+    /// (`inactive_ratio`); `None` (the default) computes it as the kernel does from the
+    /// lists' size: `int_sqrt(10 * GiB)`, 1 below 1 GiB; at most [`MAX_INACTIVE_RATIO`]. A
+    /// larger ratio protects frequently read blocks longer and adapts more slowly when the
+    /// working set moves ([`Config::block_cache`] uses [`BLOCK_CACHE_INACTIVE_RATIO`]).
+    pub fn inactive_ratio(mut self, ratio: Option<u32>) -> Config {
+        self.inactive_ratio = ratio;
+        self
+    }
+
+    /// Runs a background reclaimer thread (the kswapd analog): woken when free pages fall
+    /// below the low watermark, it reclaims up to the high one so that allocations rarely
+    /// stall. Default off: reclaim happens only in allocating threads (direct reclaim).
     pub fn background_reclaim(mut self, on: bool) -> Config {
         self.background_reclaim = on;
         self
     }
 
-    /// Turns transparent huge pages for the cache's memory on or off.
+    /// Backs the cached data and its headers with transparent huge pages, as the kernel's
+    /// direct map is (fewer TLB misses on random reads). Default on; ignored where the kernel
+    /// has no huge pages to give.
     pub fn huge_pages(mut self, on: bool) -> Config {
         self.huge_pages = on;
         self
     }
 
-    /// Sets how many unused inodes the inode cache keeps ([`Config::unused_inodes`]).
+    /// Sets how many unused inodes (files no handle or guard uses) the inode cache keeps, with
+    /// their pages, for a later `open`; beyond it the least recently used is evicted.
+    /// Default [`DEFAULT_UNUSED_INODES`]; 0 drops a file's pages when its last handle closes.
     pub fn unused_inodes(mut self, n: usize) -> Config {
         self.unused_inodes = n;
         self
     }
 
     /// Sets the dirty limit and the background threshold, in percent of the budget
-    /// ([`Config::dirty_ratio`], [`Config::dirty_background_ratio`]).
+    /// (`vm.dirty_ratio` and `vm.dirty_background_ratio`, default 20 and 10). A writer that
+    /// would dirty more than the limit writes dirty pages back first, down to the background
+    /// threshold, so reclaim always finds clean pages to free; above the background threshold
+    /// the flusher writes back. Valid: `1 <= background <= ratio <= 100`.
     pub fn dirty_ratios(mut self, ratio: u32, background: u32) -> Config {
         self.dirty_ratio = ratio;
         self.dirty_background_ratio = background;
         self
     }
 
-    /// Sets the flusher's timing: how old a dirty page may get, and how often it looks
-    /// ([`Config::dirty_expire`], [`Config::dirty_writeback_interval`]).
+    /// Sets the flusher's timing: how long a page may stay dirty before the flusher writes it
+    /// back (`dirty_expire_centisecs`, default 30 s), and how often it wakes to look
+    /// (`dirty_writeback_centisecs`, default 5 s; must not be zero).
     pub fn dirty_expire(
         mut self,
         expire: std::time::Duration,
@@ -219,22 +214,34 @@ impl Config {
         self
     }
 
-    /// Turns the background flusher on or off ([`Config::background_writeback`]).
+    /// Runs the background flusher thread (started by the first write): it writes back files
+    /// dirty for longer than the expiry of [`Config::dirty_expire`] and, above the background
+    /// threshold, until under it. Default on; off, dirty pages reach the backing only through
+    /// syncs, writers at the dirty limit, inode eviction and the cache's drop.
     pub fn background_writeback(mut self, on: bool) -> Config {
         self.background_writeback = on;
         self
     }
 
-    /// Sets what becomes of pages whose writeback failed ([`Config::writeback_errors`]).
+    /// Sets what becomes of pages whose writeback failed ([`WbErrorPolicy`]; default the
+    /// kernel's: they are marked clean and the error is reported to every handle's next
+    /// sync).
     pub fn writeback_errors(mut self, policy: WbErrorPolicy) -> Config {
         self.writeback_errors = policy;
         self
     }
 
-    /// Sets whether a bad page panics (it is always counted).
+    /// Sets whether a bad page found when a folio is freed panics (after it is counted).
+    /// Default: in debug builds only.
     pub fn panic_on_bad_page(mut self, panic: bool) -> Config {
         self.panic_on_bad_page = panic;
         self
+    }
+
+    /// The [`LruConfig`] this configuration builds.
+    pub(crate) fn lru_config(&self) -> LruConfig {
+        self.experiment
+            .lru_config(self.workingset, self.inactive_ratio)
     }
 
     /// Checks the configuration; [`FolioCache::new`](super::FolioCache::new) calls it first.
@@ -242,11 +249,11 @@ impl Config {
     /// Every field with values that cannot work is checked: the budget (at least one page,
     /// below the 16 TiB an arena can address, and with its metadata within this machine's
     /// physical memory and the process's address-space limit: see
-    /// [`check_budget`](crate::folio::check_budget)), the readahead window, and the LRU's
+    /// [`check_budget`](crate::mm::folio::check_budget)), the readahead window, and the LRU's
     /// batch slots and inactive ratio. The other fields are enums and switches, valid
     /// whatever their value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let pages = self.budget_bytes / crate::folio::PAGE_SIZE;
+        let pages = self.budget_bytes / crate::mm::folio::PAGE_SIZE;
         if pages == 0 {
             return Err(ConfigError::BudgetTooSmall {
                 budget_bytes: self.budget_bytes,
@@ -275,15 +282,16 @@ impl Config {
                 background: self.dirty_background_ratio,
             });
         }
-        if self.lru.batch_slots > MAX_BATCH_SLOTS {
+        if self.experiment.batch_slots > MAX_BATCH_SLOTS {
             return Err(ConfigError::BatchSlotsTooMany {
-                batch_slots: self.lru.batch_slots,
+                batch_slots: self.experiment.batch_slots,
             });
         }
-        if let Some(ratio) = self.lru.inactive_ratio.filter(|&r| r > MAX_INACTIVE_RATIO) {
+        if let Some(ratio) = self.inactive_ratio.filter(|&r| r > MAX_INACTIVE_RATIO) {
             return Err(ConfigError::InactiveRatioTooLarge { ratio });
         }
-        crate::folio::check_budget(self.budget_bytes).map_err(ConfigError::BudgetExceedsMemory)?;
+        crate::mm::folio::check_budget(self.budget_bytes)
+            .map_err(ConfigError::BudgetExceedsMemory)?;
         Ok(())
     }
 }
@@ -302,13 +310,13 @@ pub enum ConfigError {
         /// The window given.
         ra_pages: usize,
     },
-    /// [`Config::dirty_writeback_interval`] is zero.
+    /// The flusher interval of [`Config::dirty_expire`] is zero.
     FlushInterval,
     /// The dirty ratios are not `0 < background <= ratio <= 100`.
     DirtyRatios {
-        /// [`Config::dirty_ratio`].
+        /// The dirty limit ([`Config::dirty_ratios`]).
         ratio: u32,
-        /// [`Config::dirty_background_ratio`].
+        /// The background threshold ([`Config::dirty_ratios`]).
         background: u32,
     },
     /// The budget holds more pages than a 32-bit frame number can name (16 TiB).
@@ -319,12 +327,12 @@ pub enum ConfigError {
     /// The budget and its metadata do not fit in this machine's physical memory or in the
     /// process's address-space limit.
     BudgetExceedsMemory(BudgetOverLimit),
-    /// [`LruConfig::batch_slots`] exceeds [`MAX_BATCH_SLOTS`].
+    /// [`Experiment::batch_slots`] exceeds [`MAX_BATCH_SLOTS`].
     BatchSlotsTooMany {
         /// The number given.
         batch_slots: usize,
     },
-    /// [`LruConfig::inactive_ratio`] exceeds [`MAX_INACTIVE_RATIO`].
+    /// [`Config::inactive_ratio`] exceeds [`MAX_INACTIVE_RATIO`].
     InactiveRatioTooLarge {
         /// The ratio given.
         ratio: u32,
@@ -363,12 +371,12 @@ impl fmt::Display for ConfigError {
             ConfigError::BudgetExceedsMemory(ref e) => e.fmt(f),
             ConfigError::BatchSlotsTooMany { batch_slots } => write!(
                 f,
-                "lru.batch_slots of {batch_slots} is too large: use 0 (one set per CPU, the \
+                "Experiment::batch_slots of {batch_slots} is too large: use 0 (one set per CPU, the \
                  default) or 1..={MAX_BATCH_SLOTS}"
             ),
             ConfigError::InactiveRatioTooLarge { ratio } => write!(
                 f,
-                "lru.inactive_ratio of {ratio} is too large: use None (the kernel's formula, \
+                "inactive_ratio of {ratio} is too large: use None (the kernel's formula, \
                  the default) or Some(0..={MAX_INACTIVE_RATIO})"
             ),
         }

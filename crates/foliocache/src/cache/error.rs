@@ -5,7 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use super::config::ConfigError;
-use crate::folio::ArenaError;
+use crate::mm::folio::ArenaError;
 
 /// An error of the [`FolioCache`](super::FolioCache) API.
 #[derive(Debug)]
@@ -14,7 +14,7 @@ pub enum CacheError {
     /// The configuration was rejected before anything was allocated.
     Config(ConfigError),
     /// The arena (the memory budget) could not be created.
-    Arena(crate::folio::ArenaError),
+    Arena(crate::mm::folio::ArenaError),
     /// The background reclaimer thread could not be started.
     Spawn(io::Error),
     /// Opening the file (or reading its size) failed.
@@ -205,8 +205,8 @@ impl From<ConfigError> for CacheError {
     }
 }
 
-impl From<crate::folio::ArenaError> for CacheError {
-    fn from(e: crate::folio::ArenaError) -> Self {
+impl From<crate::mm::folio::ArenaError> for CacheError {
+    fn from(e: crate::mm::folio::ArenaError) -> Self {
         CacheError::Arena(e)
     }
 }
@@ -352,7 +352,7 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("at least 4096 bytes (one page)"), "{msg}");
         assert!(!msg.contains("readahead"), "{msg}");
-        let one_page = Config::new(4096).readahead_pages(crate::readahead::DEFAULT_RA_PAGES);
+        let one_page = Config::new(4096).readahead_pages(crate::mm::readahead::DEFAULT_RA_PAGES);
         one_page.validate().unwrap();
         FolioCache::new(one_page).unwrap();
     }

@@ -10,12 +10,12 @@ use super::inode::InodeKey;
 use super::stats::Event;
 use super::{CacheError, CacheInner};
 use crate::backing::{Backing, FileAttrs, RunError};
-use crate::folio::flags::{PG_ERROR, PG_READAHEAD};
-use crate::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
-use crate::index::Index;
-use crate::rcu::RcuReadGuard;
-use crate::readahead::{self, RaOutcome, RaRequest, RaState, RaTarget};
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
+use crate::mm::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
+use crate::mm::index::Index;
+use crate::mm::rcu::RcuReadGuard;
+use crate::mm::readahead::{self, RaOutcome, RaRequest, RaState, RaTarget};
+use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// One file's cached pages: the inode and its `address_space`.
 ///
@@ -54,7 +54,7 @@ pub(crate) struct Mapping {
     /// as the kernel's buffered writes are; readers never take it.
     pub(crate) i_rwsem: Mutex<()>,
     /// Dirty and writeback tags, counts, and the error sequence (`mapping->wb_err`).
-    pub(crate) wb: crate::writeback::WbState,
+    pub(crate) wb: crate::mm::writeback::WbState,
     /// The backing file's size and mtime when the cache last looked, and `wb_seq` then
     /// (revalidation).
     pub(crate) attrs: Mutex<(FileAttrs, u64)>,
@@ -98,7 +98,7 @@ impl Mapping {
             mapping: self.id,
             size: &self.size,
             disk_size: &self.disk_size,
-            mode: c.config.insert_mode,
+            mode: c.config.experiment.insert_mode,
         }
     }
 
@@ -208,7 +208,7 @@ impl Drop for Mapping {
 ///
 /// A handle is a number in the cache's file table (a file descriptor): every call resolves it
 /// there, under the table reference variant the cache was configured with
-/// ([`Config::file_table`](super::Config::file_table)).
+/// ([`Experiment::file_table`](crate::mm::Experiment::file_table)).
 pub struct CachedFile {
     pub(super) cache: Arc<CacheInner>,
     /// The handle's key in the file table (`fd`).
@@ -775,14 +775,14 @@ fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
 /// What both folio guards hold: one counted reference on an uptodate folio, and how many of
 /// its bytes are the file's.
 struct Pin {
-    folio: std::ptr::NonNull<crate::folio::Folio>,
+    folio: std::ptr::NonNull<crate::mm::folio::Folio>,
     valid: usize,
 }
 
 impl Pin {
     /// # Safety
     /// `arena` is the arena of the folio, alive for `'a`.
-    unsafe fn folio<'a>(&self, _arena: &'a crate::folio::Arena) -> &'a crate::folio::Folio {
+    unsafe fn folio<'a>(&self, _arena: &'a crate::mm::folio::Arena) -> &'a crate::mm::folio::Folio {
         // SAFETY: headers live as long as their arena (per the caller), and our reference
         // keeps this one allocated to its file.
         unsafe { self.folio.as_ref() }
@@ -790,7 +790,7 @@ impl Pin {
 
     /// # Safety
     /// As [`Pin::folio`].
-    unsafe fn bytes<'a>(&self, arena: &'a crate::folio::Arena) -> &'a [u8] {
+    unsafe fn bytes<'a>(&self, arena: &'a crate::mm::folio::Arena) -> &'a [u8] {
         // SAFETY: forwarded; we own one reference, given back by `release` only.
         let folio = unsafe { self.folio(arena) };
         // SAFETY: as above; the temporary handle is never dropped (no put).
@@ -805,7 +805,7 @@ impl Pin {
 
     /// # Safety
     /// As [`Pin::folio`]; called once, from the guard's drop.
-    unsafe fn release(&self, arena: &crate::folio::Arena) {
+    unsafe fn release(&self, arena: &crate::mm::folio::Arena) {
         // SAFETY: we own exactly one reference on this folio, put here once.
         drop(unsafe { FolioRef::from_raw(arena, self.folio(arena)) });
     }
@@ -927,7 +927,7 @@ unsafe impl Sync for PinnedFolio<'_> {}
 impl<'f> PinnedFolio<'f> {
     /// The arena the folio lives in: the handle keeps the cache, hence the arena, alive for
     /// `'f`.
-    fn arena(&self) -> &'f crate::folio::Arena {
+    fn arena(&self) -> &'f crate::mm::folio::Arena {
         &self.file.cache.arena
     }
 
@@ -975,7 +975,7 @@ unsafe impl Sync for OwnedFolio {}
 
 impl OwnedFolio {
     /// The arena the folio lives in, kept alive by the mapping we hold.
-    fn arena(&self) -> &crate::folio::Arena {
+    fn arena(&self) -> &crate::mm::folio::Arena {
         &self.cache.arena
     }
 

@@ -1,7 +1,7 @@
 //! The background flusher: the kernel's per-device writeback worker (`wb_workfn` ->
 //! `wb_do_writeback`, in `fs/fs-writeback.c`), one thread per cache.
 //!
-//! It sleeps for [`Config::dirty_writeback_interval`](super::Config::dirty_writeback_interval)
+//! It sleeps for the interval of [`Config::dirty_expire`](super::Config::dirty_expire)
 //! (`dirty_writeback_centisecs`, 5 s) or until a writer kicks it, then runs two passes:
 //!
 //! - **kupdate** (`wb_check_old_data_flush`): every file whose dirty pages have been dirty
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::write::writeback_mapping;
 use super::CacheInner;
-use crate::sync::{AtomicBool, Condvar, Mutex, Ordering};
-use crate::writeback::SyncMode;
+use crate::mm::sync::{AtomicBool, Condvar, Mutex, Ordering};
+use crate::mm::writeback::SyncMode;
 
 /// The flusher's doorbell and its sleep.
 pub(crate) struct Flusher {

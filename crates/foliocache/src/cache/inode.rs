@@ -49,7 +49,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::file::Mapping;
-use crate::sync::{Arc, Ordering};
+use crate::mm::sync::{Arc, Ordering};
 
 /// The identity of a file: `st_dev` and `st_ino` from `fstat(2)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -66,7 +66,7 @@
 //! `Arc`: it copies inside the lookup), the index lookup runs in that same section, the statistics
 //! are per-thread-sharded counters, and `prev_pos` is written only when it changes. The
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
-//! choice ([`Config::strategy`]).
+//! choice ([`Experiment::strategy`](crate::mm::Experiment::strategy)).
 
 mod config;
 mod error;
@@ -89,12 +89,12 @@ pub(crate) use stats::{Counters, Event};
 pub use write::{FolioMut, OpenOptions};
 
 use crate::backing::{Backing, FileAttrs, FileBacking};
-use crate::filetable::{FileTable, FileTableConfig, Sizing};
-use crate::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
-use crate::index::{Index, IndexStats, Shadow, ShadowNodes};
-use crate::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks, WorkingsetStats};
-use crate::rcu::Rcu;
-use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::mm::filetable::{FileTable, FileTableConfig, Sizing};
+use crate::mm::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
+use crate::mm::index::{Index, IndexStats, Shadow, ShadowNodes};
+use crate::mm::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks, WorkingsetStats};
+use crate::mm::rcu::Rcu;
+use crate::mm::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use file::Mapping;
 use inode::{Icache, InodeKey};
 
@@ -151,7 +151,7 @@ pub(crate) struct CacheInner {
     /// The LRU and reclaim (seed 004); its final-put hook is installed in `arena`.
     pub(crate) lru: Lru,
     /// Dirty and writeback page counts and the dirty limits (`writeback`).
-    pub(crate) dirty: crate::writeback::DirtyAccount,
+    pub(crate) dirty: crate::mm::writeback::DirtyAccount,
     /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
     kswapd: Option<Arc<Kswapd>>,
     /// The background flusher, started by the first write if
@@ -262,11 +262,11 @@ impl FolioCache {
     /// Builds a cache: validates `config`, then reserves its memory budget.
     pub fn new(config: Config) -> Result<FolioCache, CacheError> {
         config.validate()?;
-        let mut ac = ArenaConfig::new(config.budget_bytes, config.strategy);
+        let mut ac = ArenaConfig::new(config.budget_bytes, config.experiment.strategy);
         ac.panic_on_bad_page = config.panic_on_bad_page;
         ac.huge_pages = config.huge_pages;
         let arena = Arc::new(Arena::new(ac)?);
-        let lru = Lru::new(&arena, config.lru);
+        let lru = Lru::new(&arena, config.lru_config());
         let kswapd = config.background_reclaim.then(|| {
             Arc::new(Kswapd {
                 wm: Watermarks::for_budget(arena.nr_pages() as u64),
@@ -282,13 +282,13 @@ impl FolioCache {
         let rcu = Arc::new(Rcu::new());
         let table = FileTable::with_rcu(
             FileTableConfig {
-                reference: config.file_table,
+                reference: config.experiment.file_table,
                 sizing: Sizing::Auto,
             },
             rcu.clone(),
         );
         let unused_inodes = config.unused_inodes;
-        let dirty = crate::writeback::DirtyAccount::new(
+        let dirty = crate::mm::writeback::DirtyAccount::new(
             arena.nr_pages() as u64,
             config.dirty_ratio,
             config.dirty_background_ratio,
@@ -473,7 +473,7 @@ impl FolioCache {
             disk_size: AtomicU64::new(attrs.size),
             wb_seq: AtomicU64::new(0),
             i_rwsem: Mutex::new(()),
-            wb: crate::writeback::WbState::default(),
+            wb: crate::mm::writeback::WbState::default(),
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
             pages,
@@ -532,16 +532,19 @@ impl FolioCache {
         s
     }
 
-    /// The cache's arena (its memory budget): for layers built on the cache and for tests
-    /// that check the accounting.
-    pub fn arena(&self) -> &Arena {
-        &self.inner.arena
+    /// The mechanism variants the cache was built with ([`Config::experiment`]).
+    pub fn experiment(&self) -> &crate::mm::Experiment {
+        &self.inner.config.experiment
     }
 
-    /// The cache's LRU (lists, batches, reclaim counters): for tools and tests. Its methods
-    /// take [`FolioCache::arena`].
-    pub fn lru(&self) -> &Lru {
-        &self.inner.lru
+    /// Faults in the whole budget's memory now rather than page by page as the cache fills
+    /// (as `MAP_POPULATE` would): for a server that wants its first reads to pay no page
+    /// faults, or a benchmark that must not measure them. Cached data and accounting are
+    /// untouched; it takes about as long as writing the budget once. Fails with the system's
+    /// error on kernels before 5.14 (`EINVAL`: nothing is lost, pages are then faulted in on
+    /// first use as before) or when the memory cannot be had.
+    pub fn populate(&self) -> std::io::Result<()> {
+        self.inner.arena.populate()
     }
 
     /// A snapshot of the LRU's counters (`/proc/vmstat`'s LRU lines).
@@ -583,10 +586,11 @@ impl FolioCache {
     }
 
     /// Recomputes the cache's memory accounting from scratch: drains the LRU's per-CPU
-    /// batches, then validates the LRU (lists, flags, counters; [`Lru::validate`]) and the
-    /// arena ([`Arena::validate`]), waiting for the background reclaimer to finish a pass if
+    /// batches, then validates the LRU (lists, flags, counters;
+    /// [`Lru::validate`](crate::mm::lru::Lru::validate)), the dirty accounting and the arena
+    /// ([`Arena::validate`](crate::mm::folio::Arena::validate)), waiting for the background reclaimer to finish a pass if
     /// one runs. Call it while no other thread uses the cache; returns the arena's stats.
-    pub fn validate(&self) -> Result<crate::folio::ArenaStats, String> {
+    pub fn validate(&self) -> Result<crate::mm::folio::ArenaStats, String> {
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
         let _flusher = self.inner.flusher.get().map(|f| f.busy.lock());
         self.lru_add_drain_all();
@@ -605,7 +609,7 @@ impl FolioCache {
             let tagged = m.wb.dirty_indices();
             for &index in &tagged {
                 let ok = m.pages.lookup(index).is_some_and(|f| {
-                    f.index() == index && f.test_flag(crate::folio::flags::PG_DIRTY)
+                    f.index() == index && f.test_flag(crate::mm::folio::flags::PG_DIRTY)
                 });
                 if !ok {
                     return Err(format!(
@@ -614,7 +618,7 @@ impl FolioCache {
                     ));
                 }
             }
-            let flagged = m.pages.count_flagged(crate::folio::flags::PG_DIRTY);
+            let flagged = m.pages.count_flagged(crate::mm::folio::flags::PG_DIRTY);
             if flagged != tagged.len() as u64 {
                 return Err(format!(
                     "{}: {flagged} dirty folios in the index, {} pages tagged dirty",
@@ -713,8 +717,8 @@ impl CacheInner {
         if !m.wb.has_unwritten() {
             return;
         }
-        write::writeback_mapping(self, m, 0, u64::MAX, crate::writeback::SyncMode::All);
-        crate::writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
+        write::writeback_mapping(self, m, 0, u64::MAX, crate::mm::writeback::SyncMode::All);
+        crate::mm::writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
         let writer = m.writer.lock().clone();
         if let Some(w) = writer {
             if w.sync_data().is_err() {
@@ -822,10 +826,10 @@ impl CacheInner {
 
     /// `folio_mark_accessed` for a folio a read used after finding it (`filled` false) or
     /// after missing it and having it filled (`filled` true): the fill's own access counts only
-    /// if [`LruConfig::reference_on_fill`](crate::lru::LruConfig::reference_on_fill) says so.
+    /// if [`LruConfig::reference_on_fill`](crate::mm::lru::LruConfig::reference_on_fill) says so.
     #[inline]
     pub(crate) fn mark_accessed_after(&self, folio: &FolioRef<'_>, filled: bool) {
-        if !filled || self.config.lru.reference_on_fill {
+        if !filled || self.config.experiment.reference_on_fill {
             self.mark_accessed(folio);
         }
     }
@@ -861,7 +865,7 @@ impl CacheInner {
     /// are in the backing file. It is marked for reclaim (`PG_reclaim`) and kept; the dirty
     /// limit guarantees reclaim finds clean folios meanwhile.
     fn keep_unwritten(&self, folio: &FolioLocked<'_>) -> bool {
-        use crate::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
+        use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
         if folio.flags() & (PG_DIRTY | PG_WRITEBACK) == 0 {
             return false;
         }

@@ -12,7 +12,7 @@
 //! tests read them after the threads joined, with one thread per shard); nothing is decided
 //! from them. A snapshot sums the shards; it is not atomic across counters.
 
-use crate::sync::{num_cpus, thread_number, AtomicU64, CachePadded, Ordering};
+use crate::mm::sync::{num_cpus, thread_number, AtomicU64, CachePadded, Ordering};
 
 /// The cache's counters, each listed once: `Name => field` under `events` for a counter the
 /// hot paths bump in their shard (`Event`), a `field` under `gauges` for a number
@@ -145,7 +145,7 @@ cache_counters! {
         dirty_pages,
         /// Pages under writeback right now (`nr_writeback`).
         writeback_pages_now,
-        /// The dirty limit in pages ([`Config::dirty_ratio`](crate::Config::dirty_ratio)).
+        /// The dirty limit in pages ([`Config::dirty_ratios`](crate::Config::dirty_ratios)).
         dirty_limit_pages,
         /// The most dirty + writeback pages seen at once.
         dirty_high_water,

@@ -1,7 +1,7 @@
 //! The write side of a cached file: `generic_perform_write` with `write_begin` / `write_end`
 //! (`mm/filemap.c`), `truncate_setsize` + `truncate_pagecache` (`mm/truncate.c`), and the
 //! syncs (`file_write_and_wait_range`, `vfs_fsync_range`, `sync_file_range`), over the
-//! writeback layer ([`crate::writeback`]).
+//! writeback layer ([`crate::mm::writeback`]).
 //!
 //! # A write
 //!
@@ -34,7 +34,7 @@
 //! - **Replaced.** Someone holds a reference (a pinned guard, a concurrent reader, the LRU's
 //!   per-CPU batch): the writer allocates a new folio, copies the old bytes and the new ones
 //!   into it, and puts it in the old one's index slot under one index-lock hold
-//!   ([`Index::replace_folio`](crate::index::Index::replace_folio),
+//!   ([`Index::replace_folio`](crate::mm::index::Index::replace_folio),
 //!   `replace_page_cache_folio`). Holders of the old folio keep reading the old bytes, a
 //!   consistent snapshot of the page, and the old folio is freed with their last reference.
 //!   The dirty state moves with the page: the index's DIRTY and TOWRITE tags are keyed by
@@ -63,10 +63,10 @@ use super::file::{CachedFile, Mapping};
 use super::stats::Event;
 use super::{CacheError, CacheInner};
 use crate::backing::Backing;
-use crate::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
-use crate::index::AddError;
-use crate::sync::{Arc, Ordering};
-use crate::writeback::{self, SyncMode, WbOutcome, WbTarget};
+use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
+use crate::mm::index::AddError;
+use crate::mm::sync::{Arc, Ordering};
+use crate::mm::writeback::{self, SyncMode, WbOutcome, WbTarget};
 
 /// How to open a file ([`FolioCache::open_with`](super::FolioCache::open_with)), the
 /// cache's `std::fs::OpenOptions`: every handle reads; `write` or `append` also lets it
@@ -610,8 +610,8 @@ fn replace_page<'a>(
     }
     new.mark_uptodate();
     // The page's dirtiness moves to the new folio; its tags are the page's and stay.
-    if old.test_clear_flag(crate::folio::flags::PG_DIRTY) {
-        new.set_flag(crate::folio::flags::PG_DIRTY);
+    if old.test_clear_flag(crate::mm::folio::flags::PG_DIRTY) {
+        new.set_flag(crate::mm::folio::flags::PG_DIRTY);
     }
     let replaced = m.pages.replace_folio(&old, &new);
     assert!(replaced, "a locked folio of this index can be replaced");
@@ -671,7 +671,7 @@ fn create_page<'a>(
 /// `write_end` (`generic_write_end`): marks the folio dirty, publishes a grown `i_size`
 /// while the folio is still locked, unlocks.
 fn write_end(c: &CacheInner, m: &Mapping, folio: FolioLocked<'_>, end: u64) {
-    if folio.test_flag(crate::folio::flags::PG_DIRTY) {
+    if folio.test_flag(crate::mm::folio::flags::PG_DIRTY) {
         // A write to a dirty page (or a replacement that inherited one): its tags and counts
         // are in place, and the reservation goes back.
         c.dirty.unreserve(1);
@@ -742,9 +742,9 @@ pub struct FolioMut<'f> {
     file: &'f CachedFile,
     mapping: Arc<Mapping>,
     /// The cached page, locked, with a reference.
-    old: std::ptr::NonNull<crate::folio::Folio>,
+    old: std::ptr::NonNull<crate::mm::folio::Folio>,
     /// The private copy, locked, not uptodate, not in any index, with a reference.
-    new: std::ptr::NonNull<crate::folio::Folio>,
+    new: std::ptr::NonNull<crate::mm::folio::Folio>,
     /// The file's bytes in the page.
     valid: usize,
     done: bool,
@@ -800,8 +800,8 @@ impl CachedFile {
         index: u64,
     ) -> Result<
         (
-            std::ptr::NonNull<crate::folio::Folio>,
-            std::ptr::NonNull<crate::folio::Folio>,
+            std::ptr::NonNull<crate::mm::folio::Folio>,
+            std::ptr::NonNull<crate::mm::folio::Folio>,
         ),
         CacheError,
     > {
@@ -876,8 +876,8 @@ impl FolioMut<'_> {
             return;
         }
         new.mark_uptodate();
-        if old.test_clear_flag(crate::folio::flags::PG_DIRTY) {
-            new.set_flag(crate::folio::flags::PG_DIRTY);
+        if old.test_clear_flag(crate::mm::folio::flags::PG_DIRTY) {
+            new.set_flag(crate::mm::folio::flags::PG_DIRTY);
         }
         let replaced = m.pages.replace_folio(&old, &new);
         assert!(replaced, "a locked folio of this index can be replaced");

@@ -19,11 +19,11 @@
 //!    kernel's mmap lock does; weakened: the fault path without the lock can reuse the folio
 //!    the child is about to map: caught.
 
-use crate::refcount::{RefCount, RefStrategy};
-use crate::rmap::id::RmapId;
-use crate::rmap::{FolioRmap, Tracking};
-use crate::seqcount::Flaw;
-use crate::sync::{thread, Arc, Mutex, UnsafeCell};
+use crate::mm::refcount::{RefCount, RefStrategy};
+use crate::mm::rmap::id::RmapId;
+use crate::mm::rmap::{FolioRmap, Tracking};
+use crate::mm::seqcount::Flaw;
+use crate::mm::sync::{thread, Arc, Mutex, UnsafeCell};
 
 const ORDER: u32 = 2;
 const S: RmapId = RmapId::new(1);

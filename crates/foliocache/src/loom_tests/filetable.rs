@@ -5,8 +5,8 @@
 //! and a weakened `remove` (value handed back without the grace period) that the model
 //! must catch.
 
-use crate::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
-use crate::sync::{thread, Arc, AtomicBool, Ordering};
+use crate::mm::filetable::{FileTable, FileTableConfig, Sizing, TableRef};
+use crate::mm::sync::{thread, Arc, AtomicBool, Ordering};
 
 /// A value whose owner marks it reused once the table handed it back.
 #[derive(Debug)]

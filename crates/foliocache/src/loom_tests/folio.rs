@@ -9,9 +9,9 @@
 //! never lose an update or carry out of the counter's two bits; the weakened check-then-add
 //! increment (`racy_refs_increment_is_caught`) carries into the next bit.
 
-use crate::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
-use crate::refcount::RefStrategy;
-use crate::sync::{thread, Arc};
+use crate::mm::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
+use crate::mm::refcount::RefStrategy;
+use crate::mm::sync::{thread, Arc};
 
 /// A one-frame arena with a locked folio and a second reference for the other thread:
 /// returns (arena, pfn); the lock and both references are leaked to be re-taken raw.
@@ -86,8 +86,8 @@ fn unlock_without_wake_is_caught() {
 /// another layer sets and clears a flag bit. Every interleaving must leave the count in its
 /// field (0 to `LRU_REFS_MAX`, here exactly 2 or 3 as the decrement falls), the flag's last
 /// change in place, and no other bit touched.
-fn refs_race(inc: fn(&crate::folio::Folio) -> bool) {
-    use crate::folio::flags::{LRU_REFS_MASK, LRU_REFS_MAX, PG_REFERENCED};
+fn refs_race(inc: fn(&crate::mm::folio::Folio) -> bool) {
+    use crate::mm::folio::flags::{LRU_REFS_MASK, LRU_REFS_MAX, PG_REFERENCED};
     loom::model(move || {
         let mut c = ArenaConfig::new(PAGE_SIZE, RefStrategy::LockedBit);
         c.per_cpu_lists = false;

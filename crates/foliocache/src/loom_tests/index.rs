@@ -7,10 +7,10 @@
 //! index runs with 4-slot nodes under loom.
 
 use super::index_world::{cache_first, world, World, FIRST, SECOND};
-use crate::folio::{FolioLocked, FolioRef};
-use crate::index::Index;
-use crate::refcount::RefStrategy;
-use crate::sync::{thread, Ordering};
+use crate::mm::folio::{FolioLocked, FolioRef};
+use crate::mm::index::Index;
+use crate::mm::refcount::RefStrategy;
+use crate::mm::sync::{thread, Ordering};
 
 /// The reader: a lookup of index 0 started after the removal completed finds nothing; a
 /// folio it does return is the cached one, and stays alive (not freed, not reused) while held.

@@ -3,11 +3,11 @@
 //! kept the wrong life of a frame shows the wrong `private` tag; an index on its own RCU
 //! domain; and a flag the writing thread raises once its change is complete.
 
-use crate::folio::{Arena, ArenaConfig};
-use crate::index::Index;
-use crate::rcu::Rcu;
-use crate::refcount::RefStrategy;
-use crate::sync::{Arc, AtomicBool};
+use crate::mm::folio::{Arena, ArenaConfig};
+use crate::mm::index::Index;
+use crate::mm::rcu::Rcu;
+use crate::mm::refcount::RefStrategy;
+use crate::mm::sync::{Arc, AtomicBool};
 
 /// Tag of a frame's first life (set before the folio is published).
 pub const FIRST: u64 = 1;
@@ -25,7 +25,7 @@ pub struct World {
 
 /// A world of `pages` frames with the `s` refcount.
 pub fn world(pages: usize, s: RefStrategy) -> Arc<World> {
-    let mut c = ArenaConfig::new(pages * crate::folio::PAGE_SIZE, s);
+    let mut c = ArenaConfig::new(pages * crate::mm::folio::PAGE_SIZE, s);
     c.per_cpu_lists = false;
     c.panic_on_bad_page = true;
     let arena = Arc::new(Arena::new(c).unwrap());

@@ -15,10 +15,10 @@
 //! freeze's single CAS). A lookup's `try_get` between the two makes it free a folio the lookup
 //! holds; the holder's put then frees it a second time, which the arena refuses.
 
-use crate::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
-use crate::lru::{DrainFilter, Lru, LruConfig};
-use crate::refcount::RefStrategy;
-use crate::sync::{model, thread, Arc, AtomicU32, Ordering};
+use crate::mm::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
+use crate::mm::lru::{DrainFilter, Lru, LruConfig};
+use crate::mm::refcount::RefStrategy;
+use crate::mm::sync::{model, thread, Arc, AtomicU32, Ordering};
 
 fn setup(filter: DrainFilter, s: RefStrategy) -> (Arc<Arena>, Arc<Lru>) {
     let mut c = ArenaConfig::new(2 * PAGE_SIZE, s);

@@ -2,7 +2,7 @@
 //! `RUSTFLAGS="--cfg loom"`, each beside a deliberately weakened variant the model must catch.
 //!
 //! They live in the library's unit-test build, not in `tests/`, because loom is a
-//! dev-dependency: the [`sync`](crate::sync) shim can only switch to loom in a build that has
+//! dev-dependency: the [`sync`](crate::mm::sync) shim can only switch to loom in a build that has
 //! the dev-dependencies, so that loom never reaches a downstream user's `Cargo.lock`. Run them
 //! all with
 //!

@@ -2,9 +2,9 @@
 //! wait-for-zero and re-arm, for both fast-path variants; and a weakened switch (no grace
 //! period before the fold) that the model must catch.
 
-use crate::percpu_ref::{PercpuRef, RefVariant};
-use crate::rcu::Rcu;
-use crate::sync::{thread, Arc, AtomicBool, Ordering};
+use crate::mm::percpu_ref::{PercpuRef, RefVariant};
+use crate::mm::rcu::Rcu;
+use crate::mm::sync::{thread, Arc, AtomicBool, Ordering};
 
 fn new_ref(v: RefVariant) -> Arc<PercpuRef> {
     Arc::new(PercpuRef::new(Arc::new(Rcu::new()), v))
@@ -184,7 +184,7 @@ fn fold_without_grace_period_is_caught_percpu_fast() {
 /// fold counts exactly its own generation's per-thread references.
 #[test]
 fn generations_share_one_counter_set() {
-    use crate::percpu_ref::PercpuCounters;
+    use crate::mm::percpu_ref::PercpuCounters;
     loom::model(|| {
         let c = Arc::new(PercpuCounters::new(Arc::new(Rcu::new())));
         let a = Arc::new(PercpuRef::with_counters(c.clone(), RefVariant::PercpuFast));

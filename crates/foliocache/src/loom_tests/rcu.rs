@@ -5,8 +5,8 @@
 //! ordered before the free, loom reports a causality violation (a use-after-free in real
 //! memory); the readers also assert they never see the poison.
 
-use crate::rcu::Rcu;
-use crate::sync::{thread, Arc, AtomicBool, Ordering, UnsafeCell};
+use crate::mm::rcu::Rcu;
+use crate::mm::sync::{thread, Arc, AtomicBool, Ordering, UnsafeCell};
 
 const LIVE: u64 = 42;
 const FREED: u64 = 0xdead;

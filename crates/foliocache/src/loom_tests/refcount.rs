@@ -20,9 +20,9 @@
 //! Folio memory is modelled by `UnsafeCell`s, so every missing happens-before edge is a loom
 //! causality error, not just a wrong value.
 
-use crate::refcount::weakened::{LockedBitRelaxedGet, LockedBitRelaxedSeal};
-use crate::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, LOCKED, WIPE_LIMIT};
-use crate::sync::{model, thread, Arc, AtomicU32, Mutex, Ordering, UnsafeCell};
+use crate::mm::refcount::weakened::{LockedBitRelaxedGet, LockedBitRelaxedSeal};
+use crate::mm::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, LOCKED, WIPE_LIMIT};
+use crate::mm::sync::{model, thread, Arc, AtomicU32, Mutex, Ordering, UnsafeCell};
 
 const LIVE: u32 = 1;
 

@@ -1,4 +1,4 @@
-//! Loom models of the atomic seqcount (`crate::seqcount`).
+//! Loom models of the atomic seqcount (`crate::mm::seqcount`).
 //!
 //! Two protected words `a` and `b`; every writer adds the same amount to both inside one
 //! section, so every consistent snapshot has `a == b`. The models check:
@@ -20,8 +20,8 @@
 //! Run: `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test --release -p foliocache
 //! --lib loom_tests::seqcount`.
 
-use crate::seqcount::{Flaw, SeqCount, STEP};
-use crate::sync::{thread, Arc, AtomicU64, Ordering};
+use crate::mm::seqcount::{Flaw, SeqCount, STEP};
+use crate::mm::sync::{thread, Arc, AtomicU64, Ordering};
 
 struct Shared {
     seq: SeqCount,

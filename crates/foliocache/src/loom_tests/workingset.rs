@@ -9,10 +9,10 @@
 //! reader holding the folio sees it vanish from the index although it stays cached.
 
 use super::index_world::{cache_first, world, World, FIRST, SECOND};
-use crate::folio::FolioRef;
-use crate::index::{Index, Shadow};
-use crate::refcount::RefStrategy;
-use crate::sync::{thread, Ordering};
+use crate::mm::folio::FolioRef;
+use crate::mm::index::{Index, Shadow};
+use crate::mm::refcount::RefStrategy;
+use crate::mm::sync::{thread, Ordering};
 
 fn shadow() -> Shadow {
     Shadow::new(0x5ad).unwrap()
@@ -80,7 +80,7 @@ fn lookup_vs_shadow_replacement_and_refault() {
 /// A reader that holds the folio keeps it cached: reclaim's freeze fails and the slot never
 /// changes, so a second lookup by the same reader finds the same folio. `evict` is the
 /// reclaimer under test.
-fn pinned_folio_stays_visible(evict: fn(&Index, crate::folio::FolioLocked<'_>) -> bool) {
+fn pinned_folio_stays_visible(evict: fn(&Index, crate::mm::folio::FolioLocked<'_>) -> bool) {
     loom::model(move || {
         let w = world(1, RefStrategy::LockedBit);
         let pfn = cache_first(&w);

@@ -22,9 +22,9 @@
 //!
 //! Page bytes are `UnsafeCell`s, so a missing happens-before edge is a causality error.
 
-use crate::refcount::{RefCount, RefStrategy};
-use crate::sync::{model, thread, Arc, AtomicU64, Ordering, UnsafeCell};
-use crate::writeback::errseq::{weakened::ClearOnReport, ErrSeq};
+use crate::mm::refcount::{RefCount, RefStrategy};
+use crate::mm::sync::{model, thread, Arc, AtomicU64, Ordering, UnsafeCell};
+use crate::mm::writeback::errseq::{weakened::ClearOnReport, ErrSeq};
 
 /// A cached page: its refcount (the index holds one reference) and two words of bytes, so a
 /// torn read shows.
@@ -239,10 +239,10 @@ fn errseq_a_flag_cleared_by_its_first_reporter_is_caught() {
 /// (or a sync waiting for a write in flight) is always woken by the end of the writeback and
 /// sees what the writeback did before it ended. The broken end that clears the bit without
 /// waking leaves the waiter asleep: loom reports the deadlock.
-fn writeback_wait(end: fn(&crate::folio::FolioRef<'_>)) {
-    use crate::folio::flags::PG_WRITEBACK;
-    use crate::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
-    use crate::sync::AtomicBool;
+fn writeback_wait(end: fn(&crate::mm::folio::FolioRef<'_>)) {
+    use crate::mm::folio::flags::PG_WRITEBACK;
+    use crate::mm::folio::{Arena, ArenaConfig, FolioRef, PAGE_SIZE};
+    use crate::mm::sync::AtomicBool;
     loom::model(move || {
         let mut c = ArenaConfig::new(PAGE_SIZE, RefStrategy::LockedBit);
         c.per_cpu_lists = false;
@@ -283,5 +283,5 @@ fn writeback_waiter_is_woken() {
 #[test]
 #[should_panic(expected = "deadlock")]
 fn writeback_end_without_wake_is_caught() {
-    writeback_wait(|f| f.clear_flag(crate::folio::flags::PG_WRITEBACK));
+    writeback_wait(|f| f.clear_flag(crate::mm::folio::flags::PG_WRITEBACK));
 }

@@ -93,7 +93,7 @@ impl CommonArgs {
     /// Fills in the defaults. `max_threads_default` caps the default thread list (scenarios
     /// whose threads each need a lot of memory may ask for fewer).
     pub fn settings(&self) -> Settings {
-        let cpus = foliocache::sync::num_cpus().max(1);
+        let cpus = foliocache::mm::sync::num_cpus().max(1);
         let mut threads = match &self.threads {
             Some(t) => t.0.clone(),
             None if cpus > 1 => vec![1, cpus],

@@ -92,7 +92,7 @@ where
             std::thread::Builder::new()
                 .name(format!("lab-worker-{i}"))
                 .spawn(move || {
-                    let pinned = pin && foliocache::sync::pin_to_cpu(i);
+                    let pinned = pin && foliocache::mm::sync::pin_to_cpu(i);
                     ready.wait();
                     drop(gate.read().unwrap_or_else(|e| e.into_inner()));
                     (body(i, &stop), pinned)

@@ -69,10 +69,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
-use foliocache::folio::{Arena, ArenaConfig, PAGE_SIZE};
-use foliocache::refcount::RefStrategy;
-use foliocache::rmap::Tracking;
-use foliocache::space::{Space, SpaceConfig, SpaceStats, Spaces};
+use foliocache::mm::folio::{Arena, ArenaConfig, PAGE_SIZE};
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::rmap::Tracking;
+use foliocache::mm::space::{Space, SpaceConfig, SpaceStats, Spaces};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -323,7 +323,7 @@ fn anon_cow(
                 let barrier = &barrier;
                 sc.spawn(move || {
                     if pin {
-                        foliocache::sync::pin_to_cpu(tid);
+                        foliocache::mm::sync::pin_to_cpu(tid);
                     }
                     let mut order: Vec<usize> = (0..pages).collect();
                     if random {
@@ -334,7 +334,7 @@ fn anon_cow(
                     for p in order {
                         c.write(addr + (p * PAGE_SIZE) as u64, &[tid as u8 + 1])?;
                     }
-                    Ok::<_, foliocache::space::SpaceError>((t0, Instant::now()))
+                    Ok::<_, foliocache::mm::space::SpaceError>((t0, Instant::now()))
                 })
             })
             .collect();
@@ -441,21 +441,21 @@ pub fn run(args: &Args) -> LabResult<Report> {
     warm(&arena);
     let chunk = vec![0xa5u8; folio];
 
-    let (cal_excl, cal_shared) = foliocache::seqcount::calibrate(20_000, 5);
+    let (cal_excl, cal_shared) = foliocache::mm::seqcount::calibrate(20_000, 5);
     let mut report = Report::new(
         NAME,
         SEED,
         settings.params(json!({
             "size_bytes": size,
             "order": order,
-            "pmd_mapped": order == foliocache::space::PMD_ORDER,
+            "pmd_mapped": order == foliocache::mm::space::PMD_ORDER,
             "benchmarks": benches,
             "variants": Tracking::ALL.map(|t| t.name()),
             "part1_baseline": UNBATCHED,
             "exclusive_path_calibration": {
                 "exclusive_ns_per_20k_sections": cal_excl as u64,
                 "shared_ns_per_20k_sections": cal_shared as u64,
-                "exclusive_pays_off": foliocache::seqcount::exclusive_path_pays_off(),
+                "exclusive_pays_off": foliocache::mm::seqcount::exclusive_path_pays_off(),
             },
         })),
     );
@@ -656,7 +656,7 @@ fn repetitions(bench: &str, quick: bool) -> u32 {
 /// sample pays the operating system's first-touch faults on the arena's mapping.
 fn warm(arena: &Arena) {
     let mut held = Vec::new();
-    for order in (0..=foliocache::space::PMD_ORDER).rev() {
+    for order in (0..=foliocache::mm::space::PMD_ORDER).rev() {
         while let Ok(f) = arena.alloc(order) {
             let mut l = f.lock();
             if let Some(d) = l.data_mut() {

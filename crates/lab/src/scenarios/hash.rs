@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use foliocache::filetable::{auto_buckets, FileTable, FileTableConfig, Sizing, TableRef};
+use foliocache::mm::filetable::{auto_buckets, FileTable, FileTableConfig, Sizing, TableRef};
 use serde_json::{json, Map, Value};
 
 use crate::harness::{

@@ -43,7 +43,8 @@ use std::sync::Arc;
 
 use clap::Args as ClapArgs;
 use foliocache::backing::MemBacking;
-use foliocache::lru::{DrainFilter, LruConfig, LruStats};
+use foliocache::mm::lru::{DrainFilter, LruStats};
+use foliocache::mm::Experiment;
 use foliocache::{CachedFile, Config, FolioCache};
 use serde_json::{json, Map};
 
@@ -468,11 +469,11 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn cache_for(v: Variant, budget: usize, background: bool) -> LabResult<FolioCache> {
     let config = Config::new(budget)
         .background_reclaim(background)
-        .lru(LruConfig {
-            filter: v.filter,
-            add_as_active: v.add_as_active,
-            ..LruConfig::default()
-        })
+        .experiment(
+            Experiment::new()
+                .drain_filter(v.filter)
+                .add_as_active(v.add_as_active),
+        )
         .panic_on_bad_page(false);
     FolioCache::new(config).map_err(|e| crate::lab_err!("building the cache: {e}"))
 }
@@ -503,7 +504,7 @@ fn measure(
             off += HOT_READ as u64;
         }
     }
-    let before = cache.lru().stats();
+    let before = cache.lru_stats();
     let bad_before = cache.stats().bad_pages;
     let shared = Arc::new((cache.clone(), hot, short_data.clone(), *w));
     let run = run_threads(
@@ -514,7 +515,7 @@ fn measure(
     );
     let secs = run.elapsed.as_secs_f64();
     let ops: u64 = run.results.iter().sum();
-    let after = cache.lru().stats();
+    let after = cache.lru_stats();
     let bad_pages = cache.stats().bad_pages - bad_before;
     let lru = diff(&after, &before);
     // Everything dropped and drained: no folio may remain, and the lists must be consistent.

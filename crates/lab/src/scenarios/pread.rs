@@ -49,8 +49,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use foliocache::filetable::TableRef;
-use foliocache::{CachedFile, Config, FolioCache, RefStrategy};
+use foliocache::mm::filetable::TableRef;
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::Experiment;
+use foliocache::{CachedFile, Config, FolioCache};
 use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
@@ -90,9 +92,7 @@ pub struct Args {
 }
 
 fn parse_table_ref(s: &str) -> Result<TableRef, String> {
-    TableRef::from_name(s).ok_or_else(|| {
-        format!("unknown file-table reference `{s}`: use immutable, atomic, percpu or percpu-fast")
-    })
+    s.parse::<TableRef>().map_err(|e| e.to_string())
 }
 
 /// Runs `pread` with its defaults and the common options (for `all`).
@@ -135,8 +135,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         let s = strategy_of(v).expect("foliocache variant");
         let cache = FolioCache::new(
             Config::new(1 << 20)
-                .strategy(s)
-                .file_table(args.file_table)
+                .experiment(Experiment::new().strategy(s).file_table(args.file_table))
                 .panic_on_bad_page(false),
         )
         .map_err(|e| crate::lab_err!("{e}"))?;

@@ -64,10 +64,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use foliocache::folio::{Arena, ArenaConfig, FolioLocked};
-use foliocache::index::Index;
-use foliocache::readahead::insert_preallocated;
-use foliocache::{CachedFile, Config, FolioCache, InsertMode, RefStrategy};
+use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked};
+use foliocache::mm::index::Index;
+use foliocache::mm::readahead::insert_preallocated;
+use foliocache::mm::readahead::InsertMode;
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::Experiment;
+use foliocache::{CachedFile, Config, FolioCache};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
@@ -172,11 +175,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
             args.value_size
         ));
     }
-    if args.ra_pages == 0 || args.ra_pages > foliocache::cache::MAX_RA_PAGES {
+    if args.ra_pages == 0 || args.ra_pages > foliocache::MAX_RA_PAGES {
         return Err(crate::lab_err!(
             "--ra-pages {} is out of range: use 1..={} (the kernel default: 32)",
             args.ra_pages,
-            foliocache::cache::MAX_RA_PAGES
+            foliocache::MAX_RA_PAGES
         ));
     }
     let layouts: Vec<&'static str> = match &args.layout {
@@ -253,13 +256,17 @@ pub fn run(args: &Args) -> LabResult<Report> {
             .map(|v| {
                 let c = FolioCache::new(
                     Config::new(budget)
-                        .insert_mode(mode_of(v))
+                        .experiment(
+                            Experiment::new()
+                                .insert_mode(mode_of(v))
+                                .strategy(RefStrategy::LockedBit),
+                        )
                         .readahead_pages(args.ra_pages)
-                        .strategy(RefStrategy::LockedBit)
                         .panic_on_bad_page(false),
                 )
                 .map_err(|e| crate::lab_err!("{e}"))?;
-                prefault(c.arena());
+                c.populate()
+                    .map_err(|e| crate::lab_err!("faulting in the budget: {e}"))?;
                 Ok((*v, c))
             })
             .collect::<LabResult<_>>()?;
@@ -270,7 +277,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             ))
             .map_err(|e| crate::lab_err!("{e}"))?,
         );
-        prefault(&insert_arena);
+        insert_arena
+            .populate()
+            .map_err(|e| crate::lab_err!("faulting in the insertion arena: {e}"))?;
 
         let mut il = Interleaver::new();
         for &n in &settings.threads {
@@ -460,21 +469,6 @@ fn latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>)
     t
 }
 
-/// Touches every frame of `arena` once (allocate everything, write a byte per page, free),
-/// so the measured runs do not pay the operating system's first-touch page faults.
-pub fn prefault(arena: &Arena) {
-    let mut held: Vec<FolioLocked<'_>> = Vec::new();
-    while let Ok(f) = arena.alloc(0) {
-        if let Ok(mut l) = f.try_lock() {
-            if let Some(d) = l.data_mut() {
-                d[0] = 0;
-            }
-            held.push(l);
-        }
-    }
-    drop(held);
-}
-
 fn spawn_pinned<'scope, T: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     pin: bool,
@@ -485,7 +479,7 @@ fn spawn_pinned<'scope, T: Send + 'scope>(
         .name(format!("readseq-{i}"))
         .spawn_scoped(scope, move || {
             if pin {
-                foliocache::sync::pin_to_cpu(i);
+                foliocache::mm::sync::pin_to_cpu(i);
             }
             f()
         })

@@ -33,8 +33,8 @@ use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::Arc;
 
 use clap::Args as ClapArgs;
-use foliocache::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, RefStrategy};
-use foliocache::sync::{AtomicU32, CachePadded, Ordering};
+use foliocache::mm::refcount::{CasLoop, LockedBit, Optimistic, RefCount, RefOps, RefStrategy};
+use foliocache::mm::sync::{AtomicU32, CachePadded, Ordering};
 use serde_json::{json, Map};
 
 use crate::harness::{
@@ -119,6 +119,7 @@ impl Counter {
             Counter::Folio(rc, RefStrategy::CasLoop) => folio_loop::<CasLoop>(rc, stop),
             Counter::Folio(rc, RefStrategy::Optimistic) => folio_loop::<Optimistic>(rc, stop),
             Counter::Folio(rc, RefStrategy::LockedBit) => folio_loop::<LockedBit>(rc, stop),
+            Counter::Folio(_, s) => panic!("refcount: no loop for the strategy {s}"),
         }
     }
 }

@@ -21,7 +21,8 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
-use foliocache::lru::LruConfig;
+use foliocache::mm::lru::LruConfig;
+use foliocache::mm::Experiment;
 use foliocache::{CacheError, CachedFile, Config, FolioCache};
 
 use super::workload::BLOCK;
@@ -377,7 +378,9 @@ impl Foliocache {
         let cache = FolioCache::new(
             Config::block_cache(budget_bytes)
                 .readahead_pages(ra_pages)
-                .lru(lru),
+                .workingset(lru.workingset)
+                .inactive_ratio(lru.inactive_ratio)
+                .experiment(Experiment::new().active_second_chance(lru.active_second_chance)),
         )?;
         let file = cache.open(path)?;
         Ok(Foliocache {

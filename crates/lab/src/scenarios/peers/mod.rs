@@ -60,7 +60,7 @@ pub mod workload;
 
 use std::fs::File;
 
-use foliocache::lru::LruConfig;
+use foliocache::mm::lru::LruConfig;
 use foliocache::BLOCK_CACHE_INACTIVE_RATIO;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

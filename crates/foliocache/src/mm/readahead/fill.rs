@@ -1,0 +1,407 @@
+//! Instantiating a readahead window: `page_cache_ra_unbounded` with the seed's batched
+//! insertion (`ra_fill_folios_batched`) and the vanilla loop (`ra_fill_folios_single`),
+//! `read_pages`, and `filemap_create_folio` for a single page.
+//!
+//! # Unwind safety
+//!
+//! Between its insertion into the index and the end of its read, a folio is locked, not
+//! uptodate and visible: readers that find it sleep until it is unlocked and then expect it
+//! either uptodate or flagged PG_error. A backing that panics in the middle would unwind
+//! through the fill and drop the locked folio, unlocking it with neither flag: it would stay
+//! in the index forever and every later reader of the page would loop finding it. So every
+//! inserted folio is held by a [`Filling`] guard from its insertion until its read ends; a
+//! guard dropped without `finish` (unwinding) fails the folio as an I/O error does: PG_error,
+//! out of the index, unlocked with waiters woken. The panic then goes on to the caller, and a
+//! later read of the page retries it.
+
+use std::ops::Range;
+
+use super::{InsertMode, RaProbe, RaRequest};
+use crate::backing::{self, Backing, RunError};
+use crate::cache::{CacheInner, Event};
+use crate::mm::folio::flags::PG_READAHEAD;
+use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
+use crate::mm::index::Index;
+use crate::mm::sync::{AtomicU64, Ordering};
+
+/// Where a window is read into and from: one file of one cache.
+pub(crate) struct RaTarget<'a> {
+    pub(crate) cache: &'a CacheInner,
+    pub(crate) pages: &'a Index,
+    pub(crate) backing: &'a dyn Backing,
+    /// The mapping id (for debugging; the index sets it on the folios).
+    #[allow(dead_code)]
+    pub(crate) mapping: u64,
+    /// The file size (`i_size`), read when the window's folios are inserted.
+    pub(crate) size: &'a AtomicU64,
+    /// What writeback has put in the backing: for a file the cache also writes, bytes past it
+    /// (up to the file size) are a hole, zeros (for a file it only reads, the file size).
+    pub(crate) disk_size: &'a AtomicU64,
+    pub(crate) mode: InsertMode,
+}
+
+impl RaTarget<'_> {
+    /// The size the backing file is believed to hold (`check_end_of_data`): the smaller of
+    /// the file size and what writeback has put there. Read when a run is about to be read,
+    /// after its folios are in the index: a page written back and evicted before the run's
+    /// insertion found its slot empty has raised `disk_size` before that (writeback ends
+    /// after it does), so the run reads the page's bytes instead of zeroing a hole that is
+    /// not one. (A value captured when the window was planned could predate that writeback.)
+    pub(crate) fn backing_size(&self) -> u64 {
+        // ORDERING: Acquire for `i_size`, as every reader of it (`Mapping::size`); `disk_size`
+        // is ordered by the eviction that emptied the slot (see above).
+        self.size
+            .load(Ordering::Acquire)
+            .min(self.disk_size.load(Ordering::Relaxed))
+    }
+}
+
+/// What one window did.
+#[derive(Debug, Default)]
+pub(crate) struct RaOutcome {
+    /// Pages this call inserted (whether their read then succeeded or not).
+    pub(crate) inserted: usize,
+    /// The first failed run: its first byte and why it failed.
+    pub(crate) error: Option<(u64, RunError)>,
+    /// The pages of the first failed run.
+    pub(crate) failed_range: Range<u64>,
+    /// The arena ran out before the window was complete.
+    pub(crate) out_of_memory: bool,
+}
+
+/// [`RaProbe`] over a file's index (`page_cache_prev_miss`, `page_cache_next_miss`), read
+/// without references under RCU.
+pub(crate) struct IndexProbe<'a>(pub(crate) &'a Index);
+
+impl RaProbe for IndexProbe<'_> {
+    fn prev_miss(&self, index: u64, max_scan: usize) -> Option<u64> {
+        let mut i = index;
+        for _ in 0..max_scan {
+            if !self.0.contains(i) {
+                return Some(i);
+            }
+            if i == 0 {
+                return None;
+            }
+            i -= 1;
+        }
+        None
+    }
+
+    fn next_miss(&self, index: u64, max_scan: usize) -> u64 {
+        (index..index + max_scan as u64)
+            .find(|&i| !self.0.contains(i))
+            .unwrap_or(index + max_scan as u64)
+    }
+}
+
+/// `page_cache_ra_unbounded`: inserts the window's pages that are not cached yet (locked,
+/// not uptodate), marks the lookahead page, reads every contiguous run with one backing read
+/// and unlocks the folios (uptodate, or removed and flagged on error).
+pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOutcome {
+    let mut out = RaOutcome::default();
+    let mark = req.mark();
+    match t.mode {
+        InsertMode::Batched => match preallocate(t, req.nr_to_read) {
+            Some(folios) => fill_batched(t, req, mark, folios, &mut out),
+            None => {
+                // `ractl_alloc_folios` failed: the seed falls back to the vanilla loop, which
+                // inserts as many pages as memory allows.
+                t.cache.counters.inc(Event::RaFallbacks);
+                fill_single(t, req, mark, &mut out);
+            }
+        },
+        InsertMode::Single => fill_single(t, req, mark, &mut out),
+    }
+    t.cache.counters.add(Event::RaPages, out.inserted as u64);
+    out
+}
+
+/// `ractl_alloc_folios`: the whole window or nothing (what was allocated is given back).
+fn preallocate<'a>(t: &RaTarget<'a>, nr: usize) -> Option<Vec<FolioLocked<'a>>> {
+    let mut folios = Vec::with_capacity(nr);
+    for _ in 0..nr {
+        match t.cache.alloc_folio_noretry(0) {
+            Ok(f) => folios.push(lock_new(f)),
+            Err(_) => return None, // dropping `folios` unlocks and frees them
+        }
+    }
+    Some(folios)
+}
+
+/// `__folio_set_locked` on a folio nobody else can see yet.
+fn lock_new(f: FolioRef<'_>) -> FolioLocked<'_> {
+    f.try_lock()
+        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"))
+}
+
+/// A locked folio this fill inserted into the index and has not finished reading.
+///
+/// [`Filling::finish`] ends the read (uptodate, or failed); dropping the guard without it, as
+/// a panic unwinding through the fill does, fails the read, so no folio is ever left in the
+/// index locked-then-unlocked without PG_uptodate or PG_error.
+struct Filling<'a> {
+    /// `None` once finished.
+    folio: Option<FolioLocked<'a>>,
+    pages: &'a Index,
+}
+
+impl<'a> Filling<'a> {
+    /// Takes charge of `folio`, which was just inserted into `pages`.
+    fn new(pages: &'a Index, folio: FolioLocked<'a>) -> Filling<'a> {
+        Filling {
+            folio: Some(folio),
+            pages,
+        }
+    }
+
+    fn locked(&self) -> &FolioLocked<'a> {
+        self.folio
+            .as_ref()
+            .expect("a filling folio is held until finished")
+    }
+
+    /// The bytes to read into (the folio is not uptodate until `finish`).
+    fn data_mut(&mut self) -> &mut [u8] {
+        self.folio
+            .as_mut()
+            .and_then(|f| f.data_mut())
+            .expect("a folio under its first read is not uptodate")
+    }
+
+    /// `folio_end_read`: uptodate on success; on failure removed from the index first (no
+    /// later lookup finds it) and flagged PG_error. Unlocks and wakes waiters either way.
+    fn finish(mut self, success: bool) -> FolioRef<'a> {
+        let f = self.folio.take().expect("finished once");
+        if !success {
+            self.pages.delete(&f);
+        }
+        f.end_read(success)
+    }
+}
+
+impl Drop for Filling<'_> {
+    /// The read never ended (a panic unwinds through the fill): fail it.
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(f) = self.folio.take() {
+            fail_unfinished(self.pages, f);
+        }
+    }
+}
+
+/// `folio_end_read(folio, false)` for a folio whose fill was abandoned: removed from the index,
+/// PG_error, unlocked (waiters wake and fail).
+#[cold]
+fn fail_unfinished(pages: &Index, folio: FolioLocked<'_>) {
+    pages.delete(&folio);
+    drop(folio.end_read(false));
+}
+
+/// `ra_fill_folios_batched`: insert each contiguous run of free slots with one
+/// `add_folio_range` (one index lock hold), then read the runs.
+fn fill_batched<'a>(
+    t: &RaTarget<'a>,
+    req: RaRequest,
+    mark: Option<usize>,
+    mut folios: Vec<FolioLocked<'a>>,
+    out: &mut RaOutcome,
+) {
+    let end = req.index + req.nr_to_read as u64;
+    // (first page, folios) of every inserted run; folios are taken from the front of the
+    // preallocated array in order, as the kernel passes `folios + added_folios`, and guarded
+    // from their insertion on.
+    let mut runs: Vec<(u64, Vec<Filling<'a>>)> = Vec::new();
+    // The shadow entries each run's folios replaced (`__filemap_add_folio`'s `shadowp`).
+    let mut shadows = vec![None; folios.len()];
+    let mut i = 0usize;
+    while i < req.nr_to_read {
+        let idx = req.index + i as u64;
+        // A cached page is skipped after a lockless peek, as the vanilla loop does with
+        // `xa_load`: taking the lock only to learn that the slot is occupied would cost the
+        // batched path one lock hold per cached page (the seed's version does).
+        if t.pages.contains(idx) {
+            i += 1;
+            continue;
+        }
+        // Stops at the first occupied slot; an error means nothing was inserted.
+        let n = t
+            .pages
+            .add_folio_range_shadows(idx, end, &folios, &mut shadows)
+            .map_or(0, |pages| pages as usize);
+        if n == 0 {
+            // Raced: another reader inserted this page since the peek. Skip it.
+            i += 1;
+            continue;
+        }
+        let run: Vec<Filling<'a>> = folios
+            .drain(..n)
+            .map(|f| Filling::new(t.pages, f))
+            .collect();
+        if let Some(m) = mark.filter(|&m| m >= i && m < i + n) {
+            run[m - i].locked().set_flag(PG_READAHEAD);
+        }
+        // `filemap_add_folio` ends with `workingset_refault` and `folio_add_lru`.
+        for (f, &shadow) in run.iter().zip(&shadows[..n]) {
+            t.cache.workingset_refault(f.locked(), shadow);
+            t.cache.add_lru(f.locked());
+        }
+        out.inserted += n;
+        runs.push((idx, run));
+        i += n;
+    }
+    // `ractl_free_folios`: the unused rest is unlocked and freed.
+    drop(folios);
+    for (first, run) in runs {
+        read_pages(t, first, run, out);
+    }
+}
+
+/// `ra_fill_folios_single`: the vanilla loop, one allocation and one index insertion (one
+/// lock hold) per page; a run is read when a cached page interrupts it and at the end.
+fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &mut RaOutcome) {
+    let mut run: Vec<Filling<'a>> = Vec::new();
+    let mut run_start = req.index;
+    for i in 0..req.nr_to_read {
+        let idx = req.index + i as u64;
+        if t.pages.contains(idx) {
+            read_pages(t, run_start, std::mem::take(&mut run), out);
+            continue;
+        }
+        let folio = match t.cache.alloc_folio_noretry(0) {
+            Ok(f) => lock_new(f),
+            Err(_) => {
+                out.out_of_memory = true;
+                break;
+            }
+        };
+        let Ok(shadow) = t.pages.add_folio_shadow(&folio, idx) else {
+            // Raced: another reader inserted this page since the peek.
+            drop(folio);
+            read_pages(t, run_start, std::mem::take(&mut run), out);
+            continue;
+        };
+        let folio = Filling::new(t.pages, folio);
+        if mark == Some(i) {
+            folio.locked().set_flag(PG_READAHEAD);
+        }
+        t.cache.workingset_refault(folio.locked(), shadow);
+        t.cache.add_lru(folio.locked());
+        if run.is_empty() {
+            run_start = idx;
+        }
+        run.push(folio);
+        out.inserted += 1;
+    }
+    read_pages(t, run_start, run, out);
+}
+
+/// `read_pages`: one backing read for a contiguous run of locked folios starting at page
+/// `first`, then `folio_end_read` on each: uptodate, or, on error (a changed file included),
+/// removed from the index and flagged PG_error so that waiters fail and a later read retries.
+fn read_pages<'a>(t: &RaTarget<'a>, first: u64, mut run: Vec<Filling<'a>>, out: &mut RaOutcome) {
+    if run.is_empty() {
+        return;
+    }
+    let offset = first << PAGE_SHIFT;
+    let result = {
+        let mut bufs: Vec<&mut [u8]> = run.iter_mut().map(Filling::data_mut).collect();
+        backing::read_run(t.backing, &mut bufs, offset, t.backing_size())
+    };
+    let c = &t.cache.counters;
+    c.inc(Event::IoReads);
+    match result {
+        Ok(n) => {
+            c.add(Event::IoBytes, n as u64);
+            for f in run {
+                drop(f.finish(true));
+            }
+        }
+        Err(e) => {
+            c.inc(Event::IoErrors);
+            let pages = run.len() as u64;
+            for f in run {
+                drop(f.finish(false));
+            }
+            if out.error.is_none() {
+                out.error = Some((offset, e));
+                out.failed_range = first..first + pages;
+            }
+        }
+    }
+}
+
+/// Why [`read_one`] failed.
+pub(crate) enum ReadOneError {
+    /// No free page in the budget.
+    OutOfMemory,
+    /// The backing read failed (or found the file changed) at this byte offset.
+    Read(u64, RunError),
+}
+
+/// `filemap_create_folio` + `filemap_read_folio`: allocate, insert and read the single page
+/// `index`. `Ok(None)` if another reader inserted it first (look it up again).
+pub(crate) fn read_one<'a>(
+    t: &RaTarget<'a>,
+    index: u64,
+) -> Result<Option<FolioRef<'a>>, ReadOneError> {
+    let folio = match t.cache.alloc_folio(0) {
+        Ok(f) => lock_new(f),
+        Err(_) => return Err(ReadOneError::OutOfMemory),
+    };
+    let Ok(shadow) = t.pages.add_folio_shadow(&folio, index) else {
+        // Another reader inserted it first.
+        return Ok(None);
+    };
+    let mut folio = Filling::new(t.pages, folio);
+    t.cache.workingset_refault(folio.locked(), shadow);
+    t.cache.add_lru(folio.locked());
+    let offset = index << PAGE_SHIFT;
+    let result = backing::read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size());
+    let c = &t.cache.counters;
+    c.inc(Event::IoReads);
+    match result {
+        Ok(n) => {
+            c.add(Event::IoBytes, n as u64);
+            Ok(Some(folio.finish(true)))
+        }
+        Err(e) => {
+            c.inc(Event::IoErrors);
+            drop(folio.finish(false));
+            Err(ReadOneError::Read(offset, e))
+        }
+    }
+}
+
+/// The insertion phase alone, for measurement: inserts `folios` (preallocated, locked, not
+/// yet visible) at pages `start..start + folios.len()` the way `mode` does during readahead,
+/// without reading anything. Returns the pages inserted (fewer if slots were occupied); the
+/// inserted folios stay locked in the caller's hands.
+///
+/// `single` checks each slot and inserts one folio per index lock hold; `batched` inserts the
+/// whole run under one hold (`filemap_add_folio_range`).
+pub fn insert_preallocated(
+    pages: &Index,
+    start: u64,
+    folios: &[FolioLocked<'_>],
+    mode: InsertMode,
+) -> usize {
+    match mode {
+        InsertMode::Batched => {
+            let end = start + folios.len() as u64;
+            pages
+                .add_folio_range(start, end, folios)
+                .map_or(0, |pages| pages as usize)
+        }
+        InsertMode::Single => {
+            let mut n = 0;
+            for (i, f) in folios.iter().enumerate() {
+                let idx = start + i as u64;
+                if !pages.contains(idx) && pages.add_folio(f, idx).is_ok() {
+                    n += 1;
+                }
+            }
+            n
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Readahead: the on-demand window and the batched instantiation of its folios.
+//!
+//! # What it models
+//!
+//! `mm/readahead.c`. A handle keeps a [`RaState`] (`struct file_ra_state`). A reader that
+//! misses the cache calls the synchronous path ([`RaState::sync_ra`], `page_cache_sync_ra`),
+//! which opens a window of a few pages and marks one of its pages with PG_readahead; a reader
+//! that later finds that mark (test-and-clear, so one reader wins) calls the asynchronous
+//! path ([`RaState::async_ra`], `page_cache_async_ra`), which moves the window forward and
+//! grows it (`get_init_ra_size`, `get_next_ra_size`: x4 or x2 per step up to `ra_pages`, 32
+//! pages by default). Either way the window becomes one `do_page_cache_ra` call: clamp to
+//! EOF, then instantiate the pages (`page_cache_ra_unbounded`) and read them (`read_pages`).
+//!
+//! # The seed: batched insertion
+//!
+//! The vanilla kernel allocates a folio and inserts it into the index one at a time, taking
+//! and releasing the index lock (`xa_lock`) once per page. The seed (001) preallocates the
+//! whole window and inserts it with `filemap_add_folio_range`, one lock hold per contiguous
+//! run; if the allocator cannot supply the whole window, it falls back to the one-by-one
+//! loop. Both are here, chosen at run time by [`InsertMode`]: `single` is the vanilla loop,
+//! `batched` the seed.
+//!
+//! # Window state
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `start`, `size` | the current window, in pages |
+//! | `async_size` | the trailing part read ahead of the reader; its first page carries PG_readahead |
+//! | `ra_pages` | the maximum window; 0 disables readahead (a miss then reads one folio) |
+//!
+//! # Invariants
+//!
+//! - A folio enters the index locked and not uptodate; only the thread that inserted it
+//!   fills it, and it leaves the locked state exactly once: uptodate (data complete) or
+//!   error (removed from the index first, so no later lookup finds a failed folio). This
+//!   holds when the backing panics too (the fill's guards fail the folios as the panic
+//!   unwinds), and a read that finds the file shorter than its believed size is an error,
+//!   never zeros cached as data.
+//! - Readers that find a folio locked and not uptodate sleep on the folio lock's waiters
+//!   (no spinning) and re-check after waking.
+//! - The mark is placed only on a folio this call inserted (a page already present is
+//!   skipped without a reference, as the kernel does).
+//!
+//! [`RaState`]: window::RaState
+//! [`RaState::sync_ra`]: window::RaState::sync_ra
+//! [`RaState::async_ra`]: window::RaState::async_ra
+
+#[cfg(not(loom))]
+mod fill;
+pub mod window;
+
+#[cfg(not(loom))]
+pub use fill::insert_preallocated;
+#[cfg(not(loom))]
+pub(crate) use fill::{
+    page_cache_ra_unbounded, read_one, IndexProbe, RaOutcome, RaTarget, ReadOneError,
+};
+pub use window::{RaProbe, RaRequest, RaState, DEFAULT_RA_PAGES};
+
+pub(crate) use crate::mm::folio::PAGE_SHIFT;
+
+/// How readahead puts a window's folios into the index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InsertMode {
+    /// The vanilla kernel: allocate and insert one folio at a time, one index lock hold per
+    /// page (`filemap_add_folio` in a loop).
+    Single,
+    /// The seed: preallocate the window, insert each contiguous run under one lock hold
+    /// (`filemap_add_folio_range`); one by one if the window cannot be preallocated.
+    #[default]
+    Batched,
+}
+
+impl InsertMode {
+    /// Both modes, vanilla first.
+    pub const ALL: [InsertMode; 2] = [InsertMode::Single, InsertMode::Batched];
+
+    /// The stable name used by the lab (`single`, `batched`).
+    pub fn name(self) -> &'static str {
+        match self {
+            InsertMode::Single => "single",
+            InsertMode::Batched => "batched",
+        }
+    }
+}
+
+impl crate::Variant for InsertMode {
+    const KIND: &'static str = "insertion mode";
+    const ALL: &'static [Self] = &InsertMode::ALL;
+    fn name(self) -> &'static str {
+        InsertMode::name(self)
+    }
+}
+crate::variant::variant_traits!(InsertMode);

@@ -1,0 +1,609 @@
+//! Dirty folios and writeback: `mm/page-writeback.c` (`folio_mark_dirty`,
+//! `tag_pages_for_writeback`, `writeback_iter`, `folio_start_writeback`,
+//! `folio_end_writeback`, `balance_dirty_pages`), `mm/filemap.c`'s waiting side
+//! (`filemap_write_and_wait_range`, `__filemap_fdatawait_range`, `folio_wait_writeback`) and
+//! `lib/errseq.c` ([`errseq`]).
+//!
+//! # What it models
+//!
+//! A write to a cached file changes the folio in memory and marks it *dirty*; the bytes reach
+//! the backing file later, in *writeback*: a pass over the file's dirty folios that clears
+//! each one's dirty bit, flags it *under writeback*, writes contiguous runs of them with one
+//! vectored write (`writepages`), and ends their writeback when the write returns. A sync
+//! (`fsync`, `fdatasync`, `sync_file_range`) runs such a pass over its range, waits for every
+//! folio already under writeback there, asks the backing to make the bytes durable
+//! (`fdatasync`), and reports any error recorded since the handle last looked.
+//!
+//! # State
+//!
+//! | state | where | set by | cleared by |
+//! |---|---|---|---|
+//! | `PG_dirty` | folio flags | `mark_dirty_reserved` (the writer, folio locked) | `writepages` before the I/O (`folio_clear_dirty_for_io`), `cancel_dirty` (truncation, replacement) |
+//! | DIRTY tag | `WbState` | `mark_dirty_reserved` | `writepages` when it starts writeback, `cancel_dirty` |
+//! | TOWRITE tag | `WbState` | a sync pass, copying the DIRTY tags of its range (`tag_pages_for_writeback`) | `writepages` when it starts writeback, or finds the folio clean |
+//! | `PG_writeback` + WRITEBACK tag | flags + `WbState` | `writepages` (`folio_start_writeback`) | the end of the folio's write (`folio_end_writeback`), waking waiters |
+//! | `PG_reclaim` | folio flags | reclaim meeting a dirty or writeback folio | the end of its writeback |
+//! | error sequence | `WbState::err` | a failed write or sync ([`errseq::ErrSeq::set`]) | never: each handle advances its own sample |
+//!
+//! The tags are ordered sets of page indices beside the index, under a mutex of their own
+//! (the kernel keeps them as XArray marks in the tree nodes, under the tree's lock; a set per
+//! tag gives the same ordered, range-bounded tagged lookups, and keeps the seed's index
+//! untouched). As in the kernel, the dirty flag and the DIRTY tag disagree only while the
+//! folio is locked, and every transition of both happens with the folio lock held, the tags'
+//! mutex nested inside it. The counts of dirty and writeback pages, per file and for the
+//! whole cache (`DirtyAccount`), change under the same mutex.
+//!
+//! # Sync cannot be livelocked
+//!
+//! A sync pass first copies the DIRTY tags of its range to TOWRITE, then walks TOWRITE only:
+//! folios dirtied after the sync started are not its business, so a writer that keeps
+//! dirtying pages ahead of the pass cannot keep it running (`tag_pages_for_writeback`). A
+//! folio that is under writeback when the pass reaches it is waited for and written again if
+//! it was redirtied meanwhile, since the write in flight may predate the newest bytes.
+//!
+//! # Stable pages
+//!
+//! While a folio is under writeback its bytes are being read by the vectored write, so nobody
+//! changes them: a writer waits for the writeback to end before it modifies a folio
+//! (`wait_stable`, `folio_wait_stable`). The writer holds the folio lock while it waits;
+//! writeback never takes a folio lock after starting a folio's writeback, so the wait cannot
+//! deadlock.
+//!
+//! # Errors
+//!
+//! A failed or short write records its errno in the file's [`errseq::ErrSeq`]; every handle
+//! open at the time (and the next opener, if no one has seen it) reports it once at its next
+//! sync. What becomes of the data is [`WbErrorPolicy`]'s choice: the kernel marks the failed
+//! folios clean (`Clean`, the default: the data stays readable from the cache until reclaim
+//! drops it, and is gone from the file); `KeepDirty` redirties them, so that the next
+//! writeback retries the write. A failed `fdatasync` is recorded the same way, but nothing
+//! can be redone for it: the kernel beneath may already have dropped the pages it could not
+//! write (fsyncgate), so after a sync error a caller must assume that everything written since
+//! its last successful sync is lost, and write it again.
+//!
+//! # Dirty throttling
+//!
+//! `DirtyAccount` holds the cache-wide dirty and writeback page counts and two thresholds,
+//! scaled from the kernel's defaults (`dirty_ratio` 20%, `dirty_background_ratio` 10%) to the
+//! budget. A writer about to dirty pages past the hard limit first writes back dirty folios
+//! itself until the count is under the background threshold (`balance_dirty_pages`, in the
+//! direct form the kernel used before 2.6.32's per-bdi flusher threads took the I/O over),
+//! so dirty memory never exceeds the limit and reclaim always has clean pages to free.
+
+pub mod errseq;
+
+use std::collections::BTreeSet;
+use std::io::{self, IoSlice};
+
+use crate::backing::Backing;
+use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
+use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
+use crate::mm::index::Index;
+use crate::mm::sync::{AtomicU64, Mutex, Ordering};
+use errseq::ErrSeq;
+
+/// What becomes of folios whose writeback failed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WbErrorPolicy {
+    /// The kernel's: the folios end writeback clean; the error is reported through the file's
+    /// error sequence, and the data that failed to reach the file stays in the cache only
+    /// until reclaim drops it.
+    #[default]
+    Clean,
+    /// The folios are dirty again after a failed write, so the next writeback (a sync, the
+    /// dirty limit) retries them; the error is reported all the same.
+    KeepDirty,
+}
+
+impl crate::Variant for WbErrorPolicy {
+    const KIND: &'static str = "writeback error policy";
+    const ALL: &'static [Self] = &[WbErrorPolicy::Clean, WbErrorPolicy::KeepDirty];
+    fn name(self) -> &'static str {
+        match self {
+            WbErrorPolicy::Clean => "clean",
+            WbErrorPolicy::KeepDirty => "keep-dirty",
+        }
+    }
+}
+crate::variant::variant_traits!(WbErrorPolicy);
+
+/// The page tags of one file (`PAGECACHE_TAG_*`) and its counts.
+#[derive(Debug, Default)]
+struct Tags {
+    dirty: BTreeSet<u64>,
+    towrite: BTreeSet<u64>,
+    writeback: BTreeSet<u64>,
+    /// `inode->dirtied_when`: when the file went from clean to dirty (the age the periodic
+    /// flush compares with `dirty_expire`); `None` while clean.
+    dirtied_when: Option<std::time::Instant>,
+}
+
+/// One file's writeback state: its tags and its error sequence (`mapping->wb_err`).
+#[derive(Debug, Default)]
+pub(crate) struct WbState {
+    tags: Mutex<Tags>,
+    /// `mapping->wb_err`.
+    pub(crate) err: ErrSeq,
+}
+
+impl WbState {
+    /// Dirty pages of this file now.
+    pub(crate) fn nr_dirty(&self) -> u64 {
+        self.tags.lock().dirty.len() as u64
+    }
+
+    /// Pages of this file under writeback now.
+    pub(crate) fn nr_writeback(&self) -> u64 {
+        self.tags.lock().writeback.len() as u64
+    }
+
+    /// Whether the file has dirty or writeback pages (it must not be dropped yet).
+    pub(crate) fn has_unwritten(&self) -> bool {
+        let t = self.tags.lock();
+        !t.dirty.is_empty() || !t.writeback.is_empty()
+    }
+
+    /// The dirty page indices (`validate` compares them with the folios' flags).
+    pub(crate) fn dirty_indices(&self) -> Vec<u64> {
+        self.tags.lock().dirty.iter().copied().collect()
+    }
+
+    /// When the file went from clean to dirty, if it is dirty (`inode->dirtied_when`).
+    pub(crate) fn dirtied_when(&self) -> Option<std::time::Instant> {
+        let mut t = self.tags.lock();
+        if t.dirty.is_empty() {
+            t.dirtied_when = None;
+        }
+        t.dirtied_when
+    }
+
+    /// The dirty or writeback pages from page `first` on (truncation's work list).
+    pub(crate) fn unwritten_from(&self, first: u64) -> Vec<u64> {
+        let t = self.tags.lock();
+        let mut v: Vec<u64> = t.dirty.range(first..).copied().collect();
+        v.extend(t.writeback.range(first..).copied());
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+/// The cache-wide dirty accounting (`NR_FILE_DIRTY`, `NR_WRITEBACK`) and thresholds.
+#[derive(Debug)]
+pub(crate) struct DirtyAccount {
+    dirty: AtomicU64,
+    writeback: AtomicU64,
+    /// The hard limit in pages (`dirty_ratio` of the budget): no writer dirties past it.
+    pub(crate) limit: u64,
+    /// Throttled writers write back until under this (`dirty_background_ratio`).
+    pub(crate) background: u64,
+    /// The highest dirty + writeback count seen.
+    high_water: AtomicU64,
+}
+
+impl DirtyAccount {
+    /// Thresholds for `budget_pages`: `ratio_pct` and `background_pct` percent of it (at
+    /// least one page each, background at most the limit).
+    pub(crate) fn new(budget_pages: u64, ratio_pct: u32, background_pct: u32) -> DirtyAccount {
+        let limit = (budget_pages * ratio_pct as u64 / 100).max(1);
+        let background = (budget_pages * background_pct as u64 / 100).clamp(1, limit);
+        DirtyAccount {
+            dirty: AtomicU64::new(0),
+            writeback: AtomicU64::new(0),
+            limit,
+            background,
+            high_water: AtomicU64::new(0),
+        }
+    }
+
+    // ORDERING (all counters): Relaxed; they are statistics and a throttling heuristic read
+    // under no lock. The bound "dirty never exceeds the limit" is kept by writers checking it
+    // under their inode's write lock before they dirty (see `cache::write`), not by ordering.
+
+    /// Dirty pages in the cache now.
+    pub(crate) fn dirty(&self) -> u64 {
+        self.dirty.load(Ordering::Relaxed)
+    }
+
+    /// Pages under writeback now.
+    pub(crate) fn writeback(&self) -> u64 {
+        self.writeback.load(Ordering::Relaxed)
+    }
+
+    /// The highest dirty + writeback count seen.
+    pub(crate) fn high_water(&self) -> u64 {
+        self.high_water.load(Ordering::Relaxed)
+    }
+
+    /// Reserves `n` pages of dirtiness if that stays within the limit (a writer calls it
+    /// before dirtying, so that concurrent writers of different files cannot overshoot the
+    /// limit together). The reservation becomes the dirty count of the page
+    /// ([`mark_dirty_reserved`]) or is given back ([`DirtyAccount::unreserve`]).
+    pub(crate) fn try_reserve(&self, n: u64) -> bool {
+        let mut cur = self.dirty.load(Ordering::Relaxed);
+        loop {
+            if cur + n > self.limit {
+                return false;
+            }
+            // ORDERING: Relaxed (see above): the CAS makes reservations exact, nothing is
+            // published through the count.
+            match self
+                .dirty
+                .compare_exchange(cur, cur + n, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    self.high_water
+                        .fetch_max(cur + n + self.writeback(), Ordering::Relaxed);
+                    return true;
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Gives back a reservation that dirtied nothing.
+    pub(crate) fn unreserve(&self, n: u64) {
+        self.sub_dirty(n);
+    }
+
+    fn add_dirty(&self, n: u64) {
+        let now = self.dirty.fetch_add(n, Ordering::Relaxed) + n + self.writeback();
+        self.high_water.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn sub_dirty(&self, n: u64) {
+        self.dirty.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// `folio_mark_dirty` (`filemap_dirty_folio` -> `__folio_mark_dirty`) for a writer that
+/// reserved the page's dirtiness ([`DirtyAccount::try_reserve`]): sets PG_dirty and, if it
+/// was clean, tags the page DIRTY, the reservation becoming its count; if the folio was dirty
+/// already the reservation is given back. The caller holds the folio lock and the folio is
+/// in its file's index.
+pub(crate) fn mark_dirty_reserved(folio: &FolioLocked<'_>, wb: &WbState, acct: &DirtyAccount) {
+    if folio.test_set_flag(PG_DIRTY) {
+        acct.unreserve(folio.nr_pages() as u64);
+        return;
+    }
+    let mut t = wb.tags.lock();
+    if t.dirty.is_empty() {
+        // `__mark_inode_dirty`: the file's dirty age starts now.
+        t.dirtied_when = Some(std::time::Instant::now());
+    }
+    t.dirty.insert(folio.index());
+}
+
+/// `folio_cancel_dirty` (truncation) and the dirty hand-over of a replaced folio: clears
+/// PG_dirty and, if it was set, the DIRTY and TOWRITE tags and the counts. Folio locked.
+/// Returns whether it was dirty.
+pub(crate) fn cancel_dirty(folio: &FolioLocked<'_>, wb: &WbState, acct: &DirtyAccount) -> bool {
+    if !folio.test_clear_flag(PG_DIRTY) {
+        return false;
+    }
+    let mut t = wb.tags.lock();
+    t.dirty.remove(&folio.index());
+    t.towrite.remove(&folio.index());
+    drop(t);
+    acct.sub_dirty(folio.nr_pages() as u64);
+    true
+}
+
+/// `folio_wait_stable`: sleeps while the folio is under writeback (its bytes are being
+/// written), so that a writer never changes bytes a write in flight is reading.
+pub(crate) fn wait_stable(folio: &FolioLocked<'_>) {
+    folio.folio_ref().wait_writeback();
+}
+
+/// Which tag a writeback pass walks (`enum writeback_sync_modes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SyncMode {
+    /// `WB_SYNC_NONE`: the DIRTY tag; folios under writeback are skipped (dirty throttling).
+    Background,
+    /// `WB_SYNC_ALL`: the TOWRITE snapshot taken at the start; folios under writeback are
+    /// waited for and written again if redirtied (integrity sync).
+    All,
+}
+
+/// What one file's writeback pass works on.
+pub(crate) struct WbTarget<'a> {
+    pub(crate) pages: &'a Index,
+    pub(crate) backing: &'a dyn Backing,
+    pub(crate) wb: &'a WbState,
+    pub(crate) acct: &'a DirtyAccount,
+    /// `i_size`, read under each folio's lock to clamp what is written.
+    pub(crate) size: &'a AtomicU64,
+    pub(crate) policy: WbErrorPolicy,
+    /// `folio_rotate_reclaimable`, for a folio reclaim marked while it was dirty or under
+    /// writeback, once its writeback ends (the LRU's, installed by the cache).
+    pub(crate) rotate: &'a dyn Fn(&FolioRef<'_>),
+    /// The file's count of writes issued to its backing, bumped before each (revalidation
+    /// tells the cache's own changes of the file from foreign ones by it).
+    pub(crate) seq: &'a AtomicU64,
+    /// The size the backing is known to hold, grown by each successful write before its
+    /// folios end writeback (so a truncation that waited for them sets it last).
+    pub(crate) disk_size: &'a AtomicU64,
+}
+
+/// What a writeback pass did.
+#[derive(Debug, Default)]
+pub(crate) struct WbOutcome {
+    /// Pages written (or attempted).
+    pub(crate) pages: u64,
+    /// Vectored writes issued.
+    pub(crate) writes: u64,
+    /// Bytes written.
+    pub(crate) bytes: u64,
+    /// The first error (already recorded in the error sequence).
+    pub(crate) error: Option<(u64, io::Error)>,
+    /// The end of the furthest byte range written successfully (the backing file is at least
+    /// this long now).
+    pub(crate) end: u64,
+}
+
+/// Folios taken per look at the tags (`PAGEVEC_SIZE`-like: the mutex is not held for long).
+const WB_BATCH: usize = 16;
+/// The most folios one vectored write carries (`IOV_MAX` is 1024; 256 pages is 1 MiB).
+const WB_RUN_MAX: usize = 256;
+
+/// A contiguous run of folios under writeback, waiting to be written with one call.
+struct Run<'a> {
+    start: u64,
+    folios: Vec<(FolioRef<'a>, usize)>,
+}
+
+/// `do_writepages` -> `writeback_iter` over the page range `start..=end`: writes the file's
+/// dirty folios (all of them, or in `SyncMode::All` those dirty when the pass started),
+/// contiguous runs coalesced into one vectored write each.
+pub(crate) fn writepages(t: &WbTarget<'_>, start: u64, end: u64, mode: SyncMode) -> WbOutcome {
+    let mut out = WbOutcome::default();
+    if mode == SyncMode::All {
+        // `tag_pages_for_writeback`: freeze the set this sync must write.
+        let mut tags = t.wb.tags.lock();
+        let Tags { dirty, towrite, .. } = &mut *tags;
+        towrite.extend(dirty.range(start..=end).copied());
+    }
+    let mut run: Option<Run<'_>> = None;
+    let mut cursor = start;
+    loop {
+        let batch: Vec<u64> = {
+            let tags = t.wb.tags.lock();
+            let set = match mode {
+                SyncMode::All => &tags.towrite,
+                SyncMode::Background => &tags.dirty,
+            };
+            set.range(cursor..=end).take(WB_BATCH).copied().collect()
+        };
+        let Some(&last) = batch.last() else { break };
+        cursor = last + 1;
+        for index in batch {
+            let Some((folio, len)) = prepare_writeback(t, index, mode, &mut || {
+                // About to sleep on another pass's write: ours must not keep it waiting
+                // (two integrity syncs each waiting for the other's unsubmitted run).
+                if let Some(r) = run.take() {
+                    submit(t, r, &mut out);
+                }
+            }) else {
+                continue;
+            };
+            match &mut run {
+                // Contiguous in the file, and the run so far all whole pages: a folio clamped
+                // at EOF (`len` short of its size) ends a run, since the next buffer would
+                // land right after its last byte, not at its page. (The size can grow between
+                // two folios of one pass: a writer extended the file meanwhile.)
+                Some(r)
+                    if r.start + r.folios.len() as u64 == index
+                        && r.folios.len() < WB_RUN_MAX
+                        && r.folios.last().is_some_and(|(f, l)| *l == f.size()) =>
+                {
+                    r.folios.push((folio, len));
+                }
+                _ => {
+                    if let Some(r) = run.take() {
+                        submit(t, r, &mut out);
+                    }
+                    run = Some(Run {
+                        start: index,
+                        folios: vec![(folio, len)],
+                    });
+                }
+            }
+        }
+        if cursor > end || cursor == 0 {
+            break;
+        }
+    }
+    if let Some(r) = run.take() {
+        submit(t, r, &mut out);
+    }
+    out
+}
+
+/// `folio_prepare_writeback` + `folio_clear_dirty_for_io` + `folio_start_writeback` for the
+/// folio at `index`: the folio under writeback (unlocked, referenced) with the bytes to write,
+/// or `None` if there is nothing to write there. `before_wait` runs before it sleeps on a
+/// folio already under writeback.
+fn prepare_writeback<'a>(
+    t: &WbTarget<'a>,
+    index: u64,
+    mode: SyncMode,
+    before_wait: &mut dyn FnMut(),
+) -> Option<(FolioRef<'a>, usize)> {
+    let folio = loop {
+        let Some(f) = t.pages.lookup(index) else {
+            // Truncated away: its tags went with it (`cancel_dirty`); drop a stale TOWRITE.
+            t.wb.tags.lock().towrite.remove(&index);
+            return None;
+        };
+        let f = f.lock();
+        if f.mapping() == t.pages.mapping_id() && f.index() == index {
+            break f;
+        }
+        // Replaced or truncated while we locked it: look again.
+    };
+    if !folio.test_flag(PG_DIRTY) {
+        // Written by someone else meanwhile.
+        t.wb.tags.lock().towrite.remove(&index);
+        return None;
+    }
+    if folio.test_flag(PG_WRITEBACK) {
+        if mode == SyncMode::Background {
+            return None;
+        }
+        // Redirtied while a write of older bytes is in flight: wait, then write it again.
+        before_wait();
+        folio.folio_ref().wait_writeback();
+    }
+    let nr = folio.nr_pages() as u64;
+    let pos = index << PAGE_SHIFT;
+    // ORDERING: Relaxed; `i_size` changes under the folio locks of the pages it cuts (the
+    // truncation locks them after storing it), and we hold this folio's lock.
+    let size = t.size.load(Ordering::Relaxed);
+    let len = size.saturating_sub(pos).min(folio.size() as u64) as usize;
+    if len == 0 {
+        // Wholly past EOF (a truncation is cutting it): nothing of it belongs in the file.
+        folio.clear_flag(PG_DIRTY);
+        let mut tags = t.wb.tags.lock();
+        tags.dirty.remove(&index);
+        tags.towrite.remove(&index);
+        drop(tags);
+        t.acct.sub_dirty(nr);
+        return None;
+    }
+    folio.clear_flag(PG_DIRTY);
+    folio.set_flag(PG_WRITEBACK);
+    {
+        let mut tags = t.wb.tags.lock();
+        tags.dirty.remove(&index);
+        tags.towrite.remove(&index);
+        tags.writeback.insert(index);
+    }
+    t.acct.sub_dirty(nr);
+    t.acct.writeback.fetch_add(nr, Ordering::Relaxed);
+    Some((folio.unlock(), len))
+}
+
+/// Writes a run with one vectored write (more only if the backing writes short), records an
+/// error, then ends the writeback of every folio of the run.
+fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
+    let offset = run.start << PAGE_SHIFT;
+    let bufs: Vec<&[u8]> = run
+        .folios
+        .iter()
+        .map(|(f, len)| &f.data().expect("folios under writeback are uptodate")[..*len])
+        .collect();
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    // ORDERING: SeqCst; pairs with revalidation's loads around its `fstat` (cache::file).
+    t.seq.fetch_add(1, Ordering::SeqCst);
+    let r = write_all_vectored(t.backing, &bufs, offset, &mut out.writes);
+    out.pages += run.folios.len() as u64;
+    let failed = match r {
+        Ok(()) => {
+            out.bytes += total as u64;
+            out.end = out.end.max(offset + total as u64);
+            t.disk_size
+                .fetch_max(offset + total as u64, Ordering::Relaxed);
+            false
+        }
+        Err(e) => {
+            t.wb.err.set(e.raw_os_error().unwrap_or(libc::EIO));
+            if out.error.is_none() {
+                out.error = Some((offset, e));
+            }
+            true
+        }
+    };
+    for (folio, _) in run.folios {
+        if failed && t.policy == WbErrorPolicy::KeepDirty && !folio.test_set_flag(PG_DIRTY) {
+            // Redirty before the writeback ends, so that truncation (which waits for it)
+            // cancels this dirtiness if the page goes away meanwhile.
+            let mut tags = t.wb.tags.lock();
+            if folio.mapping() == t.pages.mapping_id() {
+                if tags.dirty.is_empty() {
+                    tags.dirtied_when = Some(std::time::Instant::now());
+                }
+                tags.dirty.insert(folio.index());
+                drop(tags);
+                t.acct.add_dirty(folio.nr_pages() as u64);
+            } else {
+                folio.clear_flag(PG_DIRTY);
+            }
+        }
+        end_writeback(t, &folio);
+    }
+}
+
+/// `folio_end_writeback`: untags the folio and clears PG_writeback, waking its waiters; a
+/// folio reclaim had picked loses PG_reclaim and moves to the inactive tail.
+fn end_writeback(t: &WbTarget<'_>, folio: &FolioRef<'_>) {
+    t.wb.tags.lock().writeback.remove(&folio.index());
+    t.acct
+        .writeback
+        .fetch_sub(folio.nr_pages() as u64, Ordering::Relaxed);
+    // `folio_end_writeback`: a folio reclaim wanted goes to the inactive tail to be freed
+    // first (if the write failed and it is dirty again, it stays where it is).
+    if folio.flags() & PG_RECLAIM != 0
+        && folio.test_clear_flag(PG_RECLAIM)
+        && !folio.test_flag(PG_DIRTY)
+    {
+        (t.rotate)(folio);
+    }
+    folio.end_writeback();
+}
+
+/// Writes every byte of `bufs` at `offset`, continuing after short writes; a write of zero
+/// bytes is an error (`WriteZero`).
+fn write_all_vectored(
+    backing: &dyn Backing,
+    bufs: &[&[u8]],
+    mut offset: u64,
+    calls: &mut u64,
+) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+    let mut rest: &mut [IoSlice<'_>] = &mut slices;
+    while !rest.is_empty() {
+        *calls += 1;
+        match backing.write_vectored_at(rest, offset) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("{backing:?} wrote 0 bytes at offset {offset}"),
+                ))
+            }
+            Ok(n) => {
+                let left: usize = rest.iter().map(|s| s.len()).sum();
+                if n > left {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{backing:?} reported {n} bytes written of {left} at offset {offset}"
+                        ),
+                    ));
+                }
+                offset += n as u64;
+                IoSlice::advance_slices(&mut rest, n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `__filemap_fdatawait_range`: waits for every folio of `start..=end` that is under
+/// writeback now (a snapshot of the WRITEBACK tag: later writebacks are not waited for).
+pub(crate) fn wait_writeback_range(pages: &Index, wb: &WbState, start: u64, end: u64) {
+    let under: Vec<u64> = wb
+        .tags
+        .lock()
+        .writeback
+        .range(start..=end)
+        .copied()
+        .collect();
+    for index in under {
+        if let Some(f) = pages.lookup(index) {
+            f.wait_writeback();
+        }
+    }
+}
