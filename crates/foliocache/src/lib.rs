@@ -51,6 +51,7 @@
 //! | [`OpenOptions`] | how to open: read-only (default), write, create, truncate |
 //! | [`PinnedFolio`], [`OwnedFolio`] | a cached page, pinned, read in place (borrowed, or `'static`) |
 //! | [`FolioMut`] | a cached page to write in place, marked dirty when dropped |
+//! | [`FileCursor`] | a file as an `io::Read + BufRead + Seek + Write` stream (zero-copy `BufRead`) |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
 //! | [`CacheStats`] | hits, misses, readahead, reclaim, dirty and writeback counts |
 //! | [`WbErrorPolicy`] | what becomes of pages whose writeback failed |
@@ -96,8 +97,9 @@ mod variant;
 
 #[cfg(not(loom))]
 pub use cache::{
-    CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, FolioMut, OpenOptions,
-    OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
+    CacheError, CacheStats, CachedFile, Config, ConfigError, FileCursor, FolioCache, FolioMut,
+    OpenOptions, OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES,
+    MAX_RA_PAGES,
 };
 pub use mm::folio::PAGE_SIZE;
 pub use mm::writeback::WbErrorPolicy;

@@ -69,6 +69,7 @@
 //! choice ([`Experiment::strategy`](crate::mm::Experiment::strategy)).
 
 mod config;
+mod cursor;
 mod error;
 mod file;
 mod flusher;
@@ -82,6 +83,7 @@ use std::path::{Path, PathBuf};
 pub use config::{
     Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
+pub use cursor::FileCursor;
 pub use error::CacheError;
 pub use file::{CachedFile, OwnedFolio, PinnedFolio};
 pub use stats::CacheStats;
