@@ -21,8 +21,16 @@ use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use super::file::{CachedFile, PinnedFolio};
 use crate::mm::folio::PAGE_SIZE;
 
-/// A position over a [`CachedFile`], implementing `Read`, `BufRead`, `Seek` and `Write`
-/// ([module docs](self)). Made by [`CachedFile::cursor`].
+/// A position over a [`CachedFile`], implementing `Read`, `BufRead`, `Seek` and `Write`, for
+/// code written against [`std::io`]. Made by [`CachedFile::cursor`].
+///
+/// A handle keeps no position (every call names its offset, like `pread`); a cursor adds one
+/// and is used by one thread at a time. `BufRead` is zero-copy: `fill_buf` pins the folio
+/// under the position and returns the rest of its bytes in place, keeping that one pin until
+/// the position leaves the folio or the cursor seeks, writes or drops. `Read` copies, as
+/// [`CachedFile::read_at`] does. Writes go through [`CachedFile::write_at`] (the handle must
+/// be writable) and are visible to every reader at once; `flush` does nothing, as
+/// `File::flush` does nothing: durability is a sync ([`CachedFile::sync_data`]).
 ///
 /// ```
 /// use std::io::{BufRead, Read, Seek, SeekFrom};

@@ -74,6 +74,8 @@ mod error;
 mod file;
 mod flusher;
 pub(crate) mod inode;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod stats;
 mod write;
 

@@ -44,6 +44,11 @@ macro_rules! cache_counters {
         }
 
         impl CacheStats {
+            /// The names of the [`CacheStats::vmstat`] lines that are levels read from the
+            /// cache's state (inodes, dirty pages, budget), not counts of events.
+            #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+            pub(crate) const GAUGES: &'static [&'static str] = &[$( stringify!($gf), )*];
+
             pub(crate) fn fill_events(&mut self, c: &Counters) {
                 $( self.$ef = c.sum(Event::$ev); )*
             }

@@ -372,6 +372,18 @@ pub struct LruStats {
 }
 
 impl LruStats {
+    /// The names of the [`LruStats::vmstat`] lines that are levels (list sizes, batched
+    /// folios), not counts of events.
+    pub const GAUGES: &'static [&'static str] = &[
+        "lru_folios_inactive",
+        "lru_folios_active",
+        "lru_folios_unevictable",
+        "lru_pages_inactive",
+        "lru_pages_active",
+        "lru_pages_unevictable",
+        "lru_batched",
+    ];
+
     /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
     /// name `lru_` and the field's (list sizes as `lru_folios_<list>` and `lru_pages_<list>`).
     pub fn vmstat(&self) -> Vec<(&'static str, u64)> {

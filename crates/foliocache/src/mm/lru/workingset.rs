@@ -158,6 +158,10 @@ pub struct WorkingsetStats {
 }
 
 impl WorkingsetStats {
+    /// The names of the [`WorkingsetStats::vmstat`] lines that are levels, not counts of
+    /// events.
+    pub const GAUGES: &'static [&'static str] = &["workingset_nodes"];
+
     /// The snapshot as `/proc/vmstat` lines, in a stable order: `workingset_refault`,
     /// `workingset_activate`, `workingset_restore`, `workingset_nodes`,
     /// `workingset_nodereclaim`, `workingset_nonresident_age`.
