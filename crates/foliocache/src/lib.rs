@@ -73,7 +73,7 @@
 //! the background flusher, or a writer at the dirty limit. A writeback error is reported to
 //! every handle open when it happened, once, at its next sync.
 //!
-//! **Optional features.** `metrics`: [`FolioCache::record_metrics`] exports every counter
+//! **Optional features.** `metrics`: `FolioCache::record_metrics` exports every counter
 //! through the [`metrics`](https://docs.rs/metrics) facade.
 //!
 //! # For kernel and systems engineers
