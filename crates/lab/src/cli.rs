@@ -6,7 +6,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 
 use crate::harness::{CommonArgs, LabResult, Report};
-use crate::scenarios::REGISTRY;
+use crate::scenarios::{Scenario, REGISTRY};
 use crate::summary::RunInfo;
 
 /// The foliocache lab: reproduces the seed patch threads' experiments, the kernel's vanilla
@@ -93,14 +93,14 @@ pub fn main() -> i32 {
 /// The common options of a scenario subcommand (`None` for `all` and `validate`).
 fn common_of(cmd: &Command) -> Option<&CommonArgs> {
     match cmd {
-        Command::Refcount(a) => Some(&a.common),
-        Command::Pread(a) => Some(&a.common),
-        Command::Readseq(a) => Some(&a.common),
-        Command::Cow(a) => Some(&a.common),
-        Command::Hash(a) => Some(&a.common),
-        Command::Lru(a) => Some(&a.common),
-        Command::Peers(a) => Some(&a.common),
-        Command::Write(a) => Some(&a.common),
+        Command::Refcount(a) => Some(a.common()),
+        Command::Pread(a) => Some(a.common()),
+        Command::Readseq(a) => Some(a.common()),
+        Command::Cow(a) => Some(a.common()),
+        Command::Hash(a) => Some(a.common()),
+        Command::Lru(a) => Some(a.common()),
+        Command::Peers(a) => Some(a.common()),
+        Command::Write(a) => Some(a.common()),
         Command::All(_) | Command::Validate { .. } => None,
     }
 }
@@ -111,14 +111,14 @@ fn run(cli: Cli) -> LabResult<i32> {
     }
     match cli.command {
         Command::All(a) => run_all(&a),
-        Command::Refcount(a) => Ok(exit_code(crate::scenarios::refcount::run(&a)?)),
-        Command::Pread(a) => Ok(exit_code(crate::scenarios::pread::run(&a)?)),
-        Command::Readseq(a) => Ok(exit_code(crate::scenarios::readseq::run(&a)?)),
-        Command::Cow(a) => Ok(exit_code(crate::scenarios::cow::run(&a)?)),
-        Command::Hash(a) => Ok(exit_code(crate::scenarios::hash::run(&a)?)),
-        Command::Lru(a) => Ok(exit_code(crate::scenarios::lru::run(&a)?)),
-        Command::Peers(a) => Ok(exit_code(crate::scenarios::peers::run(&a)?)),
-        Command::Write(a) => Ok(exit_code(crate::scenarios::write::run(&a)?)),
+        Command::Refcount(a) => Ok(exit_code(a.run()?)),
+        Command::Pread(a) => Ok(exit_code(a.run()?)),
+        Command::Readseq(a) => Ok(exit_code(a.run()?)),
+        Command::Cow(a) => Ok(exit_code(a.run()?)),
+        Command::Hash(a) => Ok(exit_code(a.run()?)),
+        Command::Lru(a) => Ok(exit_code(a.run()?)),
+        Command::Peers(a) => Ok(exit_code(a.run()?)),
+        Command::Write(a) => Ok(exit_code(a.run()?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             // Every file is checked and reported, a bad one does not hide the ones after it.

@@ -391,14 +391,7 @@ fn verify(
     Ok((checks, bad))
 }
 
-/// Runs the scenario with only the common options (the registry's entry point).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-        order: 9,
-        ..Args::default()
-    })
-}
+super::scenario!();
 
 /// Runs the scenario: measures both parts, prints the seed's table, writes JSON if asked.
 pub fn run(args: &Args) -> LabResult<Report> {

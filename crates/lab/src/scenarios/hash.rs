@@ -161,13 +161,7 @@ fn worker(t: &FileTable<u64>, tid: usize, files: u64, stop: &AtomicBool) -> (u64
     }
 }
 
-/// Runs the scenario with only the common options (the registry's entry point).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-        ..Args::default()
-    })
-}
+super::scenario!();
 
 /// p-quantile (0..=1) of `v` (nearest rank); 0 for an empty slice.
 fn quantile(v: &mut [f64], q: f64) -> f64 {

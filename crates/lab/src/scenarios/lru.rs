@@ -175,13 +175,7 @@ struct Measured {
     accounting: Result<(), String>,
 }
 
-/// Runs the scenario with only the common options (the registry's entry point).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-        ..Args::default()
-    })
-}
+super::scenario!();
 
 /// Runs the scenario: measures, prints the tables, writes JSON and plot if asked.
 pub fn run(args: &Args) -> LabResult<Report> {

@@ -95,15 +95,7 @@ fn parse_table_ref(s: &str) -> Result<TableRef, String> {
     s.parse::<TableRef>().map_err(|e| e.to_string())
 }
 
-/// Runs `pread` with its defaults and the common options (for `all`).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-        dir: None,
-        read_size: 64,
-        file_table: TableRef::PercpuFast,
-    })
-}
+super::scenario!();
 
 /// The foliocache variant of a refcount strategy.
 fn strategy_of(variant: &str) -> Option<RefStrategy> {

@@ -119,17 +119,7 @@ pub struct Args {
     pub layout: Option<String>,
 }
 
-/// Runs `readseq` with its defaults and the common options (for `all`).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-        dir: None,
-        value_size: 8192,
-        mib_per_thread: None,
-        ra_pages: 32,
-        layout: None,
-    })
-}
+super::scenario!();
 
 fn mode_of(variant: &str) -> InsertMode {
     if variant == "batched" {

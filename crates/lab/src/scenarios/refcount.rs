@@ -25,8 +25,9 @@
 //! The seed's real workload (`pread` of 64 bytes at offset 0 of one cached file through the
 //! page cache) is the scenario `pread`, which uses the same strategies inside the cache.
 //!
-//! This module is the template for the others: `SEED`, `Args` flattening [`CommonArgs`],
-//! `run(&Args)`, a `run_common` for the registry, measurement with [`Interleaver::rounds`] and
+//! This module is the template for the others: `NAME`, `SEED`, `ABOUT`, `Args` flattening
+//! [`CommonArgs`], `run(&Args)`, `scenario!()` implementing [`super::Scenario`] with them,
+//! measurement with [`Interleaver::rounds`] and
 //! [`run_threads`], then rows, comparisons, checks, tables and [`emit`].
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
@@ -158,12 +159,7 @@ fn folio_loop<T: RefOps>(rc: &RefCount, stop: &AtomicBool) -> (u64, u64) {
     }
 }
 
-/// Runs the scenario with only the common options (the registry's entry point).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-    })
-}
+super::scenario!();
 
 /// Runs the scenario: measures, prints both tables, writes JSON and plot if asked.
 pub fn run(args: &Args) -> LabResult<Report> {

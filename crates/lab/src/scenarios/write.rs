@@ -207,13 +207,7 @@ impl Default for Args {
     }
 }
 
-/// Runs `write` with its defaults and the common options (for `all`).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-        ..Args::default()
-    })
-}
+super::scenario!();
 
 /// The sizes of a run, every default filled in.
 #[derive(Clone, Copy, Debug)]

@@ -205,13 +205,7 @@ impl Default for Args {
     }
 }
 
-/// Runs the scenario with only the common options (the registry's entry point).
-pub fn run_common(common: &CommonArgs) -> LabResult<Report> {
-    run(&Args {
-        common: common.clone(),
-        ..Args::default()
-    })
-}
+crate::scenarios::scenario!();
 
 /// What every measurement shares: the file, its content, the budget, the traces.
 struct Setup {
