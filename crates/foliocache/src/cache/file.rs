@@ -199,7 +199,8 @@ impl Drop for Mapping {
     }
 }
 
-/// An open file of a [`FolioCache`](super::FolioCache): the analog of `struct file`.
+/// An open file of a [`FolioCache`](super::FolioCache), used like a file descriptor with
+/// `pread`/`pwrite` (every call names its byte offset; the kernel's `struct file`).
 ///
 /// Every handle has its own readahead stream; handles of the same path share the cached pages.
 /// A handle may be used from many threads at once (`read_at` takes `&self`), though a
