@@ -11,10 +11,7 @@ use std::time::Duration;
 const IDS: u64 = 1024;
 
 fn table(r: TableRef) -> FileTable<u64> {
-    let t = FileTable::new(FileTableConfig {
-        reference: r,
-        sizing: Sizing::Fixed(512),
-    });
+    let t = FileTable::new(FileTableConfig::new(r, Sizing::Fixed(512)));
     for k in 0..IDS {
         t.insert(k, k ^ 0x55);
     }

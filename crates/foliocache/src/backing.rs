@@ -287,6 +287,7 @@ impl Backing for FileBacking {
 
 /// Why [`read_run`] could not fill a run.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum RunError {
     /// The backing failed, or broke its contract (returned more bytes than it was asked for:
     /// an [`io::ErrorKind::InvalidData`] error naming the backing and the offset).

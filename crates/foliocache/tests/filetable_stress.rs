@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 fn stress(reference: TableRef, resizes: u64) {
     const N: u64 = 512;
-    let t = Arc::new(FileTable::<u64>::new(FileTableConfig {
+    let t = Arc::new(FileTable::<u64>::new(FileTableConfig::new(
         reference,
-        sizing: Sizing::Fixed(16),
-    }));
+        Sizing::Fixed(16),
+    )));
     for k in 0..N {
         t.insert(k, k * 7);
     }

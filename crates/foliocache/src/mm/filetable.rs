@@ -184,6 +184,7 @@ pub enum Sizing {
 
 /// Misuse of [`FileTable::resize`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResizeError {
     /// The table was created with [`TableRef::Immutable`].
     Immutable,
@@ -202,6 +203,7 @@ impl std::error::Error for ResizeError {}
 
 /// What one resize did and how long it took.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct ResizeStats {
     /// Buckets before.
     pub from: usize,
@@ -475,6 +477,7 @@ impl<V> Table<V> {
 
 /// Configuration of a [`FileTable`].
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct FileTableConfig {
     /// How lookups pin the table.
     pub reference: TableRef,
@@ -482,12 +485,16 @@ pub struct FileTableConfig {
     pub sizing: Sizing,
 }
 
+impl FileTableConfig {
+    /// A table whose lookups pin it with `reference`, sized by `sizing`.
+    pub const fn new(reference: TableRef, sizing: Sizing) -> Self {
+        Self { reference, sizing }
+    }
+}
+
 impl Default for FileTableConfig {
     fn default() -> Self {
-        Self {
-            reference: TableRef::PercpuFast,
-            sizing: Sizing::Auto,
-        }
+        Self::new(TableRef::PercpuFast, Sizing::Auto)
     }
 }
 

@@ -134,6 +134,7 @@ pub enum RefVariant {
 
 /// Misuse of a [`PercpuRef`] transition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PercpuRefError {
     /// `kill` on a reference that is already dead.
     AlreadyDead,

@@ -131,7 +131,7 @@ fn build(reference: TableRef, buckets: Buckets, threads: usize, files: u64) -> A
         (Buckets::Auto, _) => Sizing::Auto,
         (Buckets::Fixed(n), _) => Sizing::Fixed(n),
     };
-    let t = Arc::new(FileTable::new(FileTableConfig { reference, sizing }));
+    let t = Arc::new(FileTable::new(FileTableConfig::new(reference, sizing)));
     t.set_threads(threads);
     for k in 0..entries as u64 {
         t.insert(k, value_of(k));

@@ -56,6 +56,7 @@ use crate::mm::sync::{
 
 /// How to build an [`Arena`] (the memory budget of a cache and its refcount strategy).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ArenaConfig {
     /// Bytes of folio data the arena may hold; rounded down to whole 4 KiB pages.
     pub budget_bytes: usize,
@@ -90,6 +91,7 @@ impl ArenaConfig {
 
 /// Why an arena could not be built.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ArenaError {
     /// The budget holds no whole page.
     BudgetTooSmall {
@@ -145,6 +147,7 @@ pub const METADATA_BYTES_PER_PAGE: usize =
 
 /// What bounds the memory a budget may take ([`check_budget`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MemoryLimit {
     /// The machine's physical memory (`sysconf(_SC_PHYS_PAGES)`).
     PhysicalMemory,
@@ -267,6 +270,7 @@ fn address_space_left() -> Option<u64> {
 
 /// Why [`Arena::alloc`] failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AllocError {
     /// `-ENOMEM`: no free block of this order exists (the budget is used up, or fragmented:
     /// compare `free_pages` with `2^order`).
@@ -304,6 +308,7 @@ impl std::error::Error for AllocError {}
 
 /// A snapshot of an arena's accounting (`/proc/vmstat`, `/proc/buddyinfo`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ArenaStats {
     /// Pages in the budget.
     pub total_pages: u64,

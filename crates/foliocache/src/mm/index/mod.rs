@@ -121,6 +121,7 @@ const MAX_SPARE: usize = 32;
 
 /// Why a folio was not inserted (`__filemap_add_folio`'s error codes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AddError {
     /// `-EEXIST`: a folio already occupies (part of) the range starting at `index`.
     Exists {
@@ -180,6 +181,7 @@ impl std::error::Error for AddError {}
 
 /// What [`Index::truncate`] and [`Index::invalidate`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RemoveStats {
     /// Folios removed from the index and freed.
     pub folios_freed: u64,
@@ -192,6 +194,7 @@ pub struct RemoveStats {
 
 /// A snapshot of an index's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IndexStats {
     /// `mapping->nrpages`: pages cached.
     pub nr_pages: u64,

@@ -156,6 +156,7 @@ impl Watermarks {
 
 /// What a reclaim call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReclaimResult {
     /// Folios looked at on the inactive tail.
     pub scanned: u64,

@@ -139,6 +139,7 @@ impl Workingset {
 
 /// A snapshot of the workingset counters (`/proc/vmstat`'s `workingset_*` lines, file pages).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkingsetStats {
     /// Whether shadows are left at eviction ([`LruConfig::workingset`](super::LruConfig)).
     pub enabled: bool,

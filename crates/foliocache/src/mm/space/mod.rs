@@ -126,6 +126,7 @@ pub const PMD_ORDER: u32 = 9;
 
 /// How a family of spaces behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SpaceConfig {
     /// The sharer-tracking strategy of every folio these spaces map.
     pub tracking: Tracking,
@@ -161,6 +162,7 @@ impl SpaceConfig {
 
 /// Why a space operation failed; each message says how to fix the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SpaceError {
     /// No VMA covers the address.
     NotMapped {
@@ -248,6 +250,7 @@ impl std::error::Error for SpaceError {}
 
 /// Counters of one space, or summed over a family ([`Spaces::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SpaceStats {
     /// `fork()` calls.
     pub forks: u64,

@@ -37,6 +37,7 @@ pub struct FolioSharing {
 
 /// The outcome of [`Spaces::check_oracle`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OracleReport {
     /// Folios mapped somewhere.
     pub folios: u64,
