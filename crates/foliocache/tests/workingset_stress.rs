@@ -207,7 +207,11 @@ fn readers_over_files_larger_than_the_budget_then_everything_dropped() {
         }
     });
     let ws = cache.workingset_stats();
-    assert!(ws.refault > 0 && ws.activate > 0, "{ws:?}");
+    // Refaults are certain (files 16 and 64 times the budget); whether one of them falls
+    // within the active list's distance depends on how the threads interleave (a loaded
+    // machine once ran them nearly one after another and activated none), so this test of
+    // concurrency does not judge the policy: tests/workingset.rs does, deterministically.
+    assert!(ws.refault > 0, "{ws:?}");
     assert!(
         ws.nodereclaim > 0,
         "the sweeps must have left work for the shrinker: {ws:?}"
