@@ -39,7 +39,8 @@ pub struct Config {
     pub insert_mode: InsertMode,
     /// Maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead.
     pub ra_pages: usize,
-    /// How a read pins the open-file table while it resolves its handle (seed 003).
+    /// How opens and closes pin the open-file table (seed 003); reads use the handle's own
+    /// mapping and do not look the handle up.
     pub file_table: TableRef,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
     pub panic_on_bad_page: bool,
@@ -159,7 +160,7 @@ impl Config {
         self
     }
 
-    /// Sets how reads pin the open-file table (`immutable`, `atomic`, `percpu`,
+    /// Sets how opens and closes pin the open-file table (`immutable`, `atomic`, `percpu`,
     /// `percpu-fast`).
     pub fn file_table(mut self, reference: TableRef) -> Config {
         self.file_table = reference;
