@@ -557,3 +557,30 @@ fn a_filled_folio_needs_two_hits_to_be_promoted_by_default() {
     drop(file.get_folio(4).unwrap());
     assert_eq!(active(&c), 5, "two hits after the fill: promoted");
 }
+
+/// The read counters count each call once and each byte once, however the read splits
+/// between the lock-free hit path and the slow path: a read whose first page is cached
+/// and whose others are not copies the first page on the fast path and the rest on the
+/// slow one.
+#[test]
+fn read_counters_count_each_call_and_byte_once() {
+    let data = content(4 * PAGE as usize, 3);
+    let file = temp_file(&data);
+    let cache = FolioCache::new(
+        Config::new(1 << 20)
+            .readahead_pages(0)
+            .panic_on_bad_page(false),
+    )
+    .unwrap();
+    let f = cache.open(file.path()).unwrap();
+    let mut page = vec![0u8; PAGE as usize];
+    f.read_exact_at(&mut page, 0).unwrap(); // a miss, all on the slow path
+    f.read_exact_at(&mut page, 0).unwrap(); // a hit, all on the fast path
+    let mut three = vec![0u8; 3 * PAGE as usize];
+    assert_eq!(f.read_at(&mut three, 0).unwrap(), three.len()); // hit, then misses
+    assert_eq!(&three[..], &data[..three.len()]);
+    let s = cache.stats();
+    assert_eq!(s.read_calls, 3);
+    assert_eq!(s.bytes_copied, 5 * PAGE);
+    assert_eq!(s.misses, 3);
+}

@@ -85,6 +85,7 @@ impl Mapping {
     }
 
     /// Pages of the file (the last one may be partial).
+    #[inline]
     pub(crate) fn nr_pages(&self) -> u64 {
         self.size().div_ceil(PAGE_SIZE as u64)
     }
@@ -207,13 +208,20 @@ impl Drop for Mapping {
 /// sequential reader per thread should open its own handle, as it would its own file
 /// descriptor, so that the streams do not confuse each other's readahead.
 ///
-/// A handle is a number in the cache's file table (a file descriptor): every call resolves it
-/// there, under the table reference variant the cache was configured with
-/// ([`Experiment::file_table`](crate::mm::Experiment::file_table)).
+/// A handle is a number in the cache's file table (a file descriptor), entered at open and
+/// removed at close under the table reference variant the cache was configured with
+/// ([`Experiment::file_table`](crate::mm::Experiment::file_table)). The handle also keeps its mapping,
+/// which never changes for its life, so its reads do not resolve the number again: a
+/// thread holding a handle is like a task holding its `struct file` reference across
+/// calls, where `fdget` on every system call is the price of descriptors being plain
+/// integers. (The `hash` lab scenario measures the table's own lookups.)
 pub struct CachedFile {
     pub(super) cache: Arc<CacheInner>,
     /// The handle's key in the file table (`fd`).
     pub(super) id: u64,
+    /// The mapping the table holds under `id` (the same `Arc`'s object, for the handle's
+    /// life: the entry is removed only by the handle's drop).
+    m: Arc<Mapping>,
     ra: Mutex<RaState>,
     /// `ra->prev_pos`: the byte after the previous read of this handle.
     prev_pos: AtomicU64,
@@ -255,10 +263,11 @@ impl CachedFile {
         let ra_pages = cache.config.ra_pages;
         // `errseq_sample` at open.
         let wb_err = mapping.wb.err.sample();
-        cache.table.insert_arc(id, mapping);
+        cache.table.insert_arc(id, mapping.clone());
         CachedFile {
             cache,
             id,
+            m: mapping,
             ra: Mutex::new(RaState::new(ra_pages)),
             prev_pos: AtomicU64::new(0),
             writable: false,
@@ -274,25 +283,25 @@ impl CachedFile {
         self
     }
 
-    /// `fdget`: the mapping this handle resolves to, taken out of the file table (an `Arc`
-    /// clone: it may be held across I/O; the table reference is held only for the lookup).
+    /// The mapping of this handle (an `Arc` clone: it may be held across I/O).
     #[inline]
     pub(super) fn mapping(&self) -> Arc<Mapping> {
-        self.cache
-            .table
-            .get(self.id)
-            .expect("an open handle is in the file table")
+        self.m.clone()
     }
 
-    /// Runs `f` on this handle's mapping inside the file-table lookup (reference held, RCU
-    /// section, no lock): no `Arc` clone, so nothing shared is written. Only for short,
-    /// non-blocking work.
+    /// Runs `f` on this handle's mapping.
     #[inline]
     fn with_mapping<R>(&self, f: impl FnOnce(&Mapping) -> R) -> R {
-        self.cache
-            .table
-            .read(self.id, |m, _| f(m))
-            .expect("an open handle is in the file table")
+        f(&self.m)
+    }
+
+    /// Runs `f` on this handle's mapping inside an RCU read section of the cache's domain
+    /// (the indexes'): the section a hit's lookup runs in, entered once per call. Only for
+    /// short, non-blocking work.
+    #[inline(always)]
+    fn hit_section<R>(&self, f: impl FnOnce(&Mapping, &RcuReadGuard<'_>) -> R) -> R {
+        let section = self.cache.rcu.read_lock();
+        f(&self.m, &section)
     }
 
     /// The path the file was opened with.
@@ -348,44 +357,47 @@ impl CachedFile {
     /// or past EOF. If an error stops the read after some bytes were copied, those bytes are
     /// reported (like `pread`); the error comes with the next call.
     ///
-    /// A hit makes no system call and takes no lock: lock-free file-table lookup (per-CPU
-    /// table reference, the bucket's published list) and, in the same RCU section, the index
-    /// lookup of the folio, speculative reference, re-check, uptodate check, copy, put.
+    /// A hit makes no system call and takes no lock: in one RCU section, the index lookup
+    /// of the folio, speculative reference, re-check, uptodate check, copy, put; the
+    /// statistics go to the calling thread's shard, looked up once.
+    ///
+    /// The hit is inlined into the caller (its result then never goes through memory); the
+    /// rest of the read is [`CachedFile::read_at_slow`].
+    #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
-        self.cache.counters.inc(Event::ReadCalls);
         let done = if buf.len() <= FAST_READ_MAX {
-            let fast = self
-                .cache
-                .table
-                .read(self.id, |m, section| {
-                    self.read_cached(m, section, buf, offset)
-                })
-                .expect("an open handle is in the file table");
+            let fast = self.hit_section(|m, section| self.read_cached(m, section, buf, offset));
             match fast {
-                Fast::Done(n) => {
-                    self.cache.counters.add(Event::BytesCopied, n as u64);
-                    return Ok(n);
-                }
+                Fast::Done(n) => return Ok(n),
                 Fast::Partial(n) => n,
             }
         } else {
+            self.cache.counters.inc(Event::ReadCalls);
             0
         };
+        self.read_at_slow(buf, offset, done)
+    }
+
+    /// What a read that is not a complete hit does after the fast path copied `done` bytes:
+    /// misses, readahead, waiting for I/O.
+    #[inline(never)]
+    fn read_at_slow(&self, buf: &mut [u8], offset: u64, done: usize) -> Result<usize, CacheError> {
         let m = self.mapping();
-        let r = match self.read_slow(&m, &mut buf[done..], offset + done as u64) {
-            Ok(n) => Ok(done + n),
+        match self.read_slow(&m, &mut buf[done..], offset + done as u64) {
+            Ok(n) => {
+                // The fast path counted its `done` bytes.
+                self.cache.counters.add(Event::BytesCopied, n as u64);
+                Ok(done + n)
+            }
             // Bytes were copied: report them now, the error with the next call (pread).
             Err(_) if done > 0 => Ok(done),
             Err(e) => Err(e),
-        };
-        if let Ok(n) = r {
-            self.cache.counters.add(Event::BytesCopied, n as u64);
         }
-        r
     }
 
     /// `filemap_read_fast`-like: copies from folios that are cached, uptodate and unmarked,
     /// stopping at the first one that is not (readahead, I/O and waiting need the slow path).
+    /// Counts the call, its hits and the bytes it copied.
     #[inline]
     fn read_cached(
         &self,
@@ -394,6 +406,8 @@ impl CachedFile {
         buf: &mut [u8],
         offset: u64,
     ) -> Fast {
+        let stats = self.cache.counters.mine();
+        stats.add(Event::ReadCalls, 1);
         let size = m.size();
         if buf.is_empty() || offset >= size {
             return Fast::Done(0);
@@ -411,7 +425,7 @@ impl CachedFile {
             let Some(data) = folio.data() else {
                 break;
             };
-            self.cache.counters.inc(Event::Hit);
+            stats.add(Event::Hit, 1);
             if Some(folio.index()) != last {
                 self.cache.mark_accessed(&folio);
             }
@@ -422,6 +436,7 @@ impl CachedFile {
         if pos != offset {
             self.set_prev_pos(pos);
         }
+        stats.add(Event::BytesCopied, pos - offset);
         if pos == end {
             Fast::Done((pos - offset) as usize)
         } else {
@@ -504,36 +519,37 @@ impl CachedFile {
     /// skips pinned folios). `index` must be a page of the file.
     ///
     /// The guard borrows this handle, as a kernel folio reference lives under its caller's
-    /// file reference: a hit writes nothing shared but the folio's refcount (lock-free
-    /// file-table lookup, index lookup and speculative reference in one RCU section). For a
+    /// file reference: a hit writes nothing shared but the folio's refcount (index lookup
+    /// and speculative reference in one RCU section). For a
     /// guard that outlives the handle, or moves into a `'static` task, use
     /// [`PinnedFolio::into_owned`].
+    #[inline]
     pub fn get_folio(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
-        let fast = self
-            .cache
-            .table
-            .read(self.id, |m, section| {
-                if index >= m.nr_pages() {
-                    return None;
-                }
-                let folio = m.pages.lookup_in(index, section)?;
-                // Readahead marks and folios under I/O take the full path.
-                if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
-                    return None;
-                }
-                self.cache.counters.inc(Event::Hit);
-                // `FGP_ACCESSED`.
-                self.cache.mark_accessed(&folio);
-                let valid = valid_bytes(m, &folio);
-                Some((std::ptr::NonNull::from(folio.into_raw()), valid))
-            })
-            .expect("an open handle is in the file table");
-        if let Some((folio, valid)) = fast {
-            return Ok(PinnedFolio {
-                file: self,
-                pin: Pin { folio, valid },
-            });
+        let fast = self.hit_section(|m, section| {
+            if index >= m.nr_pages() {
+                return None;
+            }
+            let folio = m.pages.lookup_in(index, section)?;
+            // Readahead marks and folios under I/O take the full path.
+            if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
+                return None;
+            }
+            self.cache.counters.inc(Event::Hit);
+            // `FGP_ACCESSED`.
+            self.cache.mark_accessed(&folio);
+            let valid = valid_bytes(m, &folio);
+            Some(Pin::new(folio, valid))
+        });
+        match fast {
+            Some(pin) => Ok(PinnedFolio { file: self, pin }),
+            None => self.get_folio_slow(index),
         }
+    }
+
+    /// [`CachedFile::get_folio`] past its hit: a miss, a readahead mark, I/O in progress, or
+    /// an index past the end.
+    #[inline(never)]
+    fn get_folio_slow(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
         let m = self.mapping();
         if index >= m.nr_pages() {
             return Err(CacheError::InvalidArgument {
@@ -547,11 +563,10 @@ impl CachedFile {
         let (folio, filled) = self.get_page(&m, index, 1)?;
         self.cache.mark_accessed_after(&folio, filled);
         let valid = valid_bytes(&m, &folio);
-        let folio = std::ptr::NonNull::from(folio.into_raw());
         // `m` may go now: this handle keeps the mapping (and the arena) alive for the guard.
         Ok(PinnedFolio {
             file: self,
-            pin: Pin { folio, valid },
+            pin: Pin::new(folio, valid),
         })
     }
 
@@ -768,6 +783,7 @@ pub(super) fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
 }
 
 /// The file bytes `folio` holds (the part past EOF excluded).
+#[inline]
 fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
     let start = folio.index() << PAGE_SHIFT;
     (m.size().saturating_sub(start)).min(folio.size() as u64) as usize
@@ -777,10 +793,27 @@ fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
 /// its bytes are the file's.
 struct Pin {
     folio: std::ptr::NonNull<crate::mm::folio::Folio>,
+    /// The folio's first byte in the arena's frames, resolved (and its uptodate flag checked)
+    /// once when the pin was taken: the guard's `Deref` then loads nothing.
+    data: std::ptr::NonNull<u8>,
     valid: usize,
 }
 
 impl Pin {
+    /// Takes over `folio`'s reference; `valid` (at most the folio's size) of its bytes are
+    /// the file's.
+    #[inline]
+    fn new(folio: FolioRef<'_>, valid: usize) -> Pin {
+        let data = folio.data().expect("pinned folios are uptodate");
+        debug_assert!(valid <= data.len());
+        let data = std::ptr::NonNull::from(data).cast::<u8>();
+        Pin {
+            folio: std::ptr::NonNull::from(folio.into_raw()),
+            data,
+            valid,
+        }
+    }
+
     /// # Safety
     /// `arena` is the arena of the folio, alive for `'a`.
     unsafe fn folio<'a>(&self, _arena: &'a crate::mm::folio::Arena) -> &'a crate::mm::folio::Folio {
@@ -791,21 +824,18 @@ impl Pin {
 
     /// # Safety
     /// As [`Pin::folio`].
-    unsafe fn bytes<'a>(&self, arena: &'a crate::mm::folio::Arena) -> &'a [u8] {
-        // SAFETY: forwarded; we own one reference, given back by `release` only.
-        let folio = unsafe { self.folio(arena) };
-        // SAFETY: as above; the temporary handle is never dropped (no put).
-        let r = std::mem::ManuallyDrop::new(unsafe { FolioRef::from_raw(arena, folio) });
-        let data = r.data().expect("pinned folios are uptodate");
-        // SAFETY: `data` points into the arena's frames, which live as long as the arena;
-        // the bytes are immutable while our reference exists, and the caller ties the borrow
-        // to the guard holding it.
-        let data: &[u8] = unsafe { std::slice::from_raw_parts(data.as_ptr(), data.len()) };
-        &data[..self.valid]
+    #[inline(always)]
+    unsafe fn bytes<'a>(&self, _arena: &'a crate::mm::folio::Arena) -> &'a [u8] {
+        // SAFETY: `data` points into the arena's frames (alive for `'a`, per the caller) at
+        // a folio that was uptodate when pinned, of at least `valid` bytes; the bytes are
+        // immutable while our reference exists (an uptodate folio is never written in
+        // place), and the caller ties the borrow to the guard holding the reference.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.valid) }
     }
 
     /// # Safety
     /// As [`Pin::folio`]; called once, from the guard's drop.
+    #[inline]
     unsafe fn release(&self, arena: &crate::mm::folio::Arena) {
         // SAFETY: we own exactly one reference on this folio, put here once.
         drop(unsafe { FolioRef::from_raw(arena, self.folio(arena)) });
@@ -829,6 +859,7 @@ macro_rules! guard_methods {
             }
 
             /// The file bytes the folio holds (the part past EOF excluded).
+            #[inline]
             pub fn bytes(&self) -> &[u8] {
                 // SAFETY: as in `index`; the borrow is tied to `&self`, which holds the
                 // folio reference.
@@ -846,6 +877,7 @@ macro_rules! guard_methods {
         impl std::ops::Deref for $guard {
             type Target = [u8];
 
+            #[inline]
             fn deref(&self) -> &[u8] {
                 self.bytes()
             }
@@ -862,6 +894,7 @@ macro_rules! guard_methods {
         }
 
         impl Drop for $guard {
+            #[inline]
             fn drop(&mut self) {
                 // SAFETY: the arena outlives the guard; the reference is put once, here.
                 unsafe { self.pin.release(self.arena()) }
@@ -952,6 +985,7 @@ impl<'f> PinnedFolio<'f> {
             mapping: std::mem::ManuallyDrop::new(mapping),
             pin: Pin {
                 folio: this.pin.folio,
+                data: this.pin.data,
                 valid: this.pin.valid,
             },
         }

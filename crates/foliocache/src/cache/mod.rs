@@ -139,8 +139,9 @@ pub(crate) struct CacheInner {
     /// close up to [`Config::unused_inodes`]. Declared before `lru`: at teardown its inodes
     /// truncate their pages while the LRU (whose release hook the final puts run) lives.
     pub(crate) icache: Mutex<Icache>,
-    /// Open handles by number (the file descriptor table): every read resolves its handle
-    /// here, under the configured table reference (seed 003).
+    /// Open handles by number (the file descriptor table), entered at open and removed at
+    /// close under the configured table reference (seed 003); a handle keeps its mapping,
+    /// so reads do not look it up.
     pub(crate) table: FileTable<Mapping>,
     /// The next handle number.
     pub(crate) next_handle: AtomicU64,

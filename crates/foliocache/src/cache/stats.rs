@@ -169,7 +169,19 @@ cache_counters! {
     }
 }
 
-struct Shard([AtomicU64; NR_EVENTS]);
+/// One thread's counters (one shard, its own cache line).
+pub(crate) struct Shard([AtomicU64; NR_EVENTS]);
+
+impl Shard {
+    /// Counts `n` events of kind `ev` here (`__this_cpu_add` once `this_cpu_ptr` is known).
+    #[inline(always)]
+    pub(crate) fn add(&self, ev: Event, n: u64) {
+        let c = &self.0[ev as usize];
+        // Not a fetch_add, on purpose (module docs): another thread sharing this shard may
+        // overwrite our increment, never corrupt the counter.
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+}
 
 /// The sharded counters of one cache.
 pub(crate) struct Counters {
@@ -196,13 +208,17 @@ impl Counters {
         }
     }
 
+    /// The calling thread's shard (`this_cpu_ptr`): a path that counts several events
+    /// looks it up once.
+    #[inline(always)]
+    pub(crate) fn mine(&self) -> &Shard {
+        &self.shards[thread_number() & self.mask]
+    }
+
     /// Counts `n` events of kind `ev` in the calling thread's shard (`this_cpu_add`).
     #[inline]
     pub(crate) fn add(&self, ev: Event, n: u64) {
-        let c = &self.shards[thread_number() & self.mask].0[ev as usize];
-        // Not a fetch_add, on purpose (module docs): another thread sharing this shard may
-        // overwrite our increment, never corrupt the counter.
-        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.mine().add(ev, n);
     }
 
     /// Counts one event.

@@ -388,14 +388,27 @@ pub fn current_cpu() -> usize {
 
 /// A small, stable, process-unique number for the calling thread (0 for the first thread that
 /// asks, 1 for the next ...). Useful to spread per-thread state over slots.
+#[inline]
 pub fn thread_number() -> usize {
     #[cfg(not(loom))]
     {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         std::thread_local! {
-            static ME: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Const-initialised (`usize::MAX` until the first call numbers the thread): a
+            // lazily initialised thread-local costs a call to its accessor on every use.
+            static ME: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
         }
-        ME.with(|n| *n)
+        #[cold]
+        fn number_this_thread() -> usize {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ME.with(|c| c.set(n));
+            n
+        }
+        // A `Cell<usize>` has no destructor: the cell stays usable during thread exit.
+        match ME.with(|c| c.get()) {
+            usize::MAX => number_this_thread(),
+            n => n,
+        }
     }
     #[cfg(loom)]
     {

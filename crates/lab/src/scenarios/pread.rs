@@ -22,10 +22,10 @@
 //! | `kernel-pread` | `pread(2)` on the same file: the kernel's own page cache, syscall included |
 //!
 //! The variants are interleaved (A B C D A B C D ...) in one process. A foliocache hit makes
-//! no system call (handle lookup in the cache's file table, RCU lookup, speculative
-//! reference, re-check, copy, put; the handle is resolved in the file table without a lock,
-//! under the table reference `--file-table` picks, in the same RCU section as the index
-//! lookup, as the kernel's `fdget` reads the fd table under RCU), so the
+//! no system call (RCU section, index lookup, speculative reference, re-check, copy, put;
+//! the handle keeps its mapping, so a read does not resolve it in the cache's file table
+//! again: `--file-table` only changes how opens and closes pin that table, and the `hash`
+//! scenario measures its lookups), so the
 //! foliocache variants should lead the kernel's `pread` by an order of magnitude at one
 //! thread; between themselves they differ only in the refcount's atomic sequence, which is
 //! invisible without contention (1 thread) and shows as soon as two cores fight over the
@@ -86,7 +86,8 @@ pub struct Args {
     /// Bytes per read (the seed: 64).
     #[arg(long, default_value_t = 64)]
     pub read_size: usize,
-    /// How a read pins the cache's open-file table: immutable, atomic, percpu, percpu-fast.
+    /// How opens and closes pin the cache's open-file table (reads do not look handles up):
+    /// immutable, atomic, percpu, percpu-fast.
     #[arg(long, default_value = "percpu-fast", value_parser = parse_table_ref)]
     pub file_table: TableRef,
 }

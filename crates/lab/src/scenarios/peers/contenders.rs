@@ -5,6 +5,7 @@
 //! | `foliocache` | `CachedFile::read_at` of the block into the thread's buffer (a copy); readahead off by default (`--ra-pages`), as storage engines ask for random block reads | the budget | a lookup that started a read (the cache's `misses` counter) |
 //! | `foliocache-pinned` | `CachedFile::get_folio`: a pinned guard, read in place, no copy | the budget | as above |
 //! | `quick_cache` | `get_or_insert_with(b)`: a hit clones the cached `Arc<[u8]>` (no copy); a miss `pread`s the block into a new one | the budget, in blocks | the loader ran |
+//! | `quick_cache-copy` | as `quick_cache`, then the block is copied into the thread's buffer, as `read_at` copies it | the budget, in blocks | the loader ran |
 //! | `moka` | `try_get_with(b)`: as `quick_cache` | the budget, in blocks | the loader ran |
 //! | `kernel-pread` | `pread(2)` of the block into the thread's buffer | **the machine's memory** (the kernel page cache) | a block read from storage (`/proc/self/io` `read_bytes` / 4096) |
 //! | `mmap` | a slice of a shared read-only mapping of the file | **the machine's memory** | a major fault (`getrusage`) |
@@ -14,6 +15,11 @@
 //! same file, with their single-flight loaders (concurrent misses on one block read it once).
 //! Their budgets count block data only, like foliocache's; their per-entry metadata is on
 //! top (the RSS column shows what each really used).
+//!
+//! **Like for like.** A contender either hands out the cached bytes in place (zero-copy:
+//! `foliocache-pinned`, `quick_cache`, `moka`, `mmap`) or copies them into the caller's
+//! buffer (`foliocache`, `quick_cache-copy`, `kernel-pread`); [`Kind::zero_copy`] says which,
+//! and the scenario compares each foliocache read only with the peers that do the same work.
 
 use std::fs::File;
 use std::io;
@@ -36,6 +42,8 @@ pub enum Kind {
     FoliocachePinned,
     /// quick_cache (crates.io), `Arc<[u8]>` blocks.
     QuickCache,
+    /// quick_cache, each block copied out into the caller's buffer (as `read_at` does).
+    QuickCacheCopy,
     /// moka (crates.io, `sync`), `Arc<[u8]>` blocks.
     Moka,
     /// The kernel page cache through `pread(2)`.
@@ -46,10 +54,11 @@ pub enum Kind {
 
 impl Kind {
     /// Every contender, in the order they are interleaved.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Foliocache,
         Kind::FoliocachePinned,
         Kind::QuickCache,
+        Kind::QuickCacheCopy,
         Kind::Moka,
         Kind::KernelPread,
         Kind::Mmap,
@@ -61,6 +70,7 @@ impl Kind {
             Kind::Foliocache => "foliocache",
             Kind::FoliocachePinned => "foliocache-pinned",
             Kind::QuickCache => "quick_cache",
+            Kind::QuickCacheCopy => "quick_cache-copy",
             Kind::Moka => "moka",
             Kind::KernelPread => "kernel-pread",
             Kind::Mmap => "mmap",
@@ -75,6 +85,24 @@ impl Kind {
     /// Whether its budget is the whole machine's memory (the kernel's page cache).
     pub fn machine_budget(self) -> bool {
         matches!(self, Kind::KernelPread | Kind::Mmap)
+    }
+
+    /// Whether a read hands out the cached bytes in place (no copy into the caller's buffer).
+    pub fn zero_copy(self) -> bool {
+        !matches!(
+            self,
+            Kind::Foliocache | Kind::QuickCacheCopy | Kind::KernelPread
+        )
+    }
+
+    /// The foliocache contender that does the same work per read as this one: the pinned,
+    /// zero-copy read for a zero-copy peer, the copying `read_at` for a copying one.
+    pub fn like_for_like(self) -> Kind {
+        if self.zero_copy() {
+            Kind::FoliocachePinned
+        } else {
+            Kind::Foliocache
+        }
     }
 }
 
@@ -174,6 +202,34 @@ impl Reader for QuickCache {
     }
 
     fn local_misses(l: &Misses) -> u64 {
+        l.0
+    }
+}
+
+/// [`QuickCache`] whose reads copy the block into the thread's buffer: the copying peer of
+/// `foliocache`'s `read_at`.
+pub struct QuickCacheCopy(pub QuickCache);
+
+impl Reader for QuickCacheCopy {
+    type Local = (Misses, Box<Buf>);
+
+    fn local(&self) -> io::Result<Self::Local> {
+        Ok((Misses::default(), Buf::boxed()))
+    }
+
+    #[inline]
+    fn with_block<R>(
+        &self,
+        (l, buf): &mut Self::Local,
+        b: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, String> {
+        self.0
+            .with_block(l, b, |data| buf.0.copy_from_slice(data))?;
+        Ok(f(&buf.0))
+    }
+
+    fn local_misses((l, _): &Self::Local) -> u64 {
         l.0
     }
 }

@@ -278,6 +278,9 @@ pub enum Mix {
     /// Scan-heavy: half the reads are sequential scans of 64 blocks from a uniform start,
     /// the other half Zipf reads (a compaction or a range query beside point lookups).
     Scan,
+    /// Zipf reads (`--skew`) of a working set half the budget, scattered over the file: after
+    /// the warm-up every read hits, so only the hit path is measured.
+    Resident,
 }
 
 impl Mix {
@@ -287,21 +290,47 @@ impl Mix {
             Mix::Zipf => "zipf",
             Mix::Uniform => "uniform",
             Mix::Scan => "scan",
+            Mix::Resident => "resident",
         }
     }
 }
 
-/// A trace of `len` (a power of two) block numbers below `blocks` for one thread.
+/// Blocks of the `resident` mix's working set under a budget of `budget_blocks`: half of it,
+/// so that no contender's sharding or watermarks evict any of it.
+pub fn resident_blocks(budget_blocks: usize) -> u64 {
+    (budget_blocks as u64 / 2).max(1)
+}
+
+/// A trace of `len` (a power of two) block numbers below `blocks` for one thread (the
+/// `resident` mix's working set: all `blocks`).
 pub fn trace(mix: Mix, blocks: u64, skew: f64, len: usize, seed: u64) -> Vec<u32> {
+    trace_in(mix, blocks, blocks, skew, len, seed)
+}
+
+/// [`trace`], where the `resident` mix reads only `working_set` of the `blocks` (the other
+/// mixes read all of them).
+pub fn trace_in(
+    mix: Mix,
+    blocks: u64,
+    working_set: u64,
+    skew: f64,
+    len: usize,
+    seed: u64,
+) -> Vec<u32> {
     assert!(len.is_power_of_two() && blocks >= 1 && blocks <= u64::from(u32::MAX));
     let mut rng = Rng::new(seed);
-    let zipf = Zipf::new(blocks, skew);
+    let ranks = if mix == Mix::Resident {
+        working_set.clamp(1, blocks)
+    } else {
+        blocks
+    };
+    let zipf = Zipf::new(ranks, skew);
     let scatter = Scatter::new(blocks);
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         match mix {
             Mix::Uniform => out.push(rng.below(blocks) as u32),
-            Mix::Zipf => out.push(scatter.apply(zipf.sample(&mut rng) - 1) as u32),
+            Mix::Zipf | Mix::Resident => out.push(scatter.apply(zipf.sample(&mut rng) - 1) as u32),
             Mix::Scan => {
                 // One scan per SCAN_LEN point reads on average: half the reads are scans.
                 if rng.below(SCAN_LEN + 1) == 0 {
@@ -374,8 +403,8 @@ mod tests {
 
     #[test]
     fn traces_stay_in_range_and_scans_are_half() {
-        for mix in [Mix::Zipf, Mix::Uniform, Mix::Scan] {
-            let t = trace(mix, 1000, 0.99, 1 << 14, 3);
+        for mix in [Mix::Zipf, Mix::Uniform, Mix::Scan, Mix::Resident] {
+            let t = trace_in(mix, 1000, 100, 0.99, 1 << 14, 3);
             assert_eq!(t.len(), 1 << 14);
             assert!(t.iter().all(|&b| b < 1000));
         }
@@ -383,6 +412,18 @@ mod tests {
         let sequential = t.windows(2).filter(|w| w[1] == w[0] + 1).count();
         let frac = sequential as f64 / t.len() as f64;
         assert!((0.4..0.6).contains(&frac), "{frac}");
+    }
+
+    /// The resident mix reads exactly its working set's blocks (all of them, over a long
+    /// trace), scattered beyond the first `working_set` blocks of the file.
+    #[test]
+    fn resident_traces_read_only_their_working_set() {
+        let t = trace_in(Mix::Resident, 4096, 64, 0.99, 1 << 16, 5);
+        let mut seen: Vec<u32> = t.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 64);
+        assert!(seen.iter().any(|&b| b >= 64), "{seen:?}");
     }
 
     #[test]
