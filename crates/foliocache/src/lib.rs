@@ -90,8 +90,11 @@ pub mod writeback;
 #[cfg(not(loom))]
 pub use cache::{
     CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, FolioMut, OpenOptions,
-    OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO,
+    OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, BLOCK_CACHE_INACTIVE_RATIO,
 };
+/// The page size, 4 KiB: a file is cached in pages of this many bytes, page `i` holding
+/// bytes `i * PAGE_SIZE ..`; a folio holds 1, 2, 4, ... 512 consecutive pages.
+pub use folio::PAGE_SIZE;
 pub use readahead::InsertMode;
 pub use refcount::RefStrategy;
 pub use writeback::WbErrorPolicy;

@@ -39,6 +39,13 @@ pub struct Config {
     pub insert_mode: InsertMode,
     /// Maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead.
     pub ra_pages: usize,
+    /// The largest folio a file's pages are cached in, as a power of two of pages: a
+    /// readahead window, or a read that misses several pages, fills the range with folios of
+    /// up to `2^max_folio_order` pages (aligned to their size, as the kernel's large folios
+    /// are), each one reference count, one LRU entry and one index entry. Default
+    /// [`MAX_ORDER`](crate::folio::MAX_ORDER) (2 MiB); 0 caches every page in its own folio.
+    /// A file can opt out ([`CachedFile::set_large_folios`](super::CachedFile::set_large_folios)).
+    pub max_folio_order: u32,
     /// How a read pins the open-file table while it resolves its handle (seed 003).
     pub file_table: TableRef,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
@@ -94,6 +101,7 @@ impl Config {
             strategy: RefStrategy::LockedBit,
             insert_mode: InsertMode::Batched,
             ra_pages: DEFAULT_RA_PAGES,
+            max_folio_order: crate::folio::MAX_ORDER,
             file_table: TableRef::PercpuFast,
             panic_on_bad_page: cfg!(debug_assertions),
             lru: LruConfig::default(),
@@ -139,6 +147,12 @@ impl Config {
         let mut c = Config::new(budget_bytes).readahead_pages(0);
         c.lru.inactive_ratio = Some(BLOCK_CACHE_INACTIVE_RATIO);
         c
+    }
+
+    /// Sets the largest folio order ([`Config::max_folio_order`]; 0: one page per folio).
+    pub fn max_folio_order(mut self, order: u32) -> Config {
+        self.max_folio_order = order;
+        self
     }
 
     /// Sets the refcount strategy.
@@ -262,6 +276,11 @@ impl Config {
                 ra_pages: self.ra_pages,
             });
         }
+        if self.max_folio_order > crate::folio::MAX_ORDER {
+            return Err(ConfigError::FolioOrderTooLarge {
+                order: self.max_folio_order,
+            });
+        }
         if self.dirty_writeback_interval.is_zero() {
             return Err(ConfigError::FlushInterval);
         }
@@ -296,6 +315,11 @@ pub enum ConfigError {
     BudgetTooSmall {
         /// The budget given.
         budget_bytes: usize,
+    },
+    /// [`Config::max_folio_order`] exceeds [`MAX_ORDER`](crate::folio::MAX_ORDER).
+    FolioOrderTooLarge {
+        /// The order given.
+        order: u32,
     },
     /// The readahead window exceeds [`MAX_RA_PAGES`].
     WindowTooLarge {
@@ -349,6 +373,11 @@ impl fmt::Display for ConfigError {
                 "dirty ratios {ratio}% (limit) and {background}% (background) are invalid: give \
                  1 <= background <= limit <= 100 percent of the budget (the kernel's defaults are \
                  20 and 10)"
+            ),
+            ConfigError::FolioOrderTooLarge { order } => write!(
+                f,
+                "max_folio_order {order} is too large: folios hold at most 2^{} pages (2 MiB)",
+                crate::folio::MAX_ORDER
             ),
             ConfigError::WindowTooLarge { ra_pages } => write!(
                 f,

@@ -71,6 +71,7 @@
 mod config;
 mod error;
 mod file;
+mod large;
 mod flusher;
 pub(crate) mod inode;
 mod stats;
@@ -84,6 +85,7 @@ pub use config::{
 };
 pub use error::CacheError;
 pub use file::{CachedFile, OwnedFolio, PinnedFolio};
+pub use large::{OwnedRange, PinnedRange};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 pub use write::{FolioMut, OpenOptions};
@@ -476,6 +478,7 @@ impl FolioCache {
             wb: crate::writeback::WbState::default(),
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
+            large_folios: crate::sync::AtomicBool::new(true),
             pages,
         });
         let mut live = self.inner.live.lock();
