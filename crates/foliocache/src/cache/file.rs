@@ -522,8 +522,21 @@ impl CachedFile {
         Ok(())
     }
 
-    /// `filemap_get_folio` + `filemap_read_folio`: pins the folio holding page `index`
-    /// (reading it in if needed) and returns a guard giving its bytes without a copy.
+    /// [`CachedFile::get_folio`] by byte offset: pins the folio holding the file's byte
+    /// `offset`. The guard's bytes start at [`PinnedFolio::offset`], which may be before
+    /// `offset` (a folio holds 1 to 512 pages, starting at a multiple of its size).
+    pub fn get_folio_at(&self, offset: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        self.get_folio(offset >> PAGE_SHIFT)
+    }
+
+    /// `filemap_get_folio` + `filemap_read_folio`: pins the folio holding page `index` (the
+    /// file's bytes `index * PAGE_SIZE ..`; [`CachedFile::get_folio_at`] takes a byte offset),
+    /// reading it in if needed, and returns a guard giving its bytes without a copy.
+    ///
+    /// The folio may hold more than that page: with large folios
+    /// ([`Config::max_folio_order`](super::Config::max_folio_order)) it is the whole run of
+    /// pages cached together, and its bytes start at [`PinnedFolio::offset`]. For exactly a
+    /// byte range, use [`CachedFile::get_range`].
     ///
     /// The folio cannot be freed or invalidated away while the guard lives (invalidation
     /// skips pinned folios). `index` must be a page of the file.

@@ -586,7 +586,8 @@ impl FolioCache {
     }
 
     /// Recomputes the cache's memory accounting from scratch: drains the LRU's per-CPU
-    /// batches, then validates the LRU (lists, flags, counters; [`Lru::validate`]) and the
+    /// batches, then validates the LRU (lists, flags, counters; [`Lru::validate`]), every
+    /// open file's index ([`Index::validate`](crate::index::Index::validate)) and the
     /// arena ([`Arena::validate`]), waiting for the background reclaimer to finish a pass if
     /// one runs. Call it while no other thread uses the cache; returns the arena's stats.
     pub fn validate(&self) -> Result<crate::folio::ArenaStats, String> {
@@ -594,6 +595,11 @@ impl FolioCache {
         let _flusher = self.inner.flusher.get().map(|f| f.busy.lock());
         self.lru_add_drain_all();
         self.inner.lru.validate(&self.inner.arena)?;
+        for m in self.inner.live_mappings() {
+            m.pages
+                .validate()
+                .map_err(|e| format!("{}: index: {e}", m.path.display()))?;
+        }
         self.validate_dirty()?;
         self.inner.arena.validate()
     }

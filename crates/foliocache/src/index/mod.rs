@@ -88,6 +88,19 @@
 //! half-built path. [`IndexStats::lock_acquisitions`] counts every acquisition, so the lab can
 //! report acquisitions per inserted page.
 //!
+//! # Splitting
+//!
+//! [`Index::split_folio`] replaces a large folio's multi-index entry with one order-0 entry
+//! per page under one lock hold (for orders 6 to 9, one new leaf node per slot the entry
+//! used, published complete by its Release store): the caller supplies the pages, already
+//! holding the large folio's bytes. Sibling slots are rewritten before the canonical one, so
+//! a lockless reader either finds its own page's new folio or re-checks its way off the old
+//! one (the slot it loaded no longer holds it). The old folio leaves the mapping and loses the
+//! cache's references; a reader that pinned it keeps a consistent copy until it lets go. The
+//! kernel splits in place after freezing the folio (`__split_huge_page`); a copy cannot fail
+//! because of a pin, which is this cache's common case (a pinned block), and costs one copy
+//! of the folio, paid only by a write or a truncation inside it.
+//!
 //! # Why it is fast
 //!
 //! A hit is an RCU read section (no shared write), two to four dependent slot loads, one

@@ -127,11 +127,22 @@ pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOut
 }
 
 /// The order of the folio starting at page `index` of a window ending before `end`, at most
-/// `max`: the largest whose folio is naturally aligned at `index` and ends inside the window
-/// (`page_cache_ra_order`'s alignment and EOF rules; the window was clamped to EOF before).
-pub(crate) fn ra_folio_order(index: u64, end: u64, max: u32) -> u32 {
+/// `max`: the largest whose folio is naturally aligned at `index`, ends inside the window
+/// (`page_cache_ra_order`'s alignment and EOF rules; the window was clamped to EOF before),
+/// and does not cover the page `mark` that gets PG_readahead unless it starts there.
+///
+/// The last rule keeps the mark where the window put it: the reader that triggers the next
+/// window is the one that reaches the lookahead part. A folio reaching back over pages the
+/// current read wants would carry the mark to them, and the very read that opened the window
+/// would start the next one (the kernel gets the same effect by growing the order only
+/// between windows, so the first window's folios are small).
+pub(crate) fn ra_folio_order(index: u64, end: u64, max: u32, mark: Option<u64>) -> u32 {
     let mut order = max.min(index.trailing_zeros());
-    while order > 0 && index + (1u64 << order) > end {
+    let covers = |o: u32| {
+        let last = index + (1u64 << o);
+        last > end || mark.is_some_and(|m| m > index && m < last)
+    };
+    while order > 0 && covers(order) {
         order -= 1;
     }
     order
@@ -155,6 +166,7 @@ fn page_cache_ra_order<'a>(
 ) {
     let end = req.index + req.nr_to_read as u64;
     let target = t.max_order.min(req.nr_to_read.ilog2());
+    let mark = mark.map(|m| req.index + m as u64);
     // Plan and allocate: (first page, folio), in index order.
     let mut at: Vec<u64> = Vec::new();
     let mut folios: Vec<FolioLocked<'a>> = Vec::new();
@@ -168,7 +180,7 @@ fn page_cache_ra_order<'a>(
         let order = if fallback {
             0
         } else {
-            ra_folio_order(idx, end, target)
+            ra_folio_order(idx, end, target, mark)
         };
         let folio = match t.cache.alloc_folio_noretry(order) {
             Ok(f) => f,
@@ -229,7 +241,6 @@ fn page_cache_ra_order<'a>(
             }
         }
     }
-    let mark = mark.map(|m| req.index + m as u64);
     for (k, folio) in folios.into_iter().enumerate() {
         let Some(first) = inserted[k] else {
             // `ractl_free_folios`: unlocked and freed.
