@@ -33,12 +33,8 @@ fn sequential_readahead_caches_aligned_large_folios_inside_the_file() {
     // 1000 pages: not a power of two, so the last windows need smaller folios at EOF.
     let data = content(1000, 1);
     for mode in InsertMode::ALL {
-        let c = FolioCache::new(
-            Config::new(16 << 20)
-                .insert_mode(mode)
-                .readahead_pages(256),
-        )
-        .unwrap();
+        let c =
+            FolioCache::new(Config::new(16 << 20).insert_mode(mode).readahead_pages(256)).unwrap();
         let f = c.open_backing("seq", MemBacking(data.clone())).unwrap();
         let mut buf = vec![0u8; 8192];
         let mut off = 0;
@@ -50,7 +46,12 @@ fn sequential_readahead_caches_aligned_large_folios_inside_the_file() {
             // Naturally aligned, inside the file, holding the offset.
             let pages = g.len().div_ceil(PAGE_SIZE) as u64;
             assert!(pages.is_power_of_two());
-            assert_eq!(g.index() % pages, 0, "folio at page {} of {pages}", g.index());
+            assert_eq!(
+                g.index() % pages,
+                0,
+                "folio at page {} of {pages}",
+                g.index()
+            );
             assert!(g.offset() <= off && off < g.offset() + g.len() as u64);
             assert!(g.offset() + g.len() as u64 <= data.len() as u64);
             largest = largest.max(pages);
@@ -250,7 +251,10 @@ fn differential_reads_invalidations_truncations_and_writes_over_mixed_orders() {
     for (seed, config) in [
         (1, Config::new(128 * PAGE_SIZE)),
         (2, Config::block_cache(128 * PAGE_SIZE)),
-        (3, Config::new(128 * PAGE_SIZE).insert_mode(InsertMode::Single)),
+        (
+            3,
+            Config::new(128 * PAGE_SIZE).insert_mode(InsertMode::Single),
+        ),
     ] {
         let c = FolioCache::new(config.panic_on_bad_page(true)).unwrap();
         let f = c.open_with(&path, &rw()).unwrap();

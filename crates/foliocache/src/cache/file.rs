@@ -837,7 +837,10 @@ pub(super) struct Pin {
 impl Pin {
     /// # Safety
     /// `arena` is the arena of the folio, alive for `'a`.
-    pub(super) unsafe fn folio<'a>(&self, _arena: &'a crate::folio::Arena) -> &'a crate::folio::Folio {
+    pub(super) unsafe fn folio<'a>(
+        &self,
+        _arena: &'a crate::folio::Arena,
+    ) -> &'a crate::folio::Folio {
         // SAFETY: headers live as long as their arena (per the caller), and our reference
         // keeps this one allocated to its file.
         unsafe { self.folio.as_ref() }

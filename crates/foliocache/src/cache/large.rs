@@ -359,7 +359,9 @@ impl AsRef<[u8]> for OwnedRange {
         match &*self.inner {
             // SAFETY: `ptr..ptr + len` lies in the pinned folio's uptodate bytes, immutable
             // and allocated while the pin (which we hold) lives.
-            OwnedBytes::Pinned { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            OwnedBytes::Pinned { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr, *len)
+            },
             OwnedBytes::Copied(b) => b,
         }
     }

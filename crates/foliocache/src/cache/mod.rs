@@ -71,9 +71,9 @@
 mod config;
 mod error;
 mod file;
-mod large;
 mod flusher;
 pub(crate) mod inode;
+mod large;
 mod stats;
 mod write;
 

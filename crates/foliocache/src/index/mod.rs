@@ -1200,7 +1200,9 @@ impl Index {
         g.stats.splits += 1;
         drop(g);
         // The caller's reference keeps `old` alive: this put is never the last one.
-        let last = old.refcount().sub_and_test(self.arena.strategy(), nr as u32);
+        let last = old
+            .refcount()
+            .sub_and_test(self.arena.strategy(), nr as u32);
         debug_assert!(!last);
         if last {
             self.arena.free_won(old);
