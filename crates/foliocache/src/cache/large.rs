@@ -501,3 +501,27 @@ impl CachedFile {
         Ok(range)
     }
 }
+
+/// With the `bytes` feature: the range as a `bytes::Bytes` without a copy
+/// (`Bytes::from_owner`); the pin (or the copy of a range that spanned folios) is released
+/// when the last `Bytes` sharing it drops.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("data");
+/// # std::fs::write(&path, vec![9u8; 65536])?;
+/// let cache = foliocache::FolioCache::new(foliocache::Config::block_cache(1 << 20))?;
+/// let file = cache.open(&path)?;
+/// let block: bytes::Bytes = file.get_range(16384, 16384)?.into_owned().into();
+/// drop(file);
+/// assert_eq!(block.len(), 16384);
+/// assert!(block.iter().all(|&b| b == 9));
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "bytes")]
+impl From<OwnedRange> for bytes::Bytes {
+    fn from(range: OwnedRange) -> bytes::Bytes {
+        bytes::Bytes::from_owner(range)
+    }
+}
