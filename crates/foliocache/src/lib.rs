@@ -30,13 +30,27 @@
 //!     }
 //! });
 //!
-//! // Zero-copy access: pin the folio caching page 3 and read its bytes in place.
+//! // Zero-copy access: pin exactly the bytes of a 16 KiB block and read them in place.
 //! let file = cache.open(&path)?;
-//! let page = file.get_folio(3)?;
-//! assert_eq!(page[0], (3 * 4096) as u8);
+//! let block = file.get_range(2 * 16384, 16384)?;
+//! let bytes: Vec<u8> = block.slices().flatten().copied().collect();
+//! assert_eq!(bytes[0], (2 * 16384) as u8);
 //! println!("{:?}", cache.stats());
 //! # Ok(()) }
 //! ```
+//!
+//! # Pages, folios and offsets
+//!
+//! Every offset in the API is a byte offset in the file. The cache holds a file in *pages* of
+//! [`PAGE_SIZE`] (4 KiB) bytes, page `i` holding the bytes from offset `i * PAGE_SIZE`, and
+//! keeps pages in *folios*: runs of 1, 2, 4, ... 512 pages starting at an offset that is a
+//! multiple of their size, each pinned, counted and evicted as one. Misses fill folios as
+//! large as the read (or readahead window) and its alignment allow
+//! ([`Config::max_folio_order`]), so a block read at a multiple of its size lands in one
+//! folio and [`CachedFile::get_range`] gives it as one slice
+//! ([`PinnedRange::as_slice`]); a range across folios is a guard over several
+//! ([`PinnedRange::slices`], [`PinnedRange::copy_to`]). [`CachedFile::get_folio_at`] pins the
+//! whole folio holding a byte; its bytes start at [`PinnedFolio::offset`].
 //!
 //! | module | mechanism | kernel model |
 //! |---|---|---|
@@ -49,7 +63,7 @@
 //! | [`folio`] | folio header and flags, the arena (memmap + buddy allocator + per-CPU lists), folio lock and wait table, bad-page check | `struct folio`, `mm/page_alloc.c`, `folio_lock`, `free_pages_prepare` |
 //! | [`index`] | per-file XArray-like radix tree: lockless RCU lookup with speculative `try_get` + re-check, one-folio and batched range insertion (seed 001), delete, evict, truncate, invalidate; shadow entries and the shadow-node shrinker | `filemap_get_entry`, `__filemap_add_folio`, `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping` |
 //! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget, workingset detection (shadow entries, refault activation) | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec`; `mm/workingset.c` |
-//! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
+//! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion, large folios sized by the window and the alignment | `mm/readahead.c`: `page_cache_ra_order` |
 //! | [`cache`] | [`FolioCache`]: inodes that outlive their handles, open files, `read_at` (pread), `write_at` (pwrite), `set_len`, syncs, pinned and writable folio guards, readahead, invalidate, statistics | `filemap_read`, `filemap_get_pages`, `generic_perform_write`, `fs/inode.c` |
 //! | [`writeback`] | dirty and writeback tags, `writepages`, dirty throttling, the error sequence (`errseq_t`) | `mm/page-writeback.c`, `lib/errseq.c` |
 //! | [`rmap`] | the sharer state a folio header carries: mapcounts, rmap IDs and sub-IDs, the exclusivity test, per tracking strategy (seed 002); below `folio`, so nothing under `space` imports it | `folio_mapcount`, RFC `rmap_id.c` |
