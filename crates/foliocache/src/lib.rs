@@ -27,11 +27,14 @@
 //!     }
 //! });
 //!
-//! // Zero-copy: pin the page holding byte 12,288 and read it in place.
+//! // Zero-copy: pin exactly the bytes of a 16 KiB block and read them in place (one slice
+//! // when one folio holds the block, as it does when the block is read at a multiple of
+//! // its size; else `block.slices()` or `block.copy_to(..)`).
 //! let file = cache.open(&path)?;
-//! let page = file.get_folio(3)?;
-//! assert_eq!(page[0], (3 * 4096) as u8);
-//! drop(page);
+//! let block = file.get_range(2 * 16384, 16384)?;
+//! let bytes: &[u8] = block.as_slice().expect("one folio");
+//! assert_eq!((bytes.len(), bytes[0]), (16384, (2 * 16384) as u8));
+//! drop(block);
 //!
 //! // Writes: dirty in the cache at once, durable after a sync.
 //! let db = cache.open_with(&path, OpenOptions::new().write(true))?;
@@ -49,18 +52,14 @@
 //! | [`Config`] | its settings: budget, readahead, LRU protection, unused inodes, dirty limits |
 //! | [`CachedFile`] | an open file: `read_at`, `write_at`, `append`, `set_len`, syncs, pinned pages |
 //! | [`OpenOptions`] | how to open: read-only (default), write, create, truncate |
-//! | [`PinnedFolio`], [`OwnedFolio`] | a cached page, pinned, read in place (borrowed, or `'static`) |
+//! | [`PinnedRange`], [`OwnedRange`] | a byte range of a file, pinned, read in place (borrowed, or `'static`, `Clone`, `AsRef<[u8]>`) |
+//! | [`PinnedFolio`], [`OwnedFolio`] | the whole folio holding a byte, pinned, read in place |
 //! | [`FolioMut`] | a cached page to write in place, marked dirty when dropped |
 //! | [`FileCursor`] | a file as an `io::Read + BufRead + Seek + Write` stream (zero-copy `BufRead`) |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
 //! | [`CacheStats`] | hits, misses, readahead, reclaim, dirty and writeback counts |
 //! | [`WbErrorPolicy`] | what becomes of pages whose writeback failed |
 //! | [`backing`] | the file behind a cache, for engines that bring their own storage or inject faults |
-//!
-//! **Pages, folios and offsets.** Every offset in the API is a byte offset into the file, as
-//! with `pread`. The cache holds a file in pages of [`PAGE_SIZE`] (4 KiB) bytes; a *folio* is
-//! the unit it allocates, pins and evicts, one page today. [`CachedFile::get_folio`] takes a
-//! page number (byte offset / [`PAGE_SIZE`]).
 //!
 //! **Lifetimes.** A file's cached pages belong to the file (its device and inode), not to a
 //! handle: they outlive the handles, are shared by every handle of the file, and age out
@@ -75,6 +74,19 @@
 //!
 //! **Optional features.** `metrics`: `FolioCache::record_metrics` exports every counter
 //! through the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! # Pages, folios and offsets
+//!
+//! Every offset in the API is a byte offset in the file. The cache holds a file in *pages* of
+//! [`PAGE_SIZE`] (4 KiB) bytes, page `i` holding the bytes from offset `i * PAGE_SIZE`, and
+//! keeps pages in *folios*: runs of 1, 2, 4, ... 512 pages starting at an offset that is a
+//! multiple of their size, each pinned, counted and evicted as one. Misses fill folios as
+//! large as the read (or readahead window) and its alignment allow
+//! ([`Config::max_folio_order`]), so a block read at a multiple of its size lands in one
+//! folio and [`CachedFile::get_range`] gives it as one slice
+//! ([`PinnedRange::as_slice`]); a range across folios is a guard over several
+//! ([`PinnedRange::slices`], [`PinnedRange::copy_to`]). [`CachedFile::get_folio_at`] pins the
+//! whole folio holding a byte; its bytes start at [`PinnedFolio::offset`].
 //!
 //! # For kernel and systems engineers
 //!
@@ -101,9 +113,11 @@ mod variant;
 #[cfg(not(loom))]
 pub use cache::{
     CacheError, CacheStats, CachedFile, Config, ConfigError, FileCursor, FolioCache, FolioMut,
-    OpenOptions, OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES,
-    MAX_RA_PAGES,
+    OpenOptions, OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, BLOCK_CACHE_INACTIVE_RATIO,
+    DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
+/// The page size, 4 KiB: a file is cached in pages of this many bytes, page `i` holding
+/// bytes `i * PAGE_SIZE ..`; a folio holds 1, 2, 4, ... 512 consecutive pages.
 pub use mm::folio::PAGE_SIZE;
 pub use mm::writeback::WbErrorPolicy;
 pub use variant::{UnknownVariant, Variant};

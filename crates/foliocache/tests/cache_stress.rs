@@ -93,8 +93,10 @@ fn readers_race_invalidation_readahead_and_pins() {
                         }
                         _ => {
                             if let Ok(p) = file.get_folio(a / PAGE) {
+                                // The folio holding page `a`, of whatever size.
                                 let i = p.offset() as usize;
-                                assert_eq!(&p[..], &data[i..(i + 4096).min(data.len())]);
+                                assert!(i as u64 <= a && a < (i + p.len()) as u64);
+                                assert_eq!(&p[..], &data[i..i + p.len()]);
                             }
                         }
                     }

@@ -67,7 +67,7 @@ fn step(
             f.read_exact_at(&mut back, from as u64).unwrap();
             if back[..] != model[from..end] {
                 let g = f.get_folio(off >> 12).unwrap();
-                let within = (off & 4095) as usize;
+                let within = (off - g.offset()) as usize;
                 let mut again = vec![0u8; len.min(64)];
                 let n = f.read_at(&mut again, off).unwrap();
                 eprintln!(

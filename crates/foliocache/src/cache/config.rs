@@ -41,6 +41,8 @@ pub struct Config {
     pub(crate) experiment: Experiment,
     /// Maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead.
     pub(crate) ra_pages: usize,
+    /// The largest folio order (see [`Config::max_folio_order`]).
+    pub(crate) max_folio_order: u32,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
     pub(crate) panic_on_bad_page: bool,
     /// Workingset detection (see [`Config::workingset`]).
@@ -82,6 +84,7 @@ impl Config {
             budget_bytes,
             experiment: Experiment::new(),
             ra_pages: DEFAULT_RA_PAGES,
+            max_folio_order: crate::mm::folio::MAX_ORDER,
             panic_on_bad_page: cfg!(debug_assertions),
             workingset: lru.workingset,
             inactive_ratio: lru.inactive_ratio,
@@ -126,6 +129,17 @@ impl Config {
         Config::new(budget_bytes)
             .readahead_pages(0)
             .inactive_ratio(Some(BLOCK_CACHE_INACTIVE_RATIO))
+    }
+
+    /// Sets the largest folio a file's pages are cached in, as a power of two of pages: a
+    /// readahead window, or a read that misses several pages, fills the range with folios of
+    /// up to `2^order` pages (aligned to their size, as the kernel's large folios are), each
+    /// one reference count, one LRU entry and one index entry. Default
+    /// [`MAX_ORDER`](crate::mm::folio::MAX_ORDER) (2 MiB); 0 caches every page in its own
+    /// folio. A file can opt out ([`CachedFile::set_large_folios`](super::CachedFile::set_large_folios)).
+    pub fn max_folio_order(mut self, order: u32) -> Config {
+        self.max_folio_order = order;
+        self
     }
 
     /// The budget: bytes of folio data the cache may hold.
@@ -269,6 +283,11 @@ impl Config {
                 ra_pages: self.ra_pages,
             });
         }
+        if self.max_folio_order > crate::mm::folio::MAX_ORDER {
+            return Err(ConfigError::FolioOrderTooLarge {
+                order: self.max_folio_order,
+            });
+        }
         if self.dirty_writeback_interval.is_zero() {
             return Err(ConfigError::FlushInterval);
         }
@@ -304,6 +323,11 @@ pub enum ConfigError {
     BudgetTooSmall {
         /// The budget given.
         budget_bytes: usize,
+    },
+    /// [`Config::max_folio_order`] exceeds [`MAX_ORDER`](crate::mm::folio::MAX_ORDER).
+    FolioOrderTooLarge {
+        /// The order given.
+        order: u32,
     },
     /// The readahead window exceeds [`MAX_RA_PAGES`].
     WindowTooLarge {
@@ -357,6 +381,11 @@ impl fmt::Display for ConfigError {
                 "dirty ratios {ratio}% (limit) and {background}% (background) are invalid: give \
                  1 <= background <= limit <= 100 percent of the budget (the kernel's defaults are \
                  20 and 10)"
+            ),
+            ConfigError::FolioOrderTooLarge { order } => write!(
+                f,
+                "max_folio_order {order} is too large: folios hold at most 2^{} pages (2 MiB)",
+                crate::mm::folio::MAX_ORDER
             ),
             ConfigError::WindowTooLarge { ra_pages } => write!(
                 f,

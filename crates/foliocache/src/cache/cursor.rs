@@ -19,7 +19,6 @@
 use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 
 use super::file::{CachedFile, PinnedFolio};
-use crate::mm::folio::PAGE_SIZE;
 
 /// A position over a [`CachedFile`], implementing `Read`, `BufRead`, `Seek` and `Write`, for
 /// code written against [`std::io`]. Made by [`CachedFile::cursor`].
@@ -123,7 +122,7 @@ impl BufRead for FileCursor<'_> {
             if self.pos >= self.file.len() {
                 return Ok(&[]);
             }
-            self.held = Some(self.file.get_folio(self.pos / PAGE_SIZE as u64)?);
+            self.held = Some(self.file.get_folio_at(self.pos)?);
         }
         Ok(self.held_bytes().unwrap_or(&[]))
     }
@@ -184,6 +183,7 @@ impl Write for FileCursor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mm::folio::PAGE_SIZE;
     use crate::{Config, FolioCache, OpenOptions};
 
     fn file_with(data: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -234,10 +234,12 @@ mod tests {
             let b = c.fill_buf().unwrap();
             (b.as_ptr(), b.len())
         };
-        assert_eq!(len, PAGE_SIZE - 4000, "the rest of the first page");
-        // The same bytes a pinned guard sees: the slice points into the cache.
+        // The same bytes a pinned guard sees: the slice points into the cache, and runs to the
+        // end of the folio holding offset 4000 (one page, or more with large folios).
         let page = file.get_folio(0).unwrap();
+        assert_eq!(page.offset(), 0);
         assert_eq!(ptr, page[4000..].as_ptr());
+        assert_eq!(len, page.len() - 4000, "the rest of the folio");
         let pinned = page.ref_count();
         c.consume(len);
         assert!(c.held.is_none(), "leaving the folio unpins it");
@@ -247,7 +249,7 @@ mod tests {
             "the cursor's reference is put"
         );
         drop(page);
-        let mut out = data[..PAGE_SIZE].to_vec();
+        let mut out = data[..4000 + len].to_vec();
         loop {
             let b = c.fill_buf().unwrap();
             if b.is_empty() {

@@ -60,6 +60,9 @@ pub(crate) struct Mapping {
     pub(crate) attrs: Mutex<(FileAttrs, u64)>,
     /// `i_count`: open handles and owned guards of this file.
     pub(crate) users: AtomicUsize,
+    /// `mapping_large_folio_support`: misses may fill this file's pages in folios of more
+    /// than one page (cleared by [`CachedFile::set_large_folios`]).
+    pub(crate) large_folios: crate::mm::sync::AtomicBool,
     /// The page index (`i_pages`).
     pub(crate) pages: Index,
 }
@@ -100,6 +103,17 @@ impl Mapping {
             size: &self.size,
             disk_size: &self.disk_size,
             mode: c.config.experiment.insert_mode,
+            max_order: self.max_folio_order(c),
+        }
+    }
+
+    /// The largest folio order a miss of this file may allocate.
+    #[inline]
+    pub(crate) fn max_folio_order(&self, c: &CacheInner) -> u32 {
+        if self.large_folios.load(Ordering::Relaxed) {
+            c.config.max_folio_order
+        } else {
+            0
         }
     }
 
@@ -251,6 +265,9 @@ enum Fast {
     Partial(usize),
 }
 
+/// The most pages one miss reads with readahead off (a larger read takes several).
+const MISS_READ_MAX_PAGES: usize = 512;
+
 /// Reads larger than this skip the fast path (it runs inside the file-table lookup's RCU read
 /// section, which should be short).
 const FAST_READ_MAX: usize = 64 << 10;
@@ -299,7 +316,7 @@ impl CachedFile {
     /// (the indexes'): the section a hit's lookup runs in, entered once per call. Only for
     /// short, non-blocking work.
     #[inline(always)]
-    fn hit_section<R>(&self, f: impl FnOnce(&Mapping, &RcuReadGuard<'_>) -> R) -> R {
+    pub(super) fn hit_section<R>(&self, f: impl FnOnce(&Mapping, &RcuReadGuard<'_>) -> R) -> R {
         let section = self.cache.rcu.read_lock();
         f(&self.m, &section)
     }
@@ -318,6 +335,15 @@ impl CachedFile {
     /// True for an empty file.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether misses of this file may cache its pages in large folios (up to
+    /// [`Config::max_folio_order`](super::Config::max_folio_order)): on by default; off, every
+    /// page read in gets a folio of its own (`mapping_set_large_folios` not called). Applies
+    /// to every handle of the file and to later misses; folios already cached stay as they
+    /// are.
+    pub fn set_large_folios(&self, on: bool) {
+        self.with_mapping(|m| m.large_folios.store(on, Ordering::Relaxed));
     }
 
     /// Pages of this file in the cache right now.
@@ -426,7 +452,7 @@ impl CachedFile {
                 break;
             };
             stats.add(Event::Hit, 1);
-            if Some(folio.index()) != last {
+            if !holds_page(&folio, last) {
                 self.cache.mark_accessed(&folio);
             }
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
@@ -461,7 +487,7 @@ impl CachedFile {
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
-            if Some(folio.index()) != last {
+            if !holds_page(&folio, last) {
                 self.cache.mark_accessed_after(&folio, filled);
             }
             let data = folio.data().expect("get_page returns uptodate folios");
@@ -512,8 +538,21 @@ impl CachedFile {
         Ok(())
     }
 
-    /// `filemap_get_folio` + `filemap_read_folio`: pins the folio holding page `index`
-    /// (reading it in if needed) and returns a guard giving its bytes without a copy.
+    /// [`CachedFile::get_folio`] by byte offset: pins the folio holding the file's byte
+    /// `offset`. The guard's bytes start at [`PinnedFolio::offset`], which may be before
+    /// `offset` (a folio holds 1 to 512 pages, starting at a multiple of its size).
+    pub fn get_folio_at(&self, offset: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        self.get_folio(offset >> PAGE_SHIFT)
+    }
+
+    /// `filemap_get_folio` + `filemap_read_folio`: pins the folio holding page `index` (the
+    /// file's bytes `index * PAGE_SIZE ..`; [`CachedFile::get_folio_at`] takes a byte offset),
+    /// reading it in if needed, and returns a guard giving its bytes without a copy.
+    ///
+    /// The folio may hold more than that page: with large folios
+    /// ([`Config::max_folio_order`](super::Config::max_folio_order)) it is the whole run of
+    /// pages cached together, and its bytes start at [`PinnedFolio::offset`]. For exactly a
+    /// byte range, use [`CachedFile::get_range`].
     ///
     /// The folio cannot be freed or invalidated away while the guard lives (invalidation
     /// skips pinned folios). `index` must be a page of the file.
@@ -659,7 +698,7 @@ impl CachedFile {
             // test-and-clear and pushes the window forward. (A plain load first: the common
             // unmarked case writes nothing.)
             if folio.flags() & PG_READAHEAD != 0 && folio.test_clear_flag(PG_READAHEAD) {
-                self.async_readahead(m, folio.index(), req_count);
+                self.async_readahead(m, folio.index(), folio.nr_pages(), req_count);
             }
             if folio.is_uptodate() {
                 if !missed {
@@ -694,17 +733,24 @@ impl CachedFile {
         req_count: usize,
     ) -> Result<Option<FolioRef<'m>>, CacheError> {
         let c = &self.cache;
-        // `page_cache_sync_ra` with readahead off reads just the missing page: no need to
-        // take the stream's lock (the window size never changes after open).
+        // With readahead off (no need to take the stream's lock: the window size never
+        // changes after open), a miss reads the request whole, no more: a block cache's cold
+        // 16 KiB block is one backing read, and one folio when it is aligned.
         let req = if c.config.ra_pages == 0 {
-            None
+            (req_count > 1).then_some(RaRequest {
+                index,
+                nr_to_read: req_count.min(MISS_READ_MAX_PAGES),
+                lookahead: 0,
+            })
         } else {
             let prev_pos = self.prev_pos.load(Ordering::Relaxed);
             let probe = readahead::IndexProbe(&m.pages);
             self.ra.lock().sync_ra(index, req_count, prev_pos, &probe)
         };
         if let Some(req) = req {
-            c.counters.inc(Event::SyncRa);
+            if c.config.ra_pages != 0 {
+                c.counters.inc(Event::SyncRa);
+            }
             let out = do_page_cache_ra(&self.cache, m, req);
             if let Some(f) = m.pages.lookup(index) {
                 return Ok(Some(f));
@@ -727,10 +773,12 @@ impl CachedFile {
 
     /// `page_cache_async_ra` after this reader cleared PG_readahead on the folio at `index`.
     #[cold]
-    fn async_readahead(&self, m: &Mapping, index: u64, req_count: usize) {
+    fn async_readahead(&self, m: &Mapping, index: u64, nr_pages: usize, req_count: usize) {
         let req = {
             let probe = readahead::IndexProbe(&m.pages);
-            self.ra.lock().async_ra(index, req_count, &probe)
+            self.ra
+                .lock()
+                .async_ra_folio(index, nr_pages, req_count, &probe)
         };
         if let Some(req) = req {
             self.cache.counters.inc(Event::AsyncRa);
@@ -762,6 +810,13 @@ fn copy_out(buf: &mut [u8], offset: u64, pos: u64, end: u64, folio_index: u64, d
     n as u64
 }
 
+/// Whether `folio` holds page `page` (`pos_same_folio`: a read that stays in the folio the
+/// previous one ended in does not mark it accessed again).
+#[inline]
+fn holds_page(folio: &FolioRef<'_>, page: Option<u64>) -> bool {
+    page.is_some_and(|p| p.wrapping_sub(folio.index()) < folio.nr_pages() as u64)
+}
+
 /// `do_page_cache_ra`: clamp to EOF, then instantiate and read.
 fn do_page_cache_ra(c: &CacheInner, m: &Mapping, req: RaRequest) -> RaOutcome {
     match req.clamp_to_eof(m.nr_pages()) {
@@ -784,26 +839,26 @@ pub(super) fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
 
 /// The file bytes `folio` holds (the part past EOF excluded).
 #[inline]
-fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
+pub(super) fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
     let start = folio.index() << PAGE_SHIFT;
     (m.size().saturating_sub(start)).min(folio.size() as u64) as usize
 }
 
 /// What both folio guards hold: one counted reference on an uptodate folio, and how many of
 /// its bytes are the file's.
-struct Pin {
-    folio: std::ptr::NonNull<crate::mm::folio::Folio>,
+pub(super) struct Pin {
+    pub(super) folio: std::ptr::NonNull<crate::mm::folio::Folio>,
     /// The folio's first byte in the arena's frames, resolved (and its uptodate flag checked)
     /// once when the pin was taken: the guard's `Deref` then loads nothing.
-    data: std::ptr::NonNull<u8>,
-    valid: usize,
+    pub(super) data: std::ptr::NonNull<u8>,
+    pub(super) valid: usize,
 }
 
 impl Pin {
     /// Takes over `folio`'s reference; `valid` (at most the folio's size) of its bytes are
     /// the file's.
     #[inline]
-    fn new(folio: FolioRef<'_>, valid: usize) -> Pin {
+    pub(super) fn new(folio: FolioRef<'_>, valid: usize) -> Pin {
         let data = folio.data().expect("pinned folios are uptodate");
         debug_assert!(valid <= data.len());
         let data = std::ptr::NonNull::from(data).cast::<u8>();
@@ -816,7 +871,10 @@ impl Pin {
 
     /// # Safety
     /// `arena` is the arena of the folio, alive for `'a`.
-    unsafe fn folio<'a>(&self, _arena: &'a crate::mm::folio::Arena) -> &'a crate::mm::folio::Folio {
+    pub(super) unsafe fn folio<'a>(
+        &self,
+        _arena: &'a crate::mm::folio::Arena,
+    ) -> &'a crate::mm::folio::Folio {
         // SAFETY: headers live as long as their arena (per the caller), and our reference
         // keeps this one allocated to its file.
         unsafe { self.folio.as_ref() }
@@ -825,7 +883,7 @@ impl Pin {
     /// # Safety
     /// As [`Pin::folio`].
     #[inline(always)]
-    unsafe fn bytes<'a>(&self, _arena: &'a crate::mm::folio::Arena) -> &'a [u8] {
+    pub(super) unsafe fn bytes<'a>(&self, _arena: &'a crate::mm::folio::Arena) -> &'a [u8] {
         // SAFETY: `data` points into the arena's frames (alive for `'a`, per the caller) at
         // a folio that was uptodate when pinned, of at least `valid` bytes; the bytes are
         // immutable while our reference exists (an uptodate folio is never written in
@@ -836,7 +894,7 @@ impl Pin {
     /// # Safety
     /// As [`Pin::folio`]; called once, from the guard's drop.
     #[inline]
-    unsafe fn release(&self, arena: &crate::mm::folio::Arena) {
+    pub(super) unsafe fn release(&self, arena: &crate::mm::folio::Arena) {
         // SAFETY: we own exactly one reference on this folio, put here once.
         drop(unsafe { FolioRef::from_raw(arena, self.folio(arena)) });
     }

@@ -74,6 +74,7 @@ mod error;
 mod file;
 mod flusher;
 pub(crate) mod inode;
+mod large;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod stats;
@@ -88,6 +89,7 @@ pub use config::{
 pub use cursor::FileCursor;
 pub use error::CacheError;
 pub use file::{CachedFile, OwnedFolio, PinnedFolio};
+pub use large::{OwnedRange, PinnedRange};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 pub use write::{FolioMut, OpenOptions};
@@ -481,6 +483,7 @@ impl FolioCache {
             wb: crate::mm::writeback::WbState::default(),
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
+            large_folios: crate::mm::sync::AtomicBool::new(true),
             pages,
         });
         let mut live = self.inner.live.lock();
@@ -592,14 +595,20 @@ impl FolioCache {
 
     /// Recomputes the cache's memory accounting from scratch: drains the LRU's per-CPU
     /// batches, then validates the LRU (lists, flags, counters;
-    /// [`Lru::validate`](crate::mm::lru::Lru::validate)), the dirty accounting and the arena
-    /// ([`Arena::validate`](crate::mm::folio::Arena::validate)), waiting for the background reclaimer to finish a pass if
+    /// [`Lru::validate`](crate::mm::lru::Lru::validate)), every open file's index
+    /// ([`Index::validate`](crate::mm::index::Index::validate)), the dirty accounting and the
+    /// arena ([`Arena::validate`](crate::mm::folio::Arena::validate)), waiting for the background reclaimer to finish a pass if
     /// one runs. Call it while no other thread uses the cache; returns the arena's stats.
     pub fn validate(&self) -> Result<crate::mm::folio::ArenaStats, String> {
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
         let _flusher = self.inner.flusher.get().map(|f| f.busy.lock());
         self.lru_add_drain_all();
         self.inner.lru.validate(&self.inner.arena)?;
+        for m in self.inner.live_mappings() {
+            m.pages
+                .validate()
+                .map_err(|e| format!("{}: index: {e}", m.path.display()))?;
+        }
         self.validate_dirty()?;
         self.inner.arena.validate()
     }

@@ -95,6 +95,17 @@ cache_counters! {
         /// Batched windows that could not be preallocated and fell back to one-by-one
         /// insertion.
         RaFallbacks => readahead_fallbacks,
+        /// Folios inserted by readahead and by misses that read a whole request (each one
+        /// LRU entry and one index entry, whatever its size).
+        RaFolios => readahead_folios,
+        /// Large folios (more than one page) inserted by readahead and by misses that read a
+        /// whole request.
+        RaLargeFolios => readahead_large_folios,
+        /// Large folio allocations that failed, after which the rest of the window was read
+        /// into single pages (`page_cache_ra_order`'s fallback).
+        RaOrderFallbacks => readahead_order_fallbacks,
+        /// Large folios split into pages (by copy) before a write or a truncation inside them.
+        FolioSplits => folio_splits,
         /// Misses served by reading a single folio (readahead off, or the window was raced).
         SinglePageReads => single_page_reads,
         /// Read calls issued to backing files.

@@ -263,6 +263,8 @@ impl CachedFile {
                 zero_cached_tail(c, &m, size >> PAGE_SHIFT, tail)?;
             }
             let cut = size.div_ceil(PAGE_SIZE as u64);
+            // A large folio across the cut is split, so its pages below it stay cached.
+            super::large::split_across(c, &m, cut)?;
             for index in m.wb.unwritten_from(cut) {
                 if let Some(f) = m.pages.lookup(index) {
                     let f = f.lock();
@@ -550,7 +552,7 @@ fn modify_cached<'a>(
     within: usize,
     src: &[u8],
 ) -> Result<Option<FolioLocked<'a>>, CacheError> {
-    let Some(folio) = lookup_stable(m, index) else {
+    let Some(folio) = lookup_stable(c, m, index)? else {
         return Ok(None);
     };
     // SAFETY: the folio is in our index (checked under its lock: one reference for the page
@@ -567,7 +569,7 @@ fn modify_cached<'a>(
             // need this folio's neighbours' locks), then look again.
             drop(folio);
             let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
-            let Some(old) = lookup_stable(m, index) else {
+            let Some(old) = lookup_stable(c, m, index)? else {
                 return Ok(None);
             };
             Ok(Some(replace_page(c, m, old, within, src, new)))
@@ -576,13 +578,26 @@ fn modify_cached<'a>(
 }
 
 /// `write_begin`'s lookup: page `index`, locked, still this file's, uptodate and not under
-/// writeback (`folio_wait_stable`); `None` if it is not cached.
-fn lookup_stable<'a>(m: &'a Mapping, index: u64) -> Option<FolioLocked<'a>> {
+/// writeback (`folio_wait_stable`), in a folio of its own (a large folio holding it is split
+/// first); `None` if it is not cached.
+fn lookup_stable<'a>(
+    c: &CacheInner,
+    m: &'a Mapping,
+    index: u64,
+) -> Result<Option<FolioLocked<'a>>, CacheError> {
     loop {
-        let folio = m.pages.lookup(index)?.lock();
+        let Some(folio) = m.pages.lookup(index) else {
+            return Ok(None);
+        };
+        if folio.nr_pages() > 1 {
+            drop(folio);
+            super::large::split_folio_at(c, m, index)?;
+            continue;
+        }
+        let folio = folio.lock();
         if folio.mapping() == m.id && folio.index() == index && folio.is_uptodate() {
             writeback::wait_stable(&folio);
-            return Some(folio);
+            return Ok(Some(folio));
         }
         // Truncated, replaced, or a read into it failed and it was removed: look again.
     }
@@ -813,6 +828,11 @@ impl CachedFile {
             .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
         let old = loop {
             let (folio, _) = self.get_page(m, index, 1)?;
+            if folio.nr_pages() > 1 {
+                drop(folio);
+                super::large::split_folio_at(c, m, index)?;
+                continue;
+            }
             let old = folio.lock();
             if old.mapping() == m.id && old.index() == index && old.is_uptodate() {
                 break old;

@@ -43,15 +43,27 @@
 //! Layouts: `per-thread-file` (thread t streams file t; one index per thread) and
 //! `shared-file` (all threads stream disjoint ranges of one file: one index, one lock).
 //!
+//! # Large folios (issue 14)
+//!
+//! Two more variants read the same files end to end: `order0`, today's batched insertion with
+//! every page in its own 4 KiB folio (the seed's `batched` configuration), and `large`, the
+//! same with large folios (`page_cache_ra_order`: folios as large as the window and the
+//! alignment allow). Per MiB read they report the refcount operations of the read side (two
+//! per folio lookup: the speculative get and the put), the LRU entries made (one per folio
+//! inserted) and the index lock acquisitions. `large` is compared with `order0` as the
+//! candidate against its baseline. The insertion phase is measured for `single` and
+//! `batched` only (it inserts preallocated pages).
+//!
 //! # Output
 //!
-//! - variants: `single` (vanilla), `batched` (the seed);
+//! - variants: `single` (vanilla), `batched` (the seed), `order0` and `large` (issue 14);
 //! - metrics: `ops_per_sec`, `p50_latency_ns`, `p75_latency_ns`, `p99_latency_ns`,
 //!   `lock_acquisitions_per_page`, `insert_pages_per_sec`,
 //!   `insert_lock_acquisitions_per_page`; every row and comparison has a `layout` field;
 //! - comparisons: `batched` vs `single` for `ops_per_sec`, `p50_latency_ns`,
 //!   `p75_latency_ns`, `p99_latency_ns` and `insert_pages_per_sec`, per thread count and
-//!   layout;
+//!   layout; `large` vs `order0` for `ops_per_sec`, `p50_latency_ns`, `p99_latency_ns`,
+//!   `refcount_ops_per_mib`, `lru_entries_per_mib` and `index_lock_acquisitions_per_mib`;
 //! - tables: the seed's throughput table (ops/s), the seed's latency table (`percentile |
 //!   latency before | latency after | reduction (%)` for P50, P75, P99, reduction =
 //!   `(before - after) / before`), the insertion phase alone, and latency with lock counts;
@@ -90,8 +102,18 @@ pub const NAME: &str = "readseq";
 pub const ABOUT: &str = "db_bench readseq: threads stream 8 KiB values through a cold cache; \
 one-by-one vs batched readahead insertion, per-thread files and one shared file";
 
-/// Variant names (vanilla first).
-pub const VARIANTS: [&str; 2] = ["single", "batched"];
+/// Variant names: seed 001's (vanilla first), then issue 14's (baseline first).
+pub const VARIANTS: [&str; 4] = ["single", "batched", "order0", "large"];
+
+/// The variants that cache files in large folios.
+fn large_folios(variant: &str) -> bool {
+    variant == "large"
+}
+
+/// The variants whose insertion phase is measured (seed 001's).
+fn seed_variant(variant: &str) -> bool {
+    variant == "single" || variant == "batched"
+}
 
 /// Layout names.
 pub const LAYOUTS: [&str; 2] = ["per-thread-file", "shared-file"];
@@ -122,10 +144,10 @@ pub struct Args {
 super::scenario!();
 
 fn mode_of(variant: &str) -> InsertMode {
-    if variant == "batched" {
-        InsertMode::Batched
-    } else {
+    if variant == "single" {
         InsertMode::Single
+    } else {
+        InsertMode::Batched
     }
 }
 
@@ -153,6 +175,9 @@ struct Pass {
     p75: f64,
     p99: f64,
     lock_per_page: f64,
+    refcount_ops_per_mib: f64,
+    lru_entries_per_mib: f64,
+    locks_per_mib: f64,
     wrong: u64,
 }
 
@@ -252,6 +277,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
                                 .strategy(RefStrategy::LockedBit),
                         )
                         .readahead_pages(args.ra_pages)
+                        .max_folio_order(if large_folios(v) {
+                            foliocache::mm::folio::MAX_ORDER
+                        } else {
+                            0
+                        })
                         .panic_on_bad_page(false),
                 )
                 .map_err(|e| crate::lab_err!("{e}"))?;
@@ -286,8 +316,14 @@ pub fn run(args: &Args) -> LabResult<Report> {
                     il.add(v, n, "p75_latency_ns", p.p75);
                     il.add(v, n, "p99_latency_ns", p.p99);
                     il.add(v, n, "lock_acquisitions_per_page", p.lock_per_page);
+                    il.add(v, n, "refcount_ops_per_mib", p.refcount_ops_per_mib);
+                    il.add(v, n, "lru_entries_per_mib", p.lru_entries_per_mib);
+                    il.add(v, n, "index_lock_acquisitions_per_mib", p.locks_per_mib);
                     if *v == "batched" && lname == "per-thread-file" {
                         batched_lock_per_page = batched_lock_per_page.max(p.lock_per_page);
+                    }
+                    if !seed_variant(v) {
+                        return Ok(());
                     }
                     let (rate, locks) = insertion_phase(
                         &insert_arena,
@@ -320,6 +356,16 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "insert_pages_per_sec",
             ] {
                 report.compare("single", "batched", n, metric, &extra);
+            }
+            for metric in [
+                "ops_per_sec",
+                "p50_latency_ns",
+                "p99_latency_ns",
+                "refcount_ops_per_mib",
+                "lru_entries_per_mib",
+                "index_lock_acquisitions_per_mib",
+            ] {
+                report.compare("order0", "large", n, metric, &extra);
             }
         }
         for (v, c) in &caches {
@@ -360,6 +406,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "readseq [{lname}] read latency (ns) and index lock acquisitions per inserted page"
             ),
             latency_table(&report, &settings.threads, &extra),
+        ));
+        tables.push((
+            format!(
+                "readseq [{lname}] large folios (large) against 4 KiB folios (order0), per MiB read"
+            ),
+            large_table(&report, &settings.threads, &extra),
         ));
     }
     progress.finish();
@@ -425,6 +477,39 @@ fn reduction_pct(before: Option<f64>, after: Option<f64>) -> String {
         (Some(b), Some(a)) if b > 0.0 => format!("{:.2}", (b - a) / b * 100.0),
         _ => "-".into(),
     }
+}
+
+/// `#threads | variant | ops/s | p50 | refcount ops/MiB | LRU entries/MiB | index locks/MiB`
+/// for issue 14's variants.
+fn large_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
+    let mut t = Table::new([
+        "#threads",
+        "variant",
+        "ops/s",
+        "p50 (ns)",
+        "refcount ops/MiB",
+        "LRU entries/MiB",
+        "index locks/MiB",
+    ]);
+    for &n in threads {
+        for v in ["order0", "large"] {
+            let get = |m: &str| {
+                report
+                    .row(v, n, m, extra)
+                    .map_or("-".to_string(), |r| fmt_num(r.median))
+            };
+            t.row([
+                n.to_string(),
+                v.to_string(),
+                get("ops_per_sec"),
+                get("p50_latency_ns"),
+                get("refcount_ops_per_mib"),
+                get("lru_entries_per_mib"),
+                get("index_lock_acquisitions_per_mib"),
+            ]);
+        }
+    }
+    t
 }
 
 /// `#threads | variant | p50 | p75 | p99 | lock/page` for one layout.
@@ -555,6 +640,11 @@ fn end_to_end(
     }
     let inserted = after.index_pages_inserted - before.index_pages_inserted;
     let locks = after.index_lock_acquisitions - before.index_lock_acquisitions;
+    let mib = (threads as u64 * region) as f64 / (1 << 20) as f64;
+    // Every folio lookup that hit is one speculative get and one put.
+    let refs = 2 * (after.hits - before.hits);
+    let folios = after.readahead_folios - before.readahead_folios
+        + (after.single_page_reads - before.single_page_reads);
     Ok(Pass {
         ops_per_sec: crate::harness::per_sec(ops as f64, elapsed),
         p50: hist.value_at_quantile(0.50) as f64,
@@ -565,6 +655,9 @@ fn end_to_end(
         } else {
             locks as f64 / inserted as f64
         },
+        refcount_ops_per_mib: refs as f64 / mib,
+        lru_entries_per_mib: folios as f64 / mib,
+        locks_per_mib: locks as f64 / mib,
         wrong,
     })
 }

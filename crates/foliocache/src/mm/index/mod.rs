@@ -88,6 +88,19 @@
 //! half-built path. [`IndexStats::lock_acquisitions`] counts every acquisition, so the lab can
 //! report acquisitions per inserted page.
 //!
+//! # Splitting
+//!
+//! [`Index::split_folio`] replaces a large folio's multi-index entry with one order-0 entry
+//! per page under one lock hold (for orders 6 to 9, one new leaf node per slot the entry
+//! used, published complete by its Release store): the caller supplies the pages, already
+//! holding the large folio's bytes. Sibling slots are rewritten before the canonical one, so
+//! a lockless reader either finds its own page's new folio or re-checks its way off the old
+//! one (the slot it loaded no longer holds it). The old folio leaves the mapping and loses the
+//! cache's references; a reader that pinned it keeps a consistent copy until it lets go. The
+//! kernel splits in place after freezing the folio (`__split_huge_page`); a copy cannot fail
+//! because of a pin, which is this cache's common case (a pinned block), and costs one copy
+//! of the folio, paid only by a write or a truncation inside it.
+//!
 //! # Why it is fast
 //!
 //! A hit is an RCU read section (no shared write), two to four dependent slot loads, one
@@ -222,6 +235,8 @@ pub struct IndexStats {
     pub shadows_cleared: u64,
     /// Shadow nodes freed by the shrinker since creation (`WORKINGSET_NODERECLAIM`).
     pub shadow_nodes_reclaimed: u64,
+    /// Large folios split into order-0 folios since creation ([`Index::split_folio`]).
+    pub splits: u64,
 }
 
 /// How much of the re-check a lookup does (only `Full` outside the loom models).
@@ -1107,6 +1122,90 @@ impl Index {
         drop(g);
         // The caller's reference keeps `old` alive: this put is never the last one.
         let last = old.refcount().sub_and_test(self.arena.strategy(), 1);
+        debug_assert!(!last);
+        if last {
+            self.arena.free_won(old);
+        }
+        true
+    }
+
+    /// `split_folio` for the page cache, by copy: puts the order-0 folios `new` (locked, one
+    /// per page of the locked large folio `old`, holding its bytes) in `old`'s index slots
+    /// under one lock hold, so every page stays cached throughout. `new[i]` takes the cache's
+    /// reference and page `old.index() + i`; `old` leaves the mapping, and the cache's
+    /// references on it are put (the caller's keeps it alive; a reader pinning it keeps
+    /// reading its bytes, which stay the file's bytes of that moment).
+    ///
+    /// The kernel splits in place: it freezes the folio at the references it expects and
+    /// re-labels the tail pages as folios, failing with `-EAGAIN` while anyone else holds a
+    /// reference. Copying instead cannot fail because of a reader (a pinned 16 KiB block is
+    /// exactly what a user of this cache holds), at the price of one allocation and one copy
+    /// per page; only a write into a large folio, or a truncation inside one, pays it.
+    ///
+    /// Returns false, changing nothing, if `old` is not in this index or the folios do not
+    /// qualify (`new` must be `old.nr_pages()` unmapped order-0 folios of this arena).
+    pub fn split_folio(&self, old: &FolioLocked<'_>, new: &[FolioLocked<'_>]) -> bool {
+        let nr = old.nr_pages();
+        if old.mapping() != self.id
+            || old.order() == 0
+            || new.len() != nr
+            || !std::ptr::eq(old.arena(), &*self.arena)
+            || new.iter().any(|f| {
+                f.mapping() != 0
+                    || f.is_anon()
+                    || f.order() != 0
+                    || !std::ptr::eq(f.arena(), &*self.arena)
+            })
+        {
+            return false;
+        }
+        let order = old.order();
+        let tshift = Self::target_shift(order);
+        // A folio stored one level up (orders 6 to 9) spans whole leaf nodes' worth of
+        // indices: its pages need one new leaf node per slot it used.
+        let leaves = if tshift == 0 { 0 } else { slots_of(order) };
+        let index = old.index();
+        let mut g = self.lock((0..leaves).map(|_| Node::new()).collect());
+        let Some((node, off)) = self.slot_of(index, old.pfn()) else {
+            return false;
+        };
+        // Identity and the cache's reference on each new folio before the stores that
+        // publish them, as in `add_locked`; the caller holds a reference on each.
+        for (i, f) in new.iter().enumerate() {
+            f.refcount().add(self.arena.strategy(), 1);
+            f.set_mapping(self.id, index + i as u64);
+        }
+        // SAFETY: under the index lock; `node` is in the tree.
+        let n = unsafe { &*node };
+        if leaves == 0 {
+            // Siblings first, the canonical slot last: a reader of a sibling slot either
+            // finds its new folio there, or still resolves to `old` and fails its re-check
+            // (its own slot moved on) once `old`'s entry is gone.
+            for i in (0..nr).rev() {
+                n.store(off + i, Entry::folio(new[i].pfn()));
+            }
+        } else {
+            for s in (0..leaves).rev() {
+                let child = self.take_node(&mut g, 0, node as *mut Node, off + s);
+                // SAFETY: `child` is unpublished and ours until the store below publishes
+                // it (Release, `Node::store`).
+                unsafe {
+                    for i in 0..FANOUT {
+                        (*child).store(i, Entry::folio(new[s * FANOUT + i].pfn()));
+                    }
+                    (*child).meta(|m| m.count = FANOUT as u32);
+                }
+                n.store(off + s, Entry::node(child));
+            }
+        }
+        old.set_mapping(0, index);
+        g.stats.nr_folios += nr as u64 - 1;
+        g.stats.splits += 1;
+        drop(g);
+        // The caller's reference keeps `old` alive: this put is never the last one.
+        let last = old
+            .refcount()
+            .sub_and_test(self.arena.strategy(), nr as u32);
         debug_assert!(!last);
         if last {
             self.arena.free_won(old);

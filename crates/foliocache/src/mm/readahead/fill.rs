@@ -38,6 +38,9 @@ pub(crate) struct RaTarget<'a> {
     /// (up to the file size) are a hole, zeros (for a file it only reads, the file size).
     pub(crate) disk_size: &'a AtomicU64,
     pub(crate) mode: InsertMode,
+    /// The largest folio order readahead may allocate for this file (0: pages only; the
+    /// cache's maximum unless the file opted out, `mapping_large_folio_support`).
+    pub(crate) max_order: u32,
 }
 
 impl RaTarget<'_> {
@@ -101,6 +104,11 @@ impl RaProbe for IndexProbe<'_> {
 pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOutcome {
     let mut out = RaOutcome::default();
     let mark = req.mark();
+    if t.max_order > 0 && req.nr_to_read > 1 {
+        page_cache_ra_order(t, req, mark, &mut out);
+        t.cache.counters.add(Event::RaPages, out.inserted as u64);
+        return out;
+    }
     match t.mode {
         InsertMode::Batched => match preallocate(t, req.nr_to_read) {
             Some(folios) => fill_batched(t, req, mark, folios, &mut out),
@@ -114,7 +122,153 @@ pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOut
         InsertMode::Single => fill_single(t, req, mark, &mut out),
     }
     t.cache.counters.add(Event::RaPages, out.inserted as u64);
+    t.cache.counters.add(Event::RaFolios, out.inserted as u64);
     out
+}
+
+/// The order of the folio starting at page `index` of a window ending before `end`, at most
+/// `max`: the largest whose folio is naturally aligned at `index`, ends inside the window
+/// (`page_cache_ra_order`'s alignment and EOF rules; the window was clamped to EOF before),
+/// and does not cover the page `mark` that gets PG_readahead unless it starts there.
+///
+/// The last rule keeps the mark where the window put it: the reader that triggers the next
+/// window is the one that reaches the lookahead part. A folio reaching back over pages the
+/// current read wants would carry the mark to them, and the very read that opened the window
+/// would start the next one (the kernel gets the same effect by growing the order only
+/// between windows, so the first window's folios are small).
+pub(crate) fn ra_folio_order(index: u64, end: u64, max: u32, mark: Option<u64>) -> u32 {
+    let mut order = max.min(index.trailing_zeros());
+    let covers = |o: u32| {
+        let last = index + (1u64 << o);
+        last > end || mark.is_some_and(|m| m > index && m < last)
+    };
+    while order > 0 && covers(order) {
+        order -= 1;
+    }
+    order
+}
+
+/// `page_cache_ra_order`: the window in folios as large as its size and each index's
+/// alignment allow (up to `t.max_order`), skipping cached pages; a large allocation that fails
+/// turns the rest of the window into single pages (the kernel's `do_page_cache_ra` fallback).
+/// The folios are inserted as `t.mode` says (each contiguous run under one lock hold for
+/// `batched`, one per hold for `single`), then every contiguous run is read with one vectored
+/// backing read.
+///
+/// The order follows the window: `ilog2(nr_to_read)`, so a sequential stream's folios grow
+/// as its window does (x4, then x2 per step), where the kernel keeps a separate `ra->order`
+/// that grows by two per step; both start small and reach the maximum after a few windows.
+fn page_cache_ra_order<'a>(
+    t: &RaTarget<'a>,
+    req: RaRequest,
+    mark: Option<usize>,
+    out: &mut RaOutcome,
+) {
+    let end = req.index + req.nr_to_read as u64;
+    let target = t.max_order.min(req.nr_to_read.ilog2());
+    let mark = mark.map(|m| req.index + m as u64);
+    // Plan and allocate: (first page, folio), in index order.
+    let mut at: Vec<u64> = Vec::new();
+    let mut folios: Vec<FolioLocked<'a>> = Vec::new();
+    let mut fallback = false;
+    let mut idx = req.index;
+    while idx < end {
+        if t.pages.contains(idx) {
+            idx += 1;
+            continue;
+        }
+        let order = if fallback {
+            0
+        } else {
+            ra_folio_order(idx, end, target, mark)
+        };
+        let folio = match t.cache.alloc_folio_noretry(order) {
+            Ok(f) => f,
+            Err(_) if order > 0 => {
+                fallback = true;
+                t.cache.counters.inc(Event::RaOrderFallbacks);
+                continue;
+            }
+            Err(_) => {
+                out.out_of_memory = true;
+                break;
+            }
+        };
+        at.push(idx);
+        folios.push(lock_new(folio));
+        idx += 1u64 << order;
+    }
+    // Insert; `runs` collects the inserted folios, guarded, in contiguous runs
+    // (first page, end, folios).
+    let mut runs: Vec<(u64, u64, Vec<Filling<'a>>)> = Vec::new();
+    let mut shadows = vec![None; folios.len()];
+    let mut inserted: Vec<Option<u64>> = vec![None; folios.len()];
+    match t.mode {
+        InsertMode::Batched => {
+            let mut k = 0;
+            while k < folios.len() {
+                // The contiguous stretch of the plan starting at `k`.
+                let mut e = k + 1;
+                while e < folios.len() && at[e] == at[e - 1] + folios[e - 1].nr_pages() as u64 {
+                    e += 1;
+                }
+                let stop = at[e - 1] + folios[e - 1].nr_pages() as u64;
+                while k < e {
+                    let pages = t
+                        .pages
+                        .add_folio_range_shadows(at[k], stop, &folios[k..e], &mut shadows[k..e])
+                        .unwrap_or(0);
+                    if pages == 0 {
+                        // Raced: another reader cached part of this folio since the peek.
+                        k += 1;
+                        continue;
+                    }
+                    let mut got = 0;
+                    while got < pages {
+                        inserted[k] = Some(at[k]);
+                        got += folios[k].nr_pages() as u64;
+                        k += 1;
+                    }
+                }
+            }
+        }
+        InsertMode::Single => {
+            for (k, f) in folios.iter().enumerate() {
+                if let Ok(shadow) = t.pages.add_folio_shadow(f, at[k]) {
+                    shadows[k] = shadow;
+                    inserted[k] = Some(at[k]);
+                }
+            }
+        }
+    }
+    for (k, folio) in folios.into_iter().enumerate() {
+        let Some(first) = inserted[k] else {
+            // `ractl_free_folios`: unlocked and freed.
+            continue;
+        };
+        let f = Filling::new(t.pages, folio);
+        let nr = f.locked().nr_pages() as u64;
+        if mark.is_some_and(|m| m >= first && m < first + nr) {
+            f.locked().set_flag(PG_READAHEAD);
+        }
+        t.cache.counters.inc(Event::RaFolios);
+        if nr > 1 {
+            t.cache.counters.inc(Event::RaLargeFolios);
+        }
+        t.cache.workingset_refault(f.locked(), shadows[k]);
+        t.cache.add_lru(f.locked());
+        out.inserted += nr as usize;
+        match runs.last_mut() {
+            Some((_, run_end, run)) if *run_end == first => {
+                run.push(f);
+                *run_end += nr;
+            }
+            _ => runs.push((first, first + nr, vec![f])),
+        }
+    }
+    for (first, _, run) in runs {
+        read_pages(t, first, run, out);
+    }
 }
 
 /// `ractl_alloc_folios`: the whole window or nothing (what was allocated is given back).
@@ -319,7 +473,7 @@ fn read_pages<'a>(t: &RaTarget<'a>, first: u64, mut run: Vec<Filling<'a>>, out: 
         }
         Err(e) => {
             c.inc(Event::IoErrors);
-            let pages = run.len() as u64;
+            let pages: u64 = run.iter().map(|f| f.locked().nr_pages() as u64).sum();
             for f in run {
                 drop(f.finish(false));
             }

@@ -20,6 +20,35 @@
 //! loop. Both are here, chosen at run time by [`InsertMode`]: `single` is the vanilla loop,
 //! `batched` the seed.
 //!
+//! # Large folios (`page_cache_ra_order`)
+//!
+//! With [`Config::max_folio_order`](crate::Config::max_folio_order) above 0 (the default)
+//! and the file not opted out (`mapping_large_folio_support`), a window of more than one page
+//! is cut into folios instead of pages. Walking the window from its first missing page, each
+//! folio takes the largest order that is at most `max_folio_order` and `ilog2` of the window
+//! (a folio never exceeds its window), to which the page index is aligned (folios are
+//! naturally aligned in the index, as the multi-index entries require), that ends inside the
+//! window (the window was clamped to EOF, so no folio reaches past it), and that does not
+//! cover the PG_readahead page unless it starts there (the mark stays where the window logic
+//! put it, so the reader that opened the window does not also trigger the next one; the async
+//! path compares the marked folio's first page with the expected mark rounded down to the
+//! folio's size, as `page_cache_async_ra` does). Cached pages are skipped; a folio whose
+//! slots a racing reader took meanwhile is dropped and its pages are left to the next miss.
+//!
+//! Allocation follows `page_cache_ra_order`'s fallback: a large folio that cannot be
+//! allocated (one reclaim pass, no retry) turns the rest of the window into pages, as the
+//! kernel falls back to `do_page_cache_ra`. Insertion follows [`InsertMode`] (each contiguous
+//! run under one lock hold for `batched`, one folio per hold for `single`), and every
+//! contiguous run is read with one vectored backing read, one buffer per folio.
+//!
+//! A large folio is one of everything: one reference count (a hit takes one reference for
+//! 16 KiB or 2 MiB alike), one LRU entry charged by its pages, one multi-index entry, and
+//! on eviction one shadow entry whose refault distance counts pages.
+//!
+//! With readahead off ([`Config::block_cache`](crate::Config::block_cache)), a read of N
+//! pages that misses asks this module for exactly those N pages (no window, no mark), so a
+//! cold block is one backing read and, when aligned to its size, one folio.
+//!
 //! # Window state
 //!
 //! | field | meaning |

@@ -189,12 +189,27 @@ impl RaState {
         req_count: usize,
         probe: &dyn RaProbe,
     ) -> Option<RaRequest> {
+        self.async_ra_folio(index, 1, req_count, probe)
+    }
+
+    /// [`RaState::async_ra`] for a marked folio of `nr_pages` pages starting at `index`: the
+    /// mark went on the folio holding the lookahead page, so the stream is where it was
+    /// predicted if that page, rounded down to the folio's size, is `index`
+    /// (`page_cache_async_ra`'s `round_down(expected, folio_nr_pages)`).
+    pub fn async_ra_folio(
+        &mut self,
+        index: u64,
+        nr_pages: usize,
+        req_count: usize,
+        probe: &dyn RaProbe,
+    ) -> Option<RaRequest> {
         if self.ra_pages == 0 {
             return None;
         }
         let req_count = req_count.max(1);
         let max_pages = self.max_pages(req_count);
         let expected = self.start + (self.size - self.async_size.min(self.size)) as u64;
+        let expected = expected - expected % nr_pages.max(1) as u64;
         if self.size > 0 && index == expected {
             // The stream is where we predicted: ramp the window up and move it forward.
             self.start += self.size as u64;

@@ -1,0 +1,517 @@
+//! Large folios in a file's cache: splitting one before a write or a truncation inside it
+//! (`split_folio`, `truncate_inode_partial_folio`), and pinned views of byte ranges that may
+//! span folios of any size.
+//!
+//! # Pages, folios and offsets
+//!
+//! A file is cached in *pages* of [`PAGE_SIZE`] (4 KiB) bytes: page `i` holds the bytes
+//! `i * PAGE_SIZE ..`. Pages are held in *folios*: runs of 1, 2, 4, ... 512 pages, each
+//! starting at a page number that is a multiple of its length (a 16 KiB folio starts at a
+//! multiple of 16 KiB in the file). A folio is what the cache counts, pins and evicts as one:
+//! one reference count, one LRU entry, one index entry. Readahead and misses that read several
+//! pages at once fill them in folios as large as the range and its alignment allow
+//! ([`Config::max_folio_order`](super::Config::max_folio_order)), so a 16 KiB block read at a
+//! 16 KiB-aligned offset sits in one folio and can be borrowed as one slice.
+//!
+//! # Splitting
+//!
+//! The write path changes bytes one page at a time, each page in a folio of its own (see
+//! `cache::write`): before it writes into a large folio it splits it into pages
+//! ([`split_folio_at`]), as the kernel's `write_begin` does for a filesystem without large
+//! folio writes, and a truncation that cuts a large folio in two splits it first, so the pages
+//! below the cut stay cached. Large folios are therefore never dirty: a dirty page is always
+//! an order-0 folio, which keeps writeback's per-page tags exact.
+//!
+//! The split is a copy ([`Index::split_folio`](crate::mm::index::Index::split_folio)): new pages
+//! take the large folio's bytes and its index slots under one index-lock hold, so a reader
+//! never finds a page missing, and a reader that pinned the large folio keeps it, unchanged,
+//! until it lets go. The kernel splits in place instead and fails while anyone else holds the
+//! folio; a pinned block is this cache's normal use, so a split that a pin can block would make
+//! writes wait on readers.
+
+use super::file::{valid_bytes, CachedFile, Mapping, Pin};
+use super::stats::Event;
+use super::{CacheError, CacheInner};
+use crate::mm::folio::flags::{PG_ACTIVE, PG_DIRTY, PG_READAHEAD, PG_WORKINGSET, PG_WRITEBACK};
+use crate::mm::folio::{Arena, FolioLocked, PAGE_SHIFT, PAGE_SIZE};
+use crate::mm::sync::{Arc, Ordering};
+
+/// Splits the large folio that holds page `cut` of `m` and starts before it, if there is one
+/// (`truncate_inode_partial_folio`): a truncation at `cut` then removes whole folios only.
+pub(crate) fn split_across(c: &CacheInner, m: &Mapping, cut: u64) -> Result<(), CacheError> {
+    match m.pages.lookup(cut) {
+        Some(f) if f.index() < cut => {
+            drop(f);
+            split_folio_at(c, m, cut)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Splits the large folio holding page `index` of `m` into pages, if one does: afterwards
+/// page `index` is cached (if it was) in a folio of its own. Allocates the pages before taking any folio lock. `Ok` also when the
+/// folio went away meanwhile (the caller looks the page up again).
+#[cold]
+pub(crate) fn split_folio_at(c: &CacheInner, m: &Mapping, index: u64) -> Result<(), CacheError> {
+    let Some(folio) = m.pages.lookup(index) else {
+        return Ok(());
+    };
+    let nr = folio.nr_pages();
+    if nr == 1 {
+        return Ok(());
+    }
+    drop(folio);
+    let mut new: Vec<FolioLocked<'_>> = Vec::with_capacity(nr);
+    for _ in 0..nr {
+        let f = c.alloc_folio(0).map_err(|_| c.out_of_memory(nr))?;
+        new.push(
+            f.try_lock()
+                .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked")),
+        );
+    }
+    let Some(old) = m.pages.lookup(index) else {
+        return Ok(());
+    };
+    let old = old.lock();
+    if old.mapping() != m.id || old.nr_pages() != nr || !old.is_uptodate() {
+        // Evicted, truncated or replaced meanwhile: the caller looks again.
+        return Ok(());
+    }
+    debug_assert_eq!(
+        old.flags() & (PG_DIRTY | PG_WRITEBACK),
+        0,
+        "large folios are never written: writes split them first"
+    );
+    let data = old.data().expect("uptodate");
+    for (i, f) in new.iter_mut().enumerate() {
+        f.data_mut()
+            .expect("a fresh folio is not uptodate")
+            .copy_from_slice(&data[i * PAGE_SIZE..][..PAGE_SIZE]);
+        f.mark_uptodate();
+        // The pages keep the folio's LRU standing (`lru_add_split_folio` puts them beside
+        // it): active stays active.
+        let keep = old.flags() & (PG_ACTIVE | PG_WORKINGSET);
+        if keep != 0 {
+            f.set_flag(keep);
+        }
+    }
+    if m.pages.split_folio(&old, &new) {
+        for f in &new {
+            c.add_lru(f);
+        }
+        c.counters.inc(Event::FolioSplits);
+    }
+    // `old` is put here: freed (and off the LRU) unless a reader still pins it.
+    Ok(())
+}
+
+/// The folios a [`PinnedRange`] holds: one inline (a range inside one folio, the common
+/// case, costs no allocation), or several.
+enum Pins {
+    One(Pin),
+    Many(Vec<Pin>),
+}
+
+impl Pins {
+    fn as_slice(&self) -> &[Pin] {
+        match self {
+            Pins::One(p) => std::slice::from_ref(p),
+            Pins::Many(v) => v,
+        }
+    }
+}
+
+/// The part of a pinned folio's bytes that the file range `offset..offset + len` covers.
+///
+/// # Safety
+/// `pin` holds a reference on a folio of `arena`, alive for `'a`.
+unsafe fn part<'a>(pin: &Pin, arena: &'a Arena, offset: u64, len: usize) -> &'a [u8] {
+    // SAFETY: per the caller.
+    let (folio, bytes) = unsafe { (pin.folio(arena), pin.bytes(arena)) };
+    let start = folio.index() << PAGE_SHIFT;
+    let from = offset.saturating_sub(start) as usize;
+    let to = ((offset + len as u64 - start) as usize).min(bytes.len());
+    &bytes[from..to]
+}
+
+/// Exactly the bytes `offset..offset + len` of a cached file, pinned in the cache, without a
+/// copy: from [`CachedFile::get_range`].
+///
+/// When one folio holds the whole range (a block read at an offset aligned to its size, with
+/// large folios on), [`PinnedRange::as_slice`] gives it as one slice; otherwise the bytes are
+/// the concatenation of [`PinnedRange::slices`], and [`PinnedRange::copy_to`] gathers them.
+/// The folios stay cached and unchanged while the guard lives (a write to the range goes to
+/// new folios; the guard keeps the bytes it pinned). The guard borrows its handle; for one
+/// that outlives it, and can back a `bytes::Bytes`, see [`PinnedRange::into_owned`].
+pub struct PinnedRange<'f> {
+    file: &'f CachedFile,
+    pins: Pins,
+    offset: u64,
+    len: usize,
+}
+
+// SAFETY: as for `PinnedFolio`: counted references, usable and droppable from any thread;
+// the bytes exposed are immutable while they are held.
+unsafe impl Send for PinnedRange<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedRange<'_> {}
+
+impl PinnedRange<'_> {
+    fn arena(&self) -> &Arena {
+        &self.file.cache.arena
+    }
+
+    /// The file offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes in the range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty range.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Folios the range spans (1 when [`PinnedRange::as_slice`] succeeds).
+    pub fn nr_folios(&self) -> usize {
+        self.pins.as_slice().len()
+    }
+
+    /// The range as one slice, if one folio holds all of it (`None` otherwise: use
+    /// [`PinnedRange::slices`] or [`PinnedRange::copy_to`]).
+    #[inline]
+    pub fn as_slice(&self) -> Option<&[u8]> {
+        match &self.pins {
+            // SAFETY: the guard holds the reference; the borrow is tied to `&self`.
+            Pins::One(p) => Some(unsafe { part(p, self.arena(), self.offset, self.len) }),
+            Pins::Many(_) => None,
+        }
+    }
+
+    /// The range's bytes, folio by folio, in file order.
+    pub fn slices(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let arena = self.arena();
+        self.pins
+            .as_slice()
+            .iter()
+            // SAFETY: as in `as_slice`.
+            .map(move |p| unsafe { part(p, arena, self.offset, self.len) })
+    }
+
+    /// Copies the range into the start of `dst` and returns [`PinnedRange::len`].
+    ///
+    /// # Panics
+    /// If `dst` is shorter than the range.
+    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
+        assert!(
+            dst.len() >= self.len,
+            "copy_to: a buffer of {} bytes cannot hold a range of {}",
+            dst.len(),
+            self.len
+        );
+        let mut at = 0;
+        for s in self.slices() {
+            dst[at..at + s.len()].copy_from_slice(s);
+            at += s.len();
+        }
+        at
+    }
+
+    /// The range's bytes in a new vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.copy_to(&mut v);
+        v
+    }
+
+    /// The range in a form that owns its file instead of borrowing the handle: `'static`,
+    /// `Clone` (clones share one pin) and `AsRef<[u8]>`, so it can back a `bytes::Bytes`
+    /// (with the `bytes` feature, `Bytes::from(owned)`). Zero-copy when one folio holds the
+    /// range; a range spanning folios is copied into one buffer here (and the folios let go).
+    pub fn into_owned(self) -> OwnedRange {
+        let this = std::mem::ManuallyDrop::new(self);
+        let (offset, len) = (this.offset, this.len);
+        // SAFETY: `this` is never dropped: its pins move out here, once.
+        let pins = unsafe { std::ptr::read(&this.pins) };
+        let bytes = match pins {
+            Pins::One(pin) => {
+                let mapping = this.file.mapping();
+                // ORDERING: Relaxed; the handle holds a use, so the count cannot reach zero.
+                mapping.users.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the pin's reference keeps the folio; its frames live as long as the
+                // arena, which the cache we keep holds.
+                let bytes = unsafe { part(&pin, &this.file.cache.arena, offset, len) };
+                OwnedBytes::Pinned {
+                    ptr: bytes.as_ptr(),
+                    len,
+                    cache: this.file.cache.clone(),
+                    mapping: std::mem::ManuallyDrop::new(mapping),
+                    pin,
+                }
+            }
+            Pins::Many(pins) => {
+                let arena = &this.file.cache.arena;
+                let mut v = Vec::with_capacity(len);
+                for p in &pins {
+                    // SAFETY: as above, then each reference is put once.
+                    unsafe {
+                        v.extend_from_slice(part(p, arena, offset, len));
+                        p.release(arena);
+                    }
+                }
+                OwnedBytes::Copied(v.into_boxed_slice())
+            }
+        };
+        OwnedRange {
+            inner: Arc::new(bytes),
+            offset,
+        }
+    }
+}
+
+impl Drop for PinnedRange<'_> {
+    fn drop(&mut self) {
+        let arena = &self.file.cache.arena;
+        for p in self.pins.as_slice() {
+            // SAFETY: each pin's reference is put once, here.
+            unsafe { p.release(arena) };
+        }
+    }
+}
+
+impl std::fmt::Debug for PinnedRange<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedRange")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("folios", &self.nr_folios())
+            .finish()
+    }
+}
+
+/// What an [`OwnedRange`] holds.
+enum OwnedBytes {
+    /// One pinned folio and the range inside it.
+    Pinned {
+        ptr: *const u8,
+        len: usize,
+        cache: Arc<CacheInner>,
+        /// A use of the inode (`i_count`), put after the folio.
+        mapping: std::mem::ManuallyDrop<Arc<Mapping>>,
+        pin: Pin,
+    },
+    /// A range that spanned folios, copied.
+    Copied(Box<[u8]>),
+}
+
+impl Drop for OwnedBytes {
+    fn drop(&mut self) {
+        if let OwnedBytes::Pinned {
+            cache,
+            mapping,
+            pin,
+            ..
+        } = self
+        {
+            // SAFETY: the reference is put once, here; the cache keeps the arena alive.
+            unsafe { pin.release(&cache.arena) };
+            // SAFETY: taken once, here; never used again.
+            let m = unsafe { std::mem::ManuallyDrop::take(mapping) };
+            cache.iput(m);
+        }
+    }
+}
+
+/// A byte range of a cached file that owns what it needs ([`PinnedRange::into_owned`]):
+/// valid after every handle of the file is closed, cheap to clone (clones share it), and
+/// `AsRef<[u8]>`, so `bytes::Bytes::from_owner` can wrap it without a copy.
+#[derive(Clone)]
+pub struct OwnedRange {
+    inner: Arc<OwnedBytes>,
+    offset: u64,
+}
+
+// SAFETY: the pinned bytes are immutable while the pin is held and the pin is a counted
+// reference any thread may put; the rest is `Send + Sync` shared state.
+unsafe impl Send for OwnedBytes {}
+// SAFETY: as above.
+unsafe impl Sync for OwnedBytes {}
+
+impl OwnedRange {
+    /// The file offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Whether the bytes are the cache's own (pinned), not a copy.
+    pub fn is_pinned(&self) -> bool {
+        matches!(*self.inner, OwnedBytes::Pinned { .. })
+    }
+}
+
+impl AsRef<[u8]> for OwnedRange {
+    #[inline]
+    fn as_ref(&self) -> &[u8] {
+        match &*self.inner {
+            // SAFETY: `ptr..ptr + len` lies in the pinned folio's uptodate bytes, immutable
+            // and allocated while the pin (which we hold) lives.
+            OwnedBytes::Pinned { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr, *len)
+            },
+            OwnedBytes::Copied(b) => b,
+        }
+    }
+}
+
+impl std::ops::Deref for OwnedRange {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        self.as_ref()
+    }
+}
+
+impl std::fmt::Debug for OwnedRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedRange")
+            .field("offset", &self.offset)
+            .field("len", &self.as_ref().len())
+            .field("pinned", &self.is_pinned())
+            .finish()
+    }
+}
+
+impl CachedFile {
+    /// Pins the bytes `offset..offset + len` of the file in the cache and returns them
+    /// without a copy (`filemap_get_folios` over the range + `kmap_local_folio`), reading
+    /// what is missing first (a miss reads the whole range with one backing read where it
+    /// is contiguous).
+    ///
+    /// The range must lie inside the file ([`CacheError::UnexpectedEof`] otherwise). When one
+    /// folio holds it all, [`PinnedRange::as_slice`] is the whole range: with large folios on
+    /// ([`Config::max_folio_order`](super::Config::max_folio_order)), a block read at an
+    /// offset that is a multiple of its size (a 16 KiB block at a multiple of 16 KiB) is
+    /// cached in one folio of its size on its first miss.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("data");
+    /// # std::fs::write(&path, (0..65536u32).map(|i| (i / 16384) as u8).collect::<Vec<_>>())?;
+    /// use foliocache::{Config, FolioCache};
+    ///
+    /// let cache = FolioCache::new(Config::block_cache(16 << 20))?;
+    /// let file = cache.open(&path)?;
+    /// let block = file.get_range(2 * 16384, 16384)?; // the third 16 KiB block
+    /// let bytes = block.as_slice().expect("one folio holds an aligned block");
+    /// assert_eq!(bytes.len(), 16384);
+    /// assert!(bytes.iter().all(|&b| b == 2));
+    ///
+    /// // A range across blocks is still one guard: iterate its slices, or copy it out.
+    /// let across = file.get_range(16384 - 10, 20)?;
+    /// let mut buf = [0u8; 20];
+    /// across.copy_to(&mut buf);
+    /// assert_eq!(&buf[..10], &[0u8; 10]);
+    /// assert_eq!(&buf[10..], &[1u8; 10]);
+    /// # Ok(()) }
+    /// ```
+    pub fn get_range(&self, offset: u64, len: usize) -> Result<PinnedRange<'_>, CacheError> {
+        let end = offset.checked_add(len as u64);
+        let fast = self.hit_section(|m, section| {
+            let end = end.filter(|&e| e <= m.size() && len > 0)?;
+            let folio = m.pages.lookup_in(offset >> PAGE_SHIFT, section)?;
+            let fend = (folio.index() << PAGE_SHIFT) + folio.size() as u64;
+            // Readahead marks, folios under I/O and ranges past this folio take the full
+            // path.
+            if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() || end > fend {
+                return None;
+            }
+            self.cache.counters.inc(Event::Hit);
+            self.cache.mark_accessed(&folio);
+            let valid = valid_bytes(m, &folio);
+            Some(Pin::new(folio, valid))
+        });
+        if let Some(pin) = fast {
+            return Ok(PinnedRange {
+                file: self,
+                pins: Pins::One(pin),
+                offset,
+                len,
+            });
+        }
+        self.get_range_slow(offset, len)
+    }
+
+    #[cold]
+    fn get_range_slow(&self, offset: u64, len: usize) -> Result<PinnedRange<'_>, CacheError> {
+        let m = self.mapping();
+        let size = m.size();
+        let end = match offset.checked_add(len as u64) {
+            Some(e) if e <= size => e,
+            _ => {
+                return Err(CacheError::UnexpectedEof {
+                    path: m.path.clone(),
+                    offset,
+                    len,
+                    file_size: size,
+                })
+            }
+        };
+        // Built before the first pin, so an error below puts every reference taken.
+        let mut range = PinnedRange {
+            file: self,
+            pins: Pins::Many(Vec::new()),
+            offset,
+            len,
+        };
+        let last = end.saturating_sub(1) >> PAGE_SHIFT;
+        let mut pos = offset;
+        while pos < end {
+            let index = pos >> PAGE_SHIFT;
+            let (folio, filled) = self.get_page(&m, index, (last - index + 1) as usize)?;
+            self.cache.mark_accessed_after(&folio, filled);
+            pos = (folio.index() << PAGE_SHIFT) + folio.size() as u64;
+            let valid = valid_bytes(&m, &folio);
+            let pin = Pin::new(folio, valid);
+            let Pins::Many(v) = &mut range.pins else {
+                unreachable!()
+            };
+            v.push(pin);
+        }
+        if let Pins::Many(v) = &mut range.pins {
+            if v.len() == 1 {
+                range.pins = Pins::One(v.pop().expect("one pin"));
+            }
+        }
+        Ok(range)
+    }
+}
+
+/// With the `bytes` feature: the range as a `bytes::Bytes` without a copy
+/// (`Bytes::from_owner`); the pin (or the copy of a range that spanned folios) is released
+/// when the last `Bytes` sharing it drops.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("data");
+/// # std::fs::write(&path, vec![9u8; 65536])?;
+/// let cache = foliocache::FolioCache::new(foliocache::Config::block_cache(1 << 20))?;
+/// let file = cache.open(&path)?;
+/// let block: bytes::Bytes = file.get_range(16384, 16384)?.into_owned().into();
+/// drop(file);
+/// assert_eq!(block.len(), 16384);
+/// assert!(block.iter().all(|&b| b == 9));
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "bytes")]
+impl From<OwnedRange> for bytes::Bytes {
+    fn from(range: OwnedRange) -> bytes::Bytes {
+        bytes::Bytes::from_owner(range)
+    }
+}

@@ -1,0 +1,350 @@
+//! Large folios on the read path: readahead's orders (`page_cache_ra_order`), misses that
+//! read a whole request, zero-copy byte ranges (`get_range`), splitting before writes and
+//! truncations, and a differential test of reads, invalidations, truncations, writes and
+//! pins over mixed-order folios against a byte-vector model, `validate()` after every step.
+
+use std::sync::Arc;
+
+use foliocache::backing::{FaultyBacking, FileBacking, MemBacking};
+use foliocache::mm::readahead::InsertMode;
+use foliocache::mm::Experiment;
+use foliocache::{Config, FolioCache, OpenOptions, PAGE_SIZE};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+fn content(pages: usize, seed: u8) -> Vec<u8> {
+    (0..pages * PAGE_SIZE)
+        .map(|i| (i / 7) as u8 ^ (i / PAGE_SIZE) as u8 ^ seed)
+        .collect()
+}
+
+/// No folio left once every file is closed and evicted, no bad page, consistent books.
+fn assert_baseline(c: &FolioCache) {
+    c.drop_caches();
+    c.lru_add_drain_all();
+    let s = c.stats();
+    assert_eq!(s.allocated_pages, 0, "{s:?}");
+    assert_eq!(s.bad_pages, 0, "{s:?}");
+    c.validate().unwrap();
+}
+
+#[test]
+fn sequential_readahead_caches_aligned_large_folios_inside_the_file() {
+    // 1000 pages: not a power of two, so the last windows need smaller folios at EOF.
+    let data = content(1000, 1);
+    for mode in InsertMode::ALL {
+        let c = FolioCache::new(
+            Config::new(16 << 20)
+                .experiment(Experiment::new().insert_mode(mode))
+                .readahead_pages(256),
+        )
+        .unwrap();
+        let f = c.open_backing("seq", MemBacking(data.clone())).unwrap();
+        let mut buf = vec![0u8; 8192];
+        let mut off = 0;
+        let mut largest = 0;
+        while off < data.len() as u64 {
+            let n = f.read_at(&mut buf, off).unwrap();
+            assert_eq!(&buf[..n], &data[off as usize..off as usize + n]);
+            let g = f.get_folio_at(off).unwrap();
+            // Naturally aligned, inside the file, holding the offset.
+            let pages = g.len().div_ceil(PAGE_SIZE) as u64;
+            assert!(pages.is_power_of_two());
+            assert_eq!(
+                g.index() % pages,
+                0,
+                "folio at page {} of {pages}",
+                g.index()
+            );
+            assert!(g.offset() <= off && off < g.offset() + g.len() as u64);
+            assert!(g.offset() + g.len() as u64 <= data.len() as u64);
+            largest = largest.max(pages);
+            off += n as u64;
+        }
+        let s = c.stats();
+        assert!(largest >= 32, "{mode}: largest folio {largest} pages");
+        assert!(s.readahead_large_folios > 0, "{s:?}");
+        // Far fewer LRU entries (folios) than pages.
+        assert!(s.readahead_folios * 4 < s.readahead_pages, "{s:?}");
+        c.validate().unwrap();
+        drop(f);
+        assert_baseline(&c);
+    }
+}
+
+#[test]
+fn max_folio_order_zero_and_the_file_opt_out_cache_pages() {
+    let data = content(256, 2);
+    for (config, opt_out) in [
+        (Config::new(4 << 20).max_folio_order(0), false),
+        (Config::new(4 << 20), true),
+    ] {
+        let c = FolioCache::new(config).unwrap();
+        let f = c.open_backing("pages", MemBacking(data.clone())).unwrap();
+        if opt_out {
+            f.set_large_folios(false);
+        }
+        let mut buf = vec![0u8; data.len()];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, data);
+        let s = c.stats();
+        assert_eq!(s.readahead_large_folios, 0, "{s:?}");
+        assert_eq!(s.readahead_folios, s.readahead_pages, "{s:?}");
+        assert_eq!(f.get_folio(100).unwrap().len(), PAGE_SIZE);
+        drop(f);
+        assert_baseline(&c);
+    }
+    assert!(Config::new(1 << 20).max_folio_order(10).validate().is_err());
+}
+
+/// The cold-block check: 64 cold 16 KiB reads at random aligned blocks make one
+/// backing read per block, whatever the configuration (it took one per page with readahead
+/// off before).
+#[test]
+fn a_cold_block_read_is_one_backing_read_in_every_configuration() {
+    let data = content(4096, 3);
+    let configs = [
+        ("new", Config::new(64 << 20)),
+        ("block_cache", Config::block_cache(64 << 20)),
+        (
+            "block_cache order 0",
+            Config::block_cache(64 << 20).max_folio_order(0),
+        ),
+        (
+            "block_cache single",
+            Config::block_cache(64 << 20)
+                .experiment(Experiment::new().insert_mode(InsertMode::Single)),
+        ),
+        ("new order 0", Config::new(64 << 20).max_folio_order(0)),
+    ];
+    // A real file: `MemBacking` fills one buffer per vectored read.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blocks");
+    std::fs::write(&path, &data).unwrap();
+    for (name, config) in configs {
+        let c = FolioCache::new(config).unwrap();
+        let backing = Arc::new(FaultyBacking::new(FileBacking::open(&path).unwrap()));
+        let f = c.open_backing("blocks", backing.clone()).unwrap();
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut blocks: Vec<u64> = (0..256).collect();
+        for i in 0..64 {
+            let j = rng.random_range(i..blocks.len());
+            blocks.swap(i, j);
+        }
+        let mut buf = vec![0u8; 16384];
+        for &b in &blocks[..64] {
+            let before = backing.reads();
+            f.read_exact_at(&mut buf, b * 16384).unwrap();
+            assert_eq!(&buf[..], &data[(b * 16384) as usize..][..16384]);
+            assert_eq!(backing.reads() - before, 1, "{name}: block {b}");
+        }
+        drop(f);
+        assert_baseline(&c);
+    }
+}
+
+#[test]
+fn get_range_gives_an_aligned_block_as_one_slice_and_any_range_exactly() {
+    let data = content(64, 4);
+    let c = FolioCache::new(Config::block_cache(4 << 20)).unwrap();
+    let backing = Arc::new(FaultyBacking::new(MemBacking(data.clone())));
+    let f = c.open_backing("ranges", backing.clone()).unwrap();
+    // A cold aligned 16 KiB block: one backing read, one folio, one slice.
+    let block = f.get_range(3 * 16384, 16384).unwrap();
+    assert_eq!(backing.reads(), 1);
+    assert_eq!(block.nr_folios(), 1);
+    assert_eq!(block.as_slice().unwrap(), &data[3 * 16384..4 * 16384]);
+    // Hit: no I/O, the same folio.
+    let again = f.get_range(3 * 16384 + 100, 5000).unwrap();
+    assert_eq!(backing.reads(), 1);
+    assert_eq!(again.as_slice().unwrap(), &data[3 * 16384 + 100..][..5000]);
+    // A range across blocks: slices in order, copy_to, to_vec.
+    let across = f.get_range(16384 - 10, 16384 + 20).unwrap();
+    assert!(across.nr_folios() >= 2);
+    assert!(across.as_slice().is_none());
+    let joined: Vec<u8> = across.slices().flatten().copied().collect();
+    assert_eq!(joined, &data[16384 - 10..][..16384 + 20]);
+    assert_eq!(across.to_vec(), joined);
+    // Past the end: an error, nothing pinned.
+    assert!(f.get_range(data.len() as u64 - 10, 11).is_err());
+    // The owned form outlives the handle and is shared by clones.
+    let owned = block.into_owned();
+    assert!(owned.is_pinned());
+    let copied = across.into_owned();
+    assert!(!copied.is_pinned());
+    drop(again);
+    drop(f);
+    let clone = owned.clone();
+    let t = std::thread::spawn(move || clone.as_ref().to_vec());
+    assert_eq!(t.join().unwrap(), &data[3 * 16384..4 * 16384]);
+    assert_eq!(&copied[..], &joined[..]);
+    assert_eq!(owned.offset(), 3 * 16384);
+    drop((owned, copied));
+    assert_baseline(&c);
+}
+
+fn rw() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.write(true).create(true);
+    o
+}
+
+#[test]
+fn a_write_into_a_large_folio_splits_it_and_a_pinned_reader_keeps_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = content(64, 5);
+    std::fs::write(&path, &data).unwrap();
+    let c = FolioCache::new(Config::block_cache(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    let pinned = f.get_range(0, 65536).unwrap();
+    assert_eq!(pinned.nr_folios(), 1, "one order-4 folio");
+    f.write_all_at(b"hello", 5 * PAGE + 3).unwrap();
+    // The reader's pin still sees the old bytes; the file reads the new ones.
+    assert_eq!(pinned.as_slice().unwrap(), &data[..65536]);
+    let mut model = data.clone();
+    model[5 * PAGE_SIZE + 3..][..5].copy_from_slice(b"hello");
+    let mut back = vec![0u8; 65536];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(back, &model[..65536]);
+    assert_eq!(c.stats().folio_splits, 1);
+    // Every page stayed cached (16 of them, now order 0).
+    assert_eq!(f.cached_pages(), 16);
+    drop(pinned);
+    c.validate().unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_truncation_inside_a_large_folio_keeps_the_pages_below_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = content(32, 6);
+    std::fs::write(&path, &data).unwrap();
+    for cut in [10 * PAGE, 10 * PAGE + 100] {
+        let c = FolioCache::new(Config::block_cache(4 << 20)).unwrap();
+        let f = c.open_with(&path, &rw()).unwrap();
+        drop(f.get_range(0, 65536).unwrap());
+        assert_eq!(f.cached_pages(), 16);
+        f.set_len(cut).unwrap();
+        assert_eq!(f.cached_pages(), cut.div_ceil(PAGE), "cut at {cut}");
+        let mut back = vec![0u8; cut as usize];
+        f.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(back, &data[..cut as usize]);
+        c.validate().unwrap();
+        f.set_len(data.len() as u64).unwrap();
+        std::fs::write(&path, &data).unwrap();
+        drop(f);
+        assert_baseline(&c);
+    }
+}
+
+/// Random reads (copying and pinned, in block and odd sizes), invalidations, truncations and
+/// writes over one file whose folios have every order, against a byte vector; `validate()`
+/// (index, LRU, dirty books, arena) after every step. The budget is a quarter of the file,
+/// so reclaim evicts large folios and their shadows come back as refaults.
+#[test]
+fn differential_reads_invalidations_truncations_and_writes_over_mixed_orders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let max = 512 * PAGE_SIZE;
+    let mut model = content(512, 7);
+    std::fs::write(&path, &model).unwrap();
+    for (seed, config) in [
+        (1, Config::new(128 * PAGE_SIZE)),
+        (2, Config::block_cache(128 * PAGE_SIZE)),
+        (
+            3,
+            Config::new(128 * PAGE_SIZE)
+                .experiment(Experiment::new().insert_mode(InsertMode::Single)),
+        ),
+    ] {
+        let c = FolioCache::new(config.panic_on_bad_page(true)).unwrap();
+        let f = c.open_with(&path, &rw()).unwrap();
+        model.truncate(f.len() as usize);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let steps = if cfg!(debug_assertions) { 600 } else { 3000 };
+        for step in 0..steps {
+            let len = model.len();
+            let what = match rng.random_range(0..100) {
+                0..=34 if len > 0 => {
+                    let n = match rng.random_range(0..3) {
+                        0 => 16384,
+                        1 => 65536,
+                        _ => rng.random_range(1..40000),
+                    };
+                    let off = rng.random_range(0..len) as u64;
+                    let mut buf = vec![0u8; n];
+                    let got = f.read_at(&mut buf, off).unwrap();
+                    let end = (off as usize + n).min(len);
+                    assert_eq!(&buf[..got], &model[off as usize..end], "step {step}");
+                    format!("read {n} at {off}")
+                }
+                35..=54 if len > 0 => {
+                    let n = [16384usize, 65536, 4096, 100][rng.random_range(0..4)].min(len);
+                    let off = if rng.random_bool(0.7) {
+                        (rng.random_range(0..len) / n * n).min(len - n) as u64
+                    } else {
+                        rng.random_range(0..=len - n) as u64
+                    };
+                    let r = f.get_range(off, n).unwrap();
+                    assert_eq!(r.to_vec(), &model[off as usize..][..n], "step {step}");
+                    if let Some(s) = r.as_slice() {
+                        assert_eq!(s.len(), n);
+                    }
+                    format!("get_range {n} at {off}")
+                }
+                55..=64 => {
+                    let a = rng.random_range(0..max as u64);
+                    let b = a + rng.random_range(1..100 * PAGE);
+                    f.invalidate(a..b).unwrap();
+                    format!("invalidate {a}..{b}")
+                }
+                65..=74 => {
+                    let size = rng.random_range(0..=max) as u64;
+                    f.set_len(size).unwrap();
+                    model.resize(size as usize, 0);
+                    format!("set_len {size}")
+                }
+                75..=89 => {
+                    let n = rng.random_range(1..3 * PAGE_SIZE);
+                    let off = rng.random_range(0..max - n);
+                    let b: u8 = rng.random();
+                    f.write_all_at(&vec![b; n], off as u64).unwrap();
+                    if model.len() < off + n {
+                        model.resize(off + n, 0);
+                    }
+                    model[off..off + n].fill(b);
+                    format!("write {n} at {off}")
+                }
+                90..=94 => {
+                    f.sync_data().unwrap();
+                    "sync".to_string()
+                }
+                _ => {
+                    let a = rng.random_range(0..max as u64);
+                    let _ = f.readahead(a..a + rng.random_range(1..300 * PAGE));
+                    format!("readahead at {a}")
+                }
+            };
+            assert_eq!(f.len() as usize, model.len(), "after {what}");
+            if let Err(e) = c.validate() {
+                panic!("step {step} ({what}): {e}");
+            }
+        }
+        let mut all = vec![0u8; model.len()];
+        f.read_exact_at(&mut all, 0).unwrap();
+        assert!(all == model, "final read-back");
+        f.sync_all().unwrap();
+        assert!(std::fs::read(&path).unwrap() == model, "the backing file");
+        let s = c.stats();
+        assert!(s.readahead_large_folios > 0 && s.folio_splits > 0, "{s:?}");
+        drop(f);
+        assert_baseline(&c);
+    }
+}
