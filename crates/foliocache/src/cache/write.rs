@@ -394,7 +394,9 @@ impl CachedFile {
             };
             if let Err(e) = r {
                 c.counters.inc(Event::WritebackErrors);
-                m.wb.err.set(e.raw_os_error().unwrap_or(libc::EIO));
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                m.wb.err.set(errno);
+                c.sb_err.set(errno, &m.path);
             }
         }
         self.report_wb_err(&m)
@@ -475,10 +477,48 @@ pub(crate) fn writeback_mapping(
         c.counters.add(Event::WritebackWrites, out.writes);
         c.counters.add(Event::WritebackBytes, out.bytes);
     }
-    if out.error.is_some() {
+    if let Some((_, e)) = &out.error {
         c.counters.inc(Event::WritebackErrors);
+        c.sb_err.set(e.raw_os_error().unwrap_or(libc::EIO), &m.path);
     }
     out
+}
+
+impl super::FolioCache {
+    /// `syncfs(2)`: writes back every file's dirty pages, waits for them, and syncs every
+    /// file the cache may write (`fsync`, `sync_filesystem`); then returns the first
+    /// writeback or sync error recorded for any file since the previous `sync_all` (or since
+    /// the cache was made): of this call, of an earlier sync, or of background writeback.
+    /// Each error is reported once to `sync_all`, whose callers share one sample (as the
+    /// kernel's `syncfs` reports `sb->s_wb_err` once per file description); the files'
+    /// handles still hear of it at their own next sync.
+    ///
+    /// Dropping the cache writes dirty pages back too, but no one is left to hear of an
+    /// error then: call this first to know that everything written reached its file.
+    pub fn sync_all(&self) -> Result<(), CacheError> {
+        let c = &*self.inner;
+        c.counters.inc(Event::Syncs);
+        for m in c.live_mappings() {
+            let Some(writer) = m.writer.lock().clone() else {
+                continue;
+            };
+            writeback_mapping(c, &m, 0, u64::MAX, SyncMode::All);
+            writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
+            if let Err(e) = writer.sync_all() {
+                c.counters.inc(Event::WritebackErrors);
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                m.wb.err.set(errno);
+                c.sb_err.set(errno, &m.path);
+            }
+        }
+        match c.sb_err.check_and_advance() {
+            None => Ok(()),
+            Some((errno, path)) => Err(CacheError::Writeback {
+                path,
+                source: io::Error::from_raw_os_error(errno),
+            }),
+        }
+    }
 }
 
 fn writepages(t: &WbTarget<'_>, first: u64, last: u64, mode: SyncMode) -> WbOutcome {

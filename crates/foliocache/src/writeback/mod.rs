@@ -179,6 +179,35 @@ impl WbState {
     }
 }
 
+/// The cache's own writeback error sequence (`sb->s_wb_err`, which `mapping_set_error`
+/// sets beside the file's): every writeback or sync error of any file, reported once per
+/// [`FolioCache::sync_all`](crate::FolioCache::sync_all) (`syncfs`), whose sample it keeps,
+/// with the file it happened to last.
+#[derive(Debug, Default)]
+pub(crate) struct SbErr {
+    err: ErrSeq,
+    /// `sync_all`'s sample (the cache's handles share one, as the descriptors `syncfs` is
+    /// called on would share one file description).
+    seen: Mutex<u32>,
+    last: Mutex<Option<std::path::PathBuf>>,
+}
+
+impl SbErr {
+    /// Records `errno`, which happened to `path`.
+    pub(crate) fn set(&self, errno: i32, path: &std::path::Path) {
+        *self.last.lock() = Some(path.to_path_buf());
+        self.err.set(errno);
+    }
+
+    /// `errseq_check_and_advance` on `sync_all`'s sample: the error recorded since the
+    /// previous call, once, with the file it last happened to.
+    pub(crate) fn check_and_advance(&self) -> Option<(i32, std::path::PathBuf)> {
+        let mut seen = self.seen.lock();
+        let errno = self.err.check_and_advance(&mut seen)?;
+        Some((errno, self.last.lock().clone().unwrap_or_default()))
+    }
+}
+
 /// The cache-wide dirty accounting (`NR_FILE_DIRTY`, `NR_WRITEBACK`) and thresholds.
 #[derive(Debug)]
 pub(crate) struct DirtyAccount {
