@@ -3,7 +3,7 @@
 
 use std::io::{self, IoSlice};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use foliocache::backing::{Backing, FileAttrs, FileBacking};
@@ -394,6 +394,8 @@ struct Stalling {
     inner: FileBacking,
     stall: Arc<AtomicBool>,
     in_write: Arc<AtomicBool>,
+    /// Writes started.
+    writes: Arc<AtomicUsize>,
 }
 
 impl Backing for Stalling {
@@ -410,6 +412,7 @@ impl Backing for Stalling {
         self.write_vectored_at(&[IoSlice::new(buf)], offset)
     }
     fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
         self.in_write.store(true, Ordering::SeqCst);
         while self.stall.load(Ordering::SeqCst) {
             std::thread::yield_now();
@@ -427,6 +430,12 @@ impl Backing for Stalling {
 }
 
 fn stalling(path: &Path) -> (Stalling, Arc<AtomicBool>, Arc<AtomicBool>) {
+    let (b, stall, in_write, _) = stalling_counted(path);
+    (b, stall, in_write)
+}
+
+#[allow(clippy::type_complexity)]
+fn stalling_counted(path: &Path) -> (Stalling, Arc<AtomicBool>, Arc<AtomicBool>, Arc<AtomicUsize>) {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -436,15 +445,69 @@ fn stalling(path: &Path) -> (Stalling, Arc<AtomicBool>, Arc<AtomicBool>) {
         .unwrap();
     let stall = Arc::new(AtomicBool::new(false));
     let in_write = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(AtomicUsize::new(0));
     (
         Stalling {
             inner: FileBacking::from_file(file, path),
             stall: stall.clone(),
             in_write: in_write.clone(),
+            writes: writes.clone(),
         },
         stall,
         in_write,
+        writes,
     )
+}
+
+/// Regression: a writer throttled at the dirty limit wrote back the file that a sync (or the
+/// flusher) was writing back at that very moment, and the two passes split each other's runs
+/// (the lab's 2-thread `seqwrite` made 16 system calls per 1 MiB write). One pass per file
+/// now (`I_SYNC`): the throttled writer leaves the file to the sync's pass and sleeps until
+/// there is room, then writes its own pages back once the sync is done.
+#[test]
+fn a_throttled_writer_leaves_a_file_under_writeback_to_the_pass_that_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    let (b, stall, in_write, writes) = stalling_counted(&path);
+    // 64 pages: the dirty limit is 16 pages, the background threshold 6; no flusher, so
+    // only the sync and the writer write back.
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .dirty_ratios(25, 10)
+            .background_writeback(false),
+    )
+    .unwrap();
+    let f = c.open_backing(&path, b).unwrap();
+    let head = content(4 * PAGE, 3);
+    f.write_all_at(&head, 0).unwrap();
+    stall.store(true, Ordering::SeqCst);
+    let tail = content(24 * PAGE, 4);
+    std::thread::scope(|s| {
+        let syncer = s.spawn(|| f.sync_data().unwrap());
+        while !in_write.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // 24 more pages: past the limit of 16 while the sync's write is in flight.
+        let writer = s.spawn(|| f.write_all_at(&tail, 32 * PAGE as u64).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let (throttled, started) = (!writer.is_finished(), writes.load(Ordering::SeqCst));
+        // Let both finish before asserting (a failed assertion must not leave them stalled).
+        stall.store(false, Ordering::SeqCst);
+        syncer.join().unwrap();
+        writer.join().unwrap();
+        assert!(throttled, "the writer is throttled");
+        assert_eq!(
+            started, 1,
+            "only the sync's pass writes the file while it has it"
+        );
+    });
+    f.sync_data().unwrap();
+    let disk = std::fs::read(&path).unwrap();
+    assert_eq!(&disk[..4 * PAGE], &head[..]);
+    assert_eq!(&disk[32 * PAGE..], &tail[..]);
+    assert!(c.stats().dirty_high_water <= 16 + 4, "{:?}", c.stats());
+    drop(f);
+    assert_baseline(&c);
 }
 
 #[test]

@@ -127,3 +127,82 @@ fn an_error_in_background_writeback_waits_for_the_next_sync() {
     assert!(is_eio(bh.sync_data()));
     assert!(a.sync_data().is_ok() && bh.sync_data().is_ok());
 }
+
+#[test]
+fn sync_all_of_the_cache_writes_every_file_back_and_reports_each_error_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bad_path, b) = faulty(&dir);
+    let b = std::sync::Arc::new(b);
+    let c = FolioCache::new(Config::new(1 << 20).background_writeback(false)).unwrap();
+    let bad = c.open_backing("data", b.clone()).unwrap();
+    let good_path = dir.path().join("good");
+    let good = c
+        .open_with(
+            &good_path,
+            foliocache::OpenOptions::new().write(true).create(true),
+        )
+        .unwrap();
+    good.write_all_at(&[2u8; 3 * PAGE], 0).unwrap();
+    bad.write_all_at(&[9u8; 2 * PAGE], 0).unwrap();
+    b.fail_writes_at(PAGE as u64);
+    match c.sync_all() {
+        Err(CacheError::Writeback { path, source }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EIO));
+            assert_eq!(path, std::path::Path::new("data"), "the file that failed");
+        }
+        other => panic!("expected a writeback EIO, got {other:?}"),
+    }
+    assert_eq!(
+        good.dirty_pages() + bad.dirty_pages(),
+        0,
+        "every file written"
+    );
+    assert_eq!(std::fs::read(&good_path).unwrap(), vec![2u8; 3 * PAGE]);
+    assert!(std::fs::read(&bad_path).unwrap().len() < 2 * PAGE);
+    assert!(c.sync_all().is_ok(), "reported once to sync_all");
+    // The file's handle still hears of it, once.
+    assert!(is_eio(bad.sync_data()));
+    assert!(bad.sync_data().is_ok());
+    assert!(good.sync_data().is_ok());
+
+    // An error of an earlier writeback (a handle's sync that told its own caller) reaches the
+    // next sync_all too; and so does a failed fsync of the file.
+    b.heal_writes();
+    bad.write_all_at(&[4u8; PAGE], 0).unwrap();
+    b.fail_writes_at(0);
+    assert!(is_eio(bad.sync_data()));
+    assert!(is_eio(c.sync_all()));
+    assert!(c.sync_all().is_ok());
+    b.heal_writes();
+    b.fail_next_syncs(1);
+    assert!(is_eio(c.sync_all()));
+    assert!(c.sync_all().is_ok());
+    assert!(
+        is_eio(bad.sync_data()),
+        "the failed fsync, once to the handle"
+    );
+}
+
+#[test]
+fn sync_all_hears_of_a_background_writeback_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, b) = faulty(&dir);
+    let b = std::sync::Arc::new(b);
+    // A dirty limit of one page and no flusher: the second write writes the first back.
+    let c = FolioCache::new(
+        Config::new(100 * PAGE)
+            .dirty_ratios(1, 1)
+            .background_writeback(false),
+    )
+    .unwrap();
+    let a = c.open_backing("data", b.clone()).unwrap();
+    b.fail_writes_at(0);
+    a.write_all_at(&[7u8; PAGE], 0).unwrap();
+    a.write_all_at(&[7u8; PAGE], PAGE as u64).unwrap();
+    assert_eq!(c.stats().writeback_errors, 1);
+    b.heal_writes();
+    assert!(is_eio(c.sync_all()), "no sync had run: sync_all reports it");
+    assert!(c.sync_all().is_ok());
+    assert!(is_eio(a.sync_data()), "and the handle hears of it once");
+    assert!(a.sync_data().is_ok());
+}

@@ -12,9 +12,11 @@
 //!   above the background threshold, files are written back, the longest dirty first.
 //!
 //! A writer whose page takes the dirty count to the background threshold kicks the thread
-//! and goes on; only at the hard limit does it write back itself
-//! (`balance_dirty_pages`). Errors of these passes are recorded in each file's error
-//! sequence and reported by the next sync of every handle, as any writeback error is.
+//! and goes on; only at the hard limit does it write back itself (`balance_dirty_pages`),
+//! and not a file this thread is writing back: it sleeps until this thread has cleaned a
+//! batch of pages, so that its copies overlap this thread's I/O. Errors of these passes are
+//! recorded in each file's error sequence and reported by the next sync of every handle, as
+//! any writeback error is.
 //!
 //! The thread starts with the first write to the cache (a read-only cache never has one),
 //! holds only a weak reference on the cache, and exits when the cache goes away.
@@ -109,9 +111,14 @@ pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
         }
     }
     for (_, m) in &dirty {
-        if c.dirty.dirty() < c.dirty.background {
-            break;
+        // Chunks of this file while the cache is over the threshold (a pass stops after
+        // `WB_BACKGROUND_CHUNK` pages, so that a sync waiting for the file gets its turn);
+        // a file another pass has is left to it.
+        while c.dirty.dirty() >= c.dirty.background {
+            let out = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
+            if out.busy || out.pages == 0 {
+                break;
+            }
         }
-        writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
     }
 }

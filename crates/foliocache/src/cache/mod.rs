@@ -159,6 +159,8 @@ pub(crate) struct CacheInner {
     pub(crate) lru: Lru,
     /// Dirty and writeback page counts and the dirty limits (`writeback`).
     pub(crate) dirty: crate::mm::writeback::DirtyAccount,
+    /// Every file's writeback errors, for [`FolioCache::sync_all`] (`sb->s_wb_err`).
+    pub(crate) sb_err: crate::mm::writeback::SbErr,
     /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
     kswapd: Option<Arc<Kswapd>>,
     /// The background flusher, started by the first write if
@@ -177,7 +179,8 @@ impl Drop for CacheInner {
             f.stop();
         }
         // Unmount's `sync_filesystem`: write back and sync every file with dirty pages. No
-        // handle is left to hear of an error here: callers that care sync before dropping.
+        // handle is left to hear of an error here: callers that care call
+        // `FolioCache::sync_all` (or sync their files) before dropping.
         for m in self.live_mappings() {
             self.flush_before_drop(&m);
         }
@@ -314,6 +317,7 @@ impl FolioCache {
                 live: Mutex::new(HashMap::new()),
                 lru,
                 dirty,
+                sb_err: crate::mm::writeback::SbErr::default(),
                 kswapd,
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),

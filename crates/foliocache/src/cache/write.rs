@@ -396,7 +396,9 @@ impl CachedFile {
             };
             if let Err(e) = r {
                 c.counters.inc(Event::WritebackErrors);
-                m.wb.err.set(e.raw_os_error().unwrap_or(libc::EIO));
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                m.wb.err.set(errno);
+                c.sb_err.set(errno, &m.path);
             }
         }
         self.report_wb_err(&m)
@@ -477,10 +479,48 @@ pub(crate) fn writeback_mapping(
         c.counters.add(Event::WritebackWrites, out.writes);
         c.counters.add(Event::WritebackBytes, out.bytes);
     }
-    if out.error.is_some() {
+    if let Some((_, e)) = &out.error {
         c.counters.inc(Event::WritebackErrors);
+        c.sb_err.set(e.raw_os_error().unwrap_or(libc::EIO), &m.path);
     }
     out
+}
+
+impl super::FolioCache {
+    /// `syncfs(2)`: writes back every file's dirty pages, waits for them, and syncs every
+    /// file the cache may write (`fsync`, `sync_filesystem`); then returns the first
+    /// writeback or sync error recorded for any file since the previous `sync_all` (or since
+    /// the cache was made): of this call, of an earlier sync, or of background writeback.
+    /// Each error is reported once to `sync_all`, whose callers share one sample (as the
+    /// kernel's `syncfs` reports `sb->s_wb_err` once per file description); the files'
+    /// handles still hear of it at their own next sync.
+    ///
+    /// Dropping the cache writes dirty pages back too, but no one is left to hear of an
+    /// error then: call this first to know that everything written reached its file.
+    pub fn sync_all(&self) -> Result<(), CacheError> {
+        let c = &*self.inner;
+        c.counters.inc(Event::Syncs);
+        for m in c.live_mappings() {
+            let Some(writer) = m.writer.lock().clone() else {
+                continue;
+            };
+            writeback_mapping(c, &m, 0, u64::MAX, SyncMode::All);
+            writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
+            if let Err(e) = writer.sync_all() {
+                c.counters.inc(Event::WritebackErrors);
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                m.wb.err.set(errno);
+                c.sb_err.set(errno, &m.path);
+            }
+        }
+        match c.sb_err.check_and_advance() {
+            None => Ok(()),
+            Some((errno, path)) => Err(CacheError::Writeback {
+                path,
+                source: io::Error::from_raw_os_error(errno),
+            }),
+        }
+    }
 }
 
 fn writepages(t: &WbTarget<'_>, first: u64, last: u64, mode: SyncMode) -> WbOutcome {
@@ -490,7 +530,9 @@ fn writepages(t: &WbTarget<'_>, first: u64, last: u64, mode: SyncMode) -> WbOutc
 /// `balance_dirty_pages`, before a page is dirtied: reserves one page of dirtiness under the
 /// dirty limit (given back by the caller if nothing was dirtied). At the limit, writes dirty
 /// folios back in this thread, this file's first, then other files', until the count is
-/// under the background threshold, and tries again.
+/// under the background threshold, and tries again. A file another pass is writing back
+/// already is left to it; if every dirty file is, the writer sleeps until those passes have
+/// made room (the flusher's I/O then overlaps this writer's copies).
 fn balance_dirty_pages(c: &CacheInner, m: &Mapping) {
     let acct = &c.dirty;
     if acct.try_reserve(1) {
@@ -498,25 +540,35 @@ fn balance_dirty_pages(c: &CacheInner, m: &Mapping) {
     }
     c.counters.inc(Event::DirtyThrottled);
     loop {
-        writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
+        let mut wrote = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background).pages;
         for other in c.live_mappings() {
             if acct.dirty() < acct.background {
                 break;
             }
             if other.id != m.id && other.wb.nr_dirty() > 0 {
-                writeback_mapping(c, &other, 0, u64::MAX, SyncMode::Background);
+                wrote += writeback_mapping(c, &other, 0, u64::MAX, SyncMode::Background).pages;
             }
         }
         if acct.try_reserve(1) {
             return;
         }
-        // Other writers took the room first, or their pages are under writeback now.
-        std::thread::yield_now();
+        if wrote == 0 {
+            // Every dirty file is being written back by another pass (or its pages are under
+            // writeback already): sleep until those passes clean some (the timeout bounds a
+            // missed wake-up and lets this thread look again at files that became free).
+            acct.wait_for_room(THROTTLE_PAUSE);
+        } else {
+            // Other writers took the room first, or their pages are under writeback now.
+            std::thread::yield_now();
+        }
         if acct.try_reserve(1) {
             return;
         }
     }
 }
+
+/// The longest a throttled writer sleeps before it looks for dirty files to write back again.
+const THROTTLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// `write_begin` + copy + `write_end` for the part `src` of page `index` starting `within`
 /// bytes into it.
@@ -658,7 +710,9 @@ fn create_page<'a>(
         // Bytes of this page the file holds: below `i_size`, and in the backing only below
         // what it is known to hold (past that, up to `i_size`, is a hole: zeros).
         let backing_size = m.size().min(m.disk_size.load(Ordering::Relaxed));
-        if covered || backing_size <= start {
+        if covered {
+            // Every byte comes from `src` below: zeroing first would only double the stores.
+        } else if backing_size <= start {
             data.fill(0);
         } else {
             c.counters.inc(Event::IoReads);

@@ -460,8 +460,13 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// A fresh cache for variant `v`. Pages are cached one per folio, as in the seed's counts
+/// (its dead %, dead folios and lock acquisitions per folio are per 4 KiB folio, and the
+/// workload's 8-page short-lived files are sized to its 6.7% dead): large folios would make
+/// each short file one folio and change what is counted (`readseq` measures them).
 fn cache_for(v: Variant, budget: usize, background: bool) -> LabResult<FolioCache> {
     let config = Config::new(budget)
+        .max_folio_order(0)
         .background_reclaim(background)
         .experiment(
             Experiment::new()

@@ -61,6 +61,18 @@
 //! write (fsyncgate), so after a sync error a caller must assume that everything written since
 //! its last successful sync is lost, and write it again.
 //!
+//! # One pass per file
+//!
+//! A file is written back by one pass at a time (`I_SYNC`, which `writeback_single_inode`
+//! holds around `do_writepages`): an integrity sync waits for the pass in progress, a
+//! background pass (the flusher, a throttled writer) that finds the file busy leaves it to
+//! the pass that has it. Two passes walking one file's tags together would split each
+//! other's runs (each skipping the folios the other put under writeback), so a file written
+//! back by the flusher and a throttled writer at once went to the backing in runs of a few
+//! pages instead of one vectored write per megabyte. A background pass stops after
+//! `WB_BACKGROUND_CHUNK` pages (`writeback_chunk_size`) and stands aside while a sync
+//! waits, so a writer that keeps dirtying a file cannot hold its sync off.
+//!
 //! # Dirty throttling
 //!
 //! `DirtyAccount` holds the cache-wide dirty and writeback page counts and two thresholds,
@@ -68,7 +80,11 @@
 //! budget. A writer about to dirty pages past the hard limit first writes back dirty folios
 //! itself until the count is under the background threshold (`balance_dirty_pages`, in the
 //! direct form the kernel used before 2.6.32's per-bdi flusher threads took the I/O over),
-//! so dirty memory never exceeds the limit and reclaim always has clean pages to free.
+//! so dirty memory never exceeds the limit and reclaim always has clean pages to free. A file
+//! that another pass is writing back already (the flusher's, usually) is not written by the
+//! throttled writer: it sleeps until that pass has cleaned a batch of pages
+//! (`DirtyAccount::wait_for_room`, the kernel's IO-less pause since 3.2), so the flusher's
+//! I/O and the writer's copies overlap instead of queueing for the same file.
 
 pub mod errseq;
 
@@ -79,7 +95,7 @@ use crate::backing::Backing;
 use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
-use crate::mm::sync::{AtomicU64, Mutex, Ordering};
+use crate::mm::sync::{AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
 use errseq::ErrSeq;
 
 /// What becomes of folios whose writeback failed.
@@ -119,12 +135,18 @@ struct Tags {
     dirtied_when: Option<std::time::Instant>,
 }
 
-/// One file's writeback state: its tags and its error sequence (`mapping->wb_err`).
+/// One file's writeback state: its tags, its error sequence (`mapping->wb_err`) and the
+/// exclusion of its writeback passes (`I_SYNC`).
 #[derive(Debug, Default)]
 pub(crate) struct WbState {
     tags: Mutex<Tags>,
     /// `mapping->wb_err`.
     pub(crate) err: ErrSeq,
+    /// `I_SYNC`: held by the one writeback pass of this file at a time (see "One pass per
+    /// file" in the module docs).
+    io: Mutex<()>,
+    /// Integrity syncs waiting for `io`: background passes stand aside while any does.
+    sync_waiting: AtomicU32,
 }
 
 impl WbState {
@@ -169,6 +191,35 @@ impl WbState {
     }
 }
 
+/// The cache's own writeback error sequence (`sb->s_wb_err`, which `mapping_set_error`
+/// sets beside the file's): every writeback or sync error of any file, reported once per
+/// [`FolioCache::sync_all`](crate::FolioCache::sync_all) (`syncfs`), whose sample it keeps,
+/// with the file it happened to last.
+#[derive(Debug, Default)]
+pub(crate) struct SbErr {
+    err: ErrSeq,
+    /// `sync_all`'s sample (the cache's handles share one, as the descriptors `syncfs` is
+    /// called on would share one file description).
+    seen: Mutex<u32>,
+    last: Mutex<Option<std::path::PathBuf>>,
+}
+
+impl SbErr {
+    /// Records `errno`, which happened to `path`.
+    pub(crate) fn set(&self, errno: i32, path: &std::path::Path) {
+        *self.last.lock() = Some(path.to_path_buf());
+        self.err.set(errno);
+    }
+
+    /// `errseq_check_and_advance` on `sync_all`'s sample: the error recorded since the
+    /// previous call, once, with the file it last happened to.
+    pub(crate) fn check_and_advance(&self) -> Option<(i32, std::path::PathBuf)> {
+        let mut seen = self.seen.lock();
+        let errno = self.err.check_and_advance(&mut seen)?;
+        Some((errno, self.last.lock().clone().unwrap_or_default()))
+    }
+}
+
 /// The cache-wide dirty accounting (`NR_FILE_DIRTY`, `NR_WRITEBACK`) and thresholds.
 #[derive(Debug)]
 pub(crate) struct DirtyAccount {
@@ -180,6 +231,10 @@ pub(crate) struct DirtyAccount {
     pub(crate) background: u64,
     /// The highest dirty + writeback count seen.
     high_water: AtomicU64,
+    /// Throttled writers asleep in [`DirtyAccount::wait_for_room`].
+    throttled: AtomicU32,
+    throttle: Mutex<()>,
+    room: Condvar,
 }
 
 impl DirtyAccount {
@@ -194,7 +249,34 @@ impl DirtyAccount {
             limit,
             background,
             high_water: AtomicU64::new(0),
+            throttled: AtomicU32::new(0),
+            throttle: Mutex::new(()),
+            room: Condvar::new(),
         }
+    }
+
+    /// The dirty count at or under which a throttled writer resumes: the limit less a batch
+    /// (half the gap to the background threshold, at most 1 MiB of pages), so that a writer
+    /// woken by a pass has room for more than one page before it sleeps again.
+    fn resume_at(&self) -> u64 {
+        let batch = ((self.limit - self.background) / 2).clamp(1, 256);
+        self.limit.saturating_sub(batch)
+    }
+
+    /// `balance_dirty_pages`' pause: sleeps until a writeback pass in another thread has
+    /// cleaned pages (the dirty count at or under [`DirtyAccount::resume_at`]), or for
+    /// `timeout` at most.
+    pub(crate) fn wait_for_room(&self, timeout: std::time::Duration) {
+        let g = self.throttle.lock();
+        // ORDERING: SeqCst, with the load of `dirty` after it, against `sub_dirty`'s SeqCst
+        // decrement and load of `throttled`: either this thread sees the room made, or the
+        // thread that made it sees a sleeper and notifies it (under `throttle`, so not
+        // before the wait below has released it).
+        self.throttled.fetch_add(1, Ordering::SeqCst);
+        if self.dirty.load(Ordering::SeqCst) > self.resume_at() {
+            drop(self.room.wait_timeout(g, timeout));
+        }
+        self.throttled.fetch_sub(1, Ordering::Relaxed);
     }
 
     // ORDERING (all counters): Relaxed; they are statistics and a throttling heuristic read
@@ -253,7 +335,17 @@ impl DirtyAccount {
     }
 
     fn sub_dirty(&self, n: u64) {
-        self.dirty.fetch_sub(n, Ordering::Relaxed);
+        // ORDERING: SeqCst; pairs with `wait_for_room` (see there).
+        let now = self.dirty.fetch_sub(n, Ordering::SeqCst) - n;
+        if now <= self.resume_at() && self.throttled.load(Ordering::SeqCst) > 0 {
+            self.wake_throttled();
+        }
+    }
+
+    #[cold]
+    fn wake_throttled(&self) {
+        let _g = self.throttle.lock();
+        self.room.notify_all();
     }
 }
 
@@ -340,12 +432,17 @@ pub(crate) struct WbOutcome {
     /// The end of the furthest byte range written successfully (the backing file is at least
     /// this long now).
     pub(crate) end: u64,
+    /// A background pass found another pass writing the file back and did nothing.
+    pub(crate) busy: bool,
 }
 
 /// Folios taken per look at the tags (`PAGEVEC_SIZE`-like: the mutex is not held for long).
 const WB_BATCH: usize = 16;
 /// The most folios one vectored write carries (`IOV_MAX` is 1024; 256 pages is 1 MiB).
 const WB_RUN_MAX: usize = 256;
+/// The most pages one background pass writes before it lets a waiting sync have the file
+/// (`MAX_WRITEBACK_PAGES`, 4 MiB).
+pub(crate) const WB_BACKGROUND_CHUNK: u64 = 1024;
 
 /// A contiguous run of folios under writeback, waiting to be written with one call.
 struct Run<'a> {
@@ -358,6 +455,29 @@ struct Run<'a> {
 /// contiguous runs coalesced into one vectored write each.
 pub(crate) fn writepages(t: &WbTarget<'_>, start: u64, end: u64, mode: SyncMode) -> WbOutcome {
     let mut out = WbOutcome::default();
+    // `I_SYNC`: one pass per file. A sync waits for the pass in progress (it may be writing
+    // pages this sync must see written); a background pass leaves a busy file, or one a sync
+    // is waiting for, to that pass.
+    let _io = match mode {
+        SyncMode::All => {
+            // ORDERING: Relaxed; only a hint to background passes, which look at it again
+            // at each batch.
+            t.wb.sync_waiting.fetch_add(1, Ordering::Relaxed);
+            let g = t.wb.io.lock();
+            t.wb.sync_waiting.fetch_sub(1, Ordering::Relaxed);
+            g
+        }
+        SyncMode::Background => {
+            let g = (t.wb.sync_waiting.load(Ordering::Relaxed) == 0)
+                .then(|| t.wb.io.try_lock())
+                .flatten();
+            let Some(g) = g else {
+                out.busy = true;
+                return out;
+            };
+            g
+        }
+    };
     if mode == SyncMode::All {
         // `tag_pages_for_writeback`: freeze the set this sync must write.
         let mut tags = t.wb.tags.lock();
@@ -376,6 +496,12 @@ pub(crate) fn writepages(t: &WbTarget<'_>, start: u64, end: u64, mode: SyncMode)
             set.range(cursor..=end).take(WB_BATCH).copied().collect()
         };
         let Some(&last) = batch.last() else { break };
+        if mode == SyncMode::Background
+            && (out.pages >= WB_BACKGROUND_CHUNK || t.wb.sync_waiting.load(Ordering::Relaxed) > 0)
+        {
+            // `writeback_chunk_size`: enough for one background pass; a sync may be waiting.
+            break;
+        }
         cursor = last + 1;
         for index in batch {
             let Some((folio, len)) = prepare_writeback(t, index, mode, &mut || {
