@@ -36,7 +36,7 @@
 //!
 //! | layer | modules | imports |
 //! |---|---|---|
-//! | 0 | [`sync`] | std or loom |
+//! | 0 | [`sync`], `stats` (the counter-set macro) | std or loom |
 //! | 1 | [`rcu`], [`refcount`], [`seqcount`] | `sync` |
 //! | 2 | [`percpu_ref`], [`rmap`] | `rcu`; `seqcount` |
 //! | 3 | [`filetable`] | `percpu_ref`, `rcu` |
@@ -60,6 +60,7 @@ pub mod refcount;
 pub mod rmap;
 pub mod seqcount;
 pub mod space;
+mod stats;
 pub mod sync;
 pub mod writeback;
 pub use experiment::Experiment;

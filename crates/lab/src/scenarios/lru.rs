@@ -516,7 +516,7 @@ fn measure(
     let ops: u64 = run.results.iter().sum();
     let after = cache.lru_stats();
     let bad_pages = cache.stats().bad_pages - bad_before;
-    let lru = diff(&after, &before);
+    let lru = after.since(&before);
     // Everything dropped and drained: no folio may remain, and the lists must be consistent.
     drop(run);
     let accounting = (|| {
@@ -537,32 +537,6 @@ fn measure(
         bad_pages,
         accounting,
     })
-}
-
-/// The counters `after - before` (lists and batches as of `after`).
-fn diff(after: &LruStats, before: &LruStats) -> LruStats {
-    LruStats {
-        lock_acquisitions: after.lock_acquisitions - before.lock_acquisitions,
-        queued: after.queued - before.queued,
-        drained: after.drained - before.drained,
-        inserted: after.inserted - before.inserted,
-        dead_inserted: after.dead_inserted - before.dead_inserted,
-        dead_filtered: after.dead_filtered - before.dead_filtered,
-        released: after.released - before.released,
-        released_at_free: after.released_at_free - before.released_at_free,
-        activated: after.activated - before.activated,
-        deactivated: after.deactivated - before.deactivated,
-        rotated: after.rotated - before.rotated,
-        scanned: after.scanned - before.scanned,
-        isolated: after.isolated - before.isolated,
-        reclaimed: after.reclaimed - before.reclaimed,
-        reclaim_runs: after.reclaim_runs - before.reclaim_runs,
-        alloc_stalls: after.alloc_stalls - before.alloc_stalls,
-        oom: after.oom - before.oom,
-        culled: after.culled - before.culled,
-        rescued: after.rescued - before.rescued,
-        ..*after
-    }
 }
 
 /// One worker: requests until `stop`; returns the number served.

@@ -314,140 +314,71 @@ impl Default for LruConfig {
     }
 }
 
-/// A snapshot of an [`Lru`]'s counters (`/proc/vmstat` style).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LruStats {
-    /// Acquisitions of the lruvec lock, for any reason.
-    pub lock_acquisitions: u64,
-    /// Folios queued in add batches ([`Lru::add`]).
-    pub queued: u64,
-    /// Folios taken out of add batches by a drain (queued minus those still batched).
-    pub drained: u64,
-    /// Folios the add drain linked on a list (`mm_lru_insertion` events).
-    pub inserted: u64,
-    /// Of those, folios whose only reference was the batch's when linked: dead folios that
-    /// reached the LRU.
-    pub dead_inserted: u64,
-    /// Dead folios the drain freed without the LRU ([`DrainFilter::Filtered`]/`Naive`).
-    pub dead_filtered: u64,
-    /// Folios unlinked by their final put (`__page_cache_release`).
-    pub released: u64,
-    /// Of those, the ones unlinked by the arena's free path (a final put outside the LRU's
-    /// own batch puts: truncation, a reader's last put), one lock hold each.
-    pub released_at_free: u64,
-    /// Inactive folios promoted to the active list (`PGACTIVATE`).
-    pub activated: u64,
-    /// Active folios aged down to the inactive list (`PGDEACTIVATE`).
-    pub deactivated: u64,
-    /// Referenced inactive folios given a second chance by reclaim (`PGROTATED`).
-    pub rotated: u64,
-    /// Active folios aging kept on the active list, each spending one read counted since the
-    /// last pass ([`LruConfig::active_second_chance`]; `shrink_active_list`'s `nr_rotated`).
-    pub rotated_active: u64,
-    /// Folios reclaim looked at on the inactive tail (`PGSCAN`).
-    pub scanned: u64,
-    /// Folios reclaim isolated from the inactive list.
-    pub isolated: u64,
-    /// Pages reclaim freed (`PGSTEAL`).
-    pub reclaimed: u64,
-    /// Reclaim passes run ([`Lru::reclaim`] calls).
-    pub reclaim_runs: u64,
-    /// Passes of the background reclaimer ([`Lru::balance`], the kswapd analog).
-    pub background_runs: u64,
-    /// Allocations that found nothing free on their CPU's list or in the buddy and reclaimed
-    /// first (`ALLOCSTALL`; pages parked on other CPUs' lists are not looked at first).
-    pub alloc_stalls: u64,
-    /// Allocations that failed after reclaim made no progress (`OOM`).
-    pub oom: u64,
-    /// Folios found `PG_mlocked` when added, placed on the unevictable list (`UNEVICTABLE_PGCULLED`).
-    pub culled: u64,
-    /// Folios that were unevictable and are evictable again when re-added (`UNEVICTABLE_PGRESCUED`).
-    pub rescued: u64,
-    /// Folios on each list now, by [`LruList`] index.
-    pub folios: [u64; NR_LRU_LISTS],
-    /// Base pages on each list now.
-    pub pages: [u64; NR_LRU_LISTS],
-    /// Folios sitting in add and activate batches now.
-    pub batched: u64,
+crate::mm::stats::counter_set! {
+    /// A snapshot of an [`Lru`]'s counters (`/proc/vmstat` style), each listed once here.
+    pub struct LruStats, prefix "lru_" {
+    counters {
+        /// Acquisitions of the lruvec lock, for any reason.
+        lock_acquisitions,
+        /// Folios queued in add batches ([`Lru::add`]).
+        queued,
+        /// Folios taken out of add batches by a drain (queued minus those still batched).
+        drained,
+        /// Folios the add drain linked on a list (`mm_lru_insertion` events).
+        inserted,
+        /// Of those, folios whose only reference was the batch's when linked: dead folios that
+        /// reached the LRU.
+        dead_inserted,
+        /// Dead folios the drain freed without the LRU ([`DrainFilter::Filtered`]/`Naive`).
+        dead_filtered,
+        /// Folios unlinked by their final put (`__page_cache_release`).
+        released,
+        /// Of those, the ones unlinked by the arena's free path (a final put outside the LRU's
+        /// own batch puts: truncation, a reader's last put), one lock hold each.
+        released_at_free,
+        /// Inactive folios promoted to the active list (`PGACTIVATE`).
+        activated,
+        /// Active folios aged down to the inactive list (`PGDEACTIVATE`).
+        deactivated,
+        /// Referenced inactive folios given a second chance by reclaim (`PGROTATED`).
+        rotated,
+        /// Active folios aging kept on the active list, each spending one read counted since the
+        /// last pass ([`LruConfig::active_second_chance`]; `shrink_active_list`'s `nr_rotated`).
+        rotated_active,
+        /// Folios reclaim looked at on the inactive tail (`PGSCAN`).
+        scanned,
+        /// Folios reclaim isolated from the inactive list.
+        isolated,
+        /// Pages reclaim freed (`PGSTEAL`).
+        reclaimed,
+        /// Reclaim passes run ([`Lru::reclaim`] calls).
+        reclaim_runs,
+        /// Passes of the background reclaimer ([`Lru::balance`], the kswapd analog).
+        background_runs,
+        /// Allocations that found nothing free on their CPU's list or in the buddy and reclaimed
+        /// first (`ALLOCSTALL`; pages parked on other CPUs' lists are not looked at first).
+        alloc_stalls,
+        /// Allocations that failed after reclaim made no progress (`OOM`).
+        oom,
+        /// Folios found `PG_mlocked` when added, placed on the unevictable list (`UNEVICTABLE_PGCULLED`).
+        culled,
+        /// Folios that were unevictable and are evictable again when re-added (`UNEVICTABLE_PGRESCUED`).
+        rescued,
+    }
+    per_list {
+        /// Folios on each list now, by [`LruList`] index.
+        folios,
+        /// Base pages on each list now.
+        pages,
+    }
+    gauges {
+        /// Folios sitting in add and activate batches now.
+        batched,
+    }
+    }
 }
 
 impl LruStats {
-    /// The names of the [`LruStats::vmstat`] lines that are levels (list sizes, batched
-    /// folios), not counts of events.
-    pub const GAUGES: &'static [&'static str] = &[
-        "lru_folios_inactive",
-        "lru_folios_active",
-        "lru_folios_unevictable",
-        "lru_pages_inactive",
-        "lru_pages_active",
-        "lru_pages_unevictable",
-        "lru_batched",
-    ];
-
-    /// The snapshot as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
-    /// name `lru_` and the field's (list sizes as `lru_folios_<list>` and `lru_pages_<list>`).
-    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
-        // Destructured without `..`: a new counter does not compile until it is listed here.
-        let LruStats {
-            lock_acquisitions,
-            queued,
-            drained,
-            inserted,
-            dead_inserted,
-            dead_filtered,
-            released,
-            released_at_free,
-            activated,
-            deactivated,
-            rotated,
-            rotated_active,
-            scanned,
-            isolated,
-            reclaimed,
-            reclaim_runs,
-            background_runs,
-            alloc_stalls,
-            oom,
-            culled,
-            rescued,
-            folios,
-            pages,
-            batched,
-        } = *self;
-        let [fi, fa, fu] = folios;
-        let [pi, pa, pu] = pages;
-        vec![
-            ("lru_lock_acquisitions", lock_acquisitions),
-            ("lru_queued", queued),
-            ("lru_drained", drained),
-            ("lru_inserted", inserted),
-            ("lru_dead_inserted", dead_inserted),
-            ("lru_dead_filtered", dead_filtered),
-            ("lru_released", released),
-            ("lru_released_at_free", released_at_free),
-            ("lru_activated", activated),
-            ("lru_deactivated", deactivated),
-            ("lru_rotated", rotated),
-            ("lru_rotated_active", rotated_active),
-            ("lru_scanned", scanned),
-            ("lru_isolated", isolated),
-            ("lru_reclaimed", reclaimed),
-            ("lru_reclaim_runs", reclaim_runs),
-            ("lru_background_runs", background_runs),
-            ("lru_alloc_stalls", alloc_stalls),
-            ("lru_oom", oom),
-            ("lru_culled", culled),
-            ("lru_rescued", rescued),
-            ("lru_folios_inactive", fi),
-            ("lru_folios_active", fa),
-            ("lru_folios_unevictable", fu),
-            ("lru_pages_inactive", pi),
-            ("lru_pages_active", pa),
-            ("lru_pages_unevictable", pu),
-            ("lru_batched", batched),
-        ]
-    }
-
     /// Percentage of drained folios that were dead when linked (the seed's "dead %").
     pub fn dead_pct(&self) -> f64 {
         100.0 * self.dead_inserted as f64 / (self.drained.max(1)) as f64
@@ -467,19 +398,9 @@ struct LruVec {
     inactive_ratio: Option<u32>,
     /// [`LruConfig::active_second_chance`].
     active_second_chance: bool,
-    lock_acquisitions: u64,
-    inserted: u64,
-    dead_inserted: u64,
-    released: u64,
-    released_at_free: u64,
-    activated: u64,
-    deactivated: u64,
-    rotated: u64,
-    rotated_active: u64,
-    scanned: u64,
-    isolated: u64,
-    culled: u64,
-    rescued: u64,
+    /// The counters changed under the lock (the [`LruStats`] fields `stats` takes from here;
+    /// the others stay zero).
+    counts: LruStats,
 }
 
 impl LruVec {
@@ -491,12 +412,12 @@ impl LruVec {
             folio.clear_flag(PG_ACTIVE);
             folio.set_flag(PG_UNEVICTABLE);
             if !was_unevictable {
-                self.culled += 1;
+                self.counts.culled += 1;
             }
             LruList::Unevictable
         } else {
             if was_unevictable {
-                self.rescued += 1;
+                self.counts.rescued += 1;
             }
             if folio.test_flag(PG_ACTIVE) {
                 LruList::Active
@@ -530,7 +451,7 @@ impl LruVec {
             if f & (PG_ACTIVE | PG_UNEVICTABLE) != PG_ACTIVE | PG_UNEVICTABLE {
                 folio.clear_flag(PG_ACTIVE | PG_UNEVICTABLE);
             }
-            self.released += 1;
+            self.counts.released += 1;
         }
     }
 
@@ -542,7 +463,7 @@ impl LruVec {
             folio.set_flag(PG_ACTIVE);
             self.lists
                 .add_head(folio.pfn(), folio.order() as u8, LruList::Active);
-            self.activated += 1;
+            self.counts.activated += 1;
         }
     }
 
@@ -582,7 +503,7 @@ impl LruVecLock {
     #[inline]
     fn lock(&self) -> MutexGuard<'_, LruVec> {
         let mut g = self.0.lock();
-        g.lock_acquisitions += 1;
+        g.counts.lock_acquisitions += 1;
         g
     }
 
@@ -685,28 +606,16 @@ impl Lru {
             lists,
             inactive_ratio: config.inactive_ratio,
             active_second_chance: config.active_second_chance,
-            lock_acquisitions: 0,
-            inserted: 0,
-            dead_inserted: 0,
-            released: 0,
-            released_at_free: 0,
-            activated: 0,
-            deactivated: 0,
-            rotated: 0,
-            rotated_active: 0,
-            scanned: 0,
-            isolated: 0,
-            culled: 0,
-            rescued: 0,
+            counts: LruStats::default(),
         })));
         let hook_vec = vec.clone();
         let installed = arena.set_release_hook(Box::new(move |folios: &[&Folio]| {
             let mut v = hook_vec.lock();
-            let before = v.released;
+            let before = v.counts.released;
             for folio in folios {
                 v.release(folio);
             }
-            v.released_at_free += v.released - before;
+            v.counts.released_at_free += v.counts.released - before;
         }));
         assert!(installed, "this arena already has an LRU");
         let slots = if config.batch_slots == 0 {
@@ -899,9 +808,9 @@ impl Lru {
             }
             let v = v.get_or_insert_with(|| self.vec.lock());
             v.link(folio);
-            v.inserted += 1;
+            v.counts.inserted += 1;
             if folio.ref_count(s) == 1 {
-                v.dead_inserted += 1;
+                v.counts.dead_inserted += 1;
             }
             linked.add(pfn);
         }
@@ -967,22 +876,7 @@ impl Lru {
     pub fn stats(&self) -> LruStats {
         let mut s = {
             let v = self.vec.lock_uncounted();
-            let mut s = LruStats {
-                lock_acquisitions: v.lock_acquisitions,
-                inserted: v.inserted,
-                dead_inserted: v.dead_inserted,
-                released: v.released,
-                released_at_free: v.released_at_free,
-                activated: v.activated,
-                deactivated: v.deactivated,
-                rotated: v.rotated,
-                rotated_active: v.rotated_active,
-                scanned: v.scanned,
-                isolated: v.isolated,
-                culled: v.culled,
-                rescued: v.rescued,
-                ..LruStats::default()
-            };
+            let mut s = v.counts;
             for l in LruList::ALL {
                 s.folios[l as usize] = v.lists.folios(l) as u64;
                 s.pages[l as usize] = v.lists.pages(l) as u64;

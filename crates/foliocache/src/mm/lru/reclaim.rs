@@ -493,13 +493,13 @@ fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) -> usize
                 || (folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED)))
         {
             v.lists.move_head(pfn, LruList::Active);
-            v.rotated_active += 1;
+            v.counts.rotated_active += 1;
             continue;
         }
         folio.clear_flag(PG_ACTIVE);
         folio.set_flag(PG_WORKINGSET);
         v.lists.move_head(pfn, LruList::Inactive);
-        v.deactivated += 1;
+        v.counts.deactivated += 1;
     }
     looked_at
 }
@@ -527,7 +527,7 @@ fn isolate<'a>(
         // wherever it sits).
         if folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED) {
             v.lists.move_head(pfn, LruList::Inactive);
-            v.rotated += 1;
+            v.counts.rotated += 1;
             continue;
         }
         // A folio whose count reached zero is being freed: its final put will take the lock
@@ -544,7 +544,7 @@ fn isolate<'a>(
         v.lists.del(pfn);
         isolated.push(r);
     }
-    v.scanned += scanned as u64;
-    v.isolated += isolated.len() as u64;
+    v.counts.scanned += scanned as u64;
+    v.counts.isolated += isolated.len() as u64;
     scanned
 }

@@ -137,44 +137,32 @@ impl Workingset {
     }
 }
 
-/// A snapshot of the workingset counters (`/proc/vmstat`'s `workingset_*` lines, file pages).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WorkingsetStats {
-    /// Whether shadows are left at eviction ([`LruConfig::workingset`](super::LruConfig)).
-    pub enabled: bool,
-    /// `nonresident_age`: the eviction clock (pages evicted plus pages activated).
-    pub nonresident_age: u64,
-    /// `WORKINGSET_REFAULT_FILE`: pages read again whose eviction left a shadow.
-    pub refault: u64,
-    /// `WORKINGSET_ACTIVATE_FILE`: of those, pages activated at once (refault distance within
-    /// the active list).
-    pub activate: u64,
-    /// `WORKINGSET_RESTORE_FILE`: of those, pages that had been active before their eviction.
-    pub restore: u64,
-    /// `WORKINGSET_NODES`: index nodes holding only shadow entries now.
-    pub nodes: u64,
-    /// `WORKINGSET_NODERECLAIM`: shadow nodes freed by the shrinker.
-    pub nodereclaim: u64,
-}
-
-impl WorkingsetStats {
-    /// The names of the [`WorkingsetStats::vmstat`] lines that are levels, not counts of
-    /// events.
-    pub const GAUGES: &'static [&'static str] = &["workingset_nodes"];
-
-    /// The snapshot as `/proc/vmstat` lines, in a stable order: `workingset_refault`,
-    /// `workingset_activate`, `workingset_restore`, `workingset_nodes`,
-    /// `workingset_nodereclaim`, `workingset_nonresident_age`.
-    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("workingset_refault", self.refault),
-            ("workingset_activate", self.activate),
-            ("workingset_restore", self.restore),
-            ("workingset_nodes", self.nodes),
-            ("workingset_nodereclaim", self.nodereclaim),
-            ("workingset_nonresident_age", self.nonresident_age),
-        ]
+crate::mm::stats::counter_set! {
+    /// A snapshot of the workingset counters (`/proc/vmstat`'s `workingset_*` lines, file
+    /// pages).
+    pub struct WorkingsetStats, prefix "workingset_" {
+        counters {
+            /// `WORKINGSET_REFAULT_FILE`: pages read again whose eviction left a shadow.
+            refault,
+            /// `WORKINGSET_ACTIVATE_FILE`: of those, pages activated at once (refault distance
+            /// within the active list).
+            activate,
+            /// `WORKINGSET_RESTORE_FILE`: of those, pages that had been active before their
+            /// eviction.
+            restore,
+            /// `WORKINGSET_NODERECLAIM`: shadow nodes freed by the shrinker.
+            nodereclaim,
+            /// `nonresident_age`: the eviction clock (pages evicted plus pages activated).
+            nonresident_age,
+        }
+        gauges {
+            /// `WORKINGSET_NODES`: index nodes holding only shadow entries now.
+            nodes,
+        }
+        other {
+            /// Whether shadows are left at eviction ([`LruConfig::workingset`](super::LruConfig)).
+            enabled: bool,
+        }
     }
 }
 

@@ -248,53 +248,27 @@ impl fmt::Display for SpaceError {
 
 impl std::error::Error for SpaceError {}
 
-/// Counters of one space, or summed over a family ([`Spaces::stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SpaceStats {
-    /// `fork()` calls.
-    pub forks: u64,
-    /// First touches of anonymous pages (each maps a whole folio).
-    pub anon_faults: u64,
-    /// Write faults resolved by copying a page.
-    pub cow_copies: u64,
-    /// Write faults resolved by reusing a (large) folio in place.
-    pub cow_reuses: u64,
-    /// Write faults on anon-exclusive entries (made writable without a check).
-    pub cow_exclusive: u64,
-    /// Entire (PMD) mappings split into PTE mappings.
-    pub pmd_splits: u64,
-    /// Batched rmap updates (one seqcount section or lock hold each).
-    pub rmap_batches: u64,
-    /// Entries unmapped by unmap, dontneed and drop.
-    pub pages_zapped: u64,
-}
-
-impl SpaceStats {
-    /// The counters as `/proc/vmstat` lines: `(name, value)` pairs in a stable order, each
-    /// name the field's.
-    pub fn vmstat(&self) -> Vec<(&'static str, u64)> {
-        // Destructured without `..`: a new counter does not compile until it is listed here.
-        let SpaceStats {
+crate::mm::stats::counter_set! {
+    /// Counters of one space, or summed over a family ([`Spaces::stats`]).
+    pub struct SpaceStats, prefix "" {
+        counters {
+            /// `fork()` calls.
             forks,
+            /// First touches of anonymous pages (each maps a whole folio).
             anon_faults,
+            /// Write faults resolved by copying a page.
             cow_copies,
+            /// Write faults resolved by reusing a (large) folio in place.
             cow_reuses,
+            /// Write faults on anon-exclusive entries (made writable without a check).
             cow_exclusive,
+            /// Entire (PMD) mappings split into PTE mappings.
             pmd_splits,
+            /// Batched rmap updates (one seqcount section or lock hold each).
             rmap_batches,
+            /// Entries unmapped by unmap, dontneed and drop.
             pages_zapped,
-        } = *self;
-        vec![
-            ("forks", forks),
-            ("anon_faults", anon_faults),
-            ("cow_copies", cow_copies),
-            ("cow_reuses", cow_reuses),
-            ("cow_exclusive", cow_exclusive),
-            ("pmd_splits", pmd_splits),
-            ("rmap_batches", rmap_batches),
-            ("pages_zapped", pages_zapped),
-        ]
+        }
     }
 }
 
