@@ -361,7 +361,7 @@ impl CachedFile {
     /// statistics go to the calling thread's shard, looked up once.
     ///
     /// The hit is inlined into the caller (its result then never goes through memory); the
-    /// rest of the read is [`CachedFile::read_at_slow`].
+    /// rest of the read is out of line.
     #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
         let done = if buf.len() <= FAST_READ_MAX {
