@@ -381,8 +381,10 @@ impl CachedFile {
     /// misses, readahead, waiting for I/O.
     #[inline(never)]
     fn read_at_slow(&self, buf: &mut [u8], offset: u64, done: usize) -> Result<usize, CacheError> {
-        let m = self.mapping();
-        match self.read_slow(&m, &mut buf[done..], offset + done as u64) {
+        // Borrowed, not cloned: the handle keeps its mapping, and a clone would write the
+        // `Arc`'s count, a line every handle of the file shares.
+        let m: &Mapping = &self.m;
+        match self.read_slow(m, &mut buf[done..], offset + done as u64) {
             Ok(n) => {
                 // The fast path counted its `done` bytes.
                 self.cache.counters.add(Event::BytesCopied, n as u64);
@@ -549,7 +551,8 @@ impl CachedFile {
     /// an index past the end.
     #[inline(never)]
     fn get_folio_slow(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
-        let m = self.mapping();
+        // Borrowed, not cloned (see `read_at_slow`).
+        let m: &Mapping = &self.m;
         if index >= m.nr_pages() {
             return Err(CacheError::InvalidArgument {
                 what: format!(
@@ -559,10 +562,10 @@ impl CachedFile {
                 ),
             });
         }
-        let (folio, filled) = self.get_page(&m, index, 1)?;
+        let (folio, filled) = self.get_page(m, index, 1)?;
         self.cache.mark_accessed_after(&folio, filled);
-        let valid = valid_bytes(&m, &folio);
-        // `m` may go now: this handle keeps the mapping (and the arena) alive for the guard.
+        let valid = valid_bytes(m, &folio);
+        // This handle keeps the mapping (and the arena) alive for the guard.
         Ok(PinnedFolio {
             file: self,
             pin: Pin::new(folio, valid),
