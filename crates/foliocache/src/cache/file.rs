@@ -215,12 +215,13 @@ impl Drop for Mapping {
 /// calls, where `fdget` on every system call is the price of descriptors being plain
 /// integers. (The `hash` lab scenario measures the table's own lookups.)
 pub struct CachedFile {
+    /// The mapping the table holds under `id` (the same `Arc`'s object, for the handle's
+    /// life: the entry is removed only by the handle's drop). Declared first so that it is
+    /// dropped before `cache`: an evicted inode's last reference goes while the cache lives.
+    m: Arc<Mapping>,
     pub(super) cache: Arc<CacheInner>,
     /// The handle's key in the file table (`fd`).
     pub(super) id: u64,
-    /// The mapping the table holds under `id` (the same `Arc`'s object, for the handle's
-    /// life: the entry is removed only by the handle's drop).
-    m: Arc<Mapping>,
     ra: Mutex<RaState>,
     /// `ra->prev_pos`: the byte after the previous read of this handle.
     prev_pos: AtomicU64,
