@@ -4,6 +4,11 @@
 //! guard, first and last word read, no copy) and, for scale, the kernel's `pread` of the same
 //! block (its page cache holds the file too). Random blocks, so the index nodes, folio
 //! headers and data come from the last-level cache or memory, as in the `peers` lab scenario.
+//!
+//! The second group is the `pread` lab scenario's hit (seed 000): 64 bytes at offset 0 of one
+//! cached page, over and over, so everything it touches stays in the L1 cache and what is
+//! left is the instructions of the hit itself: `read_at` and `get_folio` under the
+//! `cas-loop` and `locked-bit` refcounts (the only difference between their caches).
 
 use std::hint::black_box;
 use std::io::Write;
@@ -11,6 +16,8 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use foliocache::mm::refcount::RefStrategy;
+use foliocache::mm::Experiment;
 use foliocache::{Config, FolioCache};
 use rand::{Rng, SeedableRng};
 
@@ -75,5 +82,29 @@ fn hits(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, hits);
+fn hot_hit(c: &mut Criterion) {
+    let mut file = tempfile::NamedTempFile::new().expect("temporary file");
+    file.write_all(&[7u8; BLOCK]).unwrap();
+    file.flush().unwrap();
+    let mut g = c.benchmark_group("cache/hot-hit/threads=1/read=64B");
+    g.measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
+    for s in [RefStrategy::CasLoop, RefStrategy::LockedBit] {
+        let cache = FolioCache::new(Config::new(1 << 20).experiment(Experiment::new().strategy(s)))
+            .expect("cache");
+        let f = cache.open(file.path()).expect("open");
+        let mut buf = [0u8; 64];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        g.bench_function(format!("read_at/{s}"), |b| {
+            b.iter(|| black_box(f.read_at(black_box(&mut buf), black_box(0)).unwrap()))
+        });
+        g.bench_function(format!("get_folio/{s}"), |b| {
+            b.iter(|| black_box(f.get_folio(black_box(0)).unwrap()[0]))
+        });
+        assert_eq!(cache.stats().misses, 1, "the measured reads all hit");
+    }
+    g.finish();
+}
+
+criterion_group!(benches, hits, hot_hit);
 criterion_main!(benches);

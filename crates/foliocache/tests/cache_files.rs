@@ -602,3 +602,22 @@ fn read_counters_count_each_call_and_byte_once() {
     // off a miss reads the rest of the request at once (issue 14), so page 2 is then a hit.
     assert_eq!(s.misses, 2);
 }
+
+/// A handle may outlive its `FolioCache`: it keeps the cache's state (and its own mapping)
+/// alive, reads on, and its drop frees the pages of the file.
+#[test]
+fn a_handle_outlives_its_cache() {
+    let data = content(3 * PAGE as usize, 5);
+    let file = temp_file(&data);
+    let cache = FolioCache::new(Config::new(1 << 20).panic_on_bad_page(false)).unwrap();
+    let f = cache.open(file.path()).unwrap();
+    let mut page = vec![0u8; PAGE as usize];
+    f.read_exact_at(&mut page, 0).unwrap();
+    drop(cache);
+    f.read_exact_at(&mut page, PAGE).unwrap();
+    assert_eq!(&page[..], &data[PAGE as usize..2 * PAGE as usize]);
+    let g = f.get_folio(2).unwrap();
+    assert_eq!(&g[..], &data[2 * PAGE as usize..]);
+    drop(g);
+    drop(f);
+}

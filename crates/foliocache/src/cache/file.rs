@@ -230,12 +230,13 @@ impl Drop for Mapping {
 /// calls, where `fdget` on every system call is the price of descriptors being plain
 /// integers. (The `hash` lab scenario measures the table's own lookups.)
 pub struct CachedFile {
+    /// The mapping the table holds under `id` (the same `Arc`'s object, for the handle's
+    /// life: the entry is removed only by the handle's drop). Declared first so that it is
+    /// dropped before `cache`: an evicted inode's last reference goes while the cache lives.
+    m: Arc<Mapping>,
     pub(super) cache: Arc<CacheInner>,
     /// The handle's key in the file table (`fd`).
     pub(super) id: u64,
-    /// The mapping the table holds under `id` (the same `Arc`'s object, for the handle's
-    /// life: the entry is removed only by the handle's drop).
-    m: Arc<Mapping>,
     ra: Mutex<RaState>,
     /// `ra->prev_pos`: the byte after the previous read of this handle.
     prev_pos: AtomicU64,
@@ -388,7 +389,7 @@ impl CachedFile {
     /// statistics go to the calling thread's shard, looked up once.
     ///
     /// The hit is inlined into the caller (its result then never goes through memory); the
-    /// rest of the read is the slow path (`read_at_slow`).
+    /// rest of the read is out of line.
     #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
         let done = if buf.len() <= FAST_READ_MAX {
@@ -408,8 +409,10 @@ impl CachedFile {
     /// misses, readahead, waiting for I/O.
     #[inline(never)]
     fn read_at_slow(&self, buf: &mut [u8], offset: u64, done: usize) -> Result<usize, CacheError> {
-        let m = self.mapping();
-        match self.read_slow(&m, &mut buf[done..], offset + done as u64) {
+        // Borrowed, not cloned: the handle keeps its mapping, and a clone would write the
+        // `Arc`'s count, a line every handle of the file shares.
+        let m: &Mapping = &self.m;
+        match self.read_slow(m, &mut buf[done..], offset + done as u64) {
             Ok(n) => {
                 // The fast path counted its `done` bytes.
                 self.cache.counters.add(Event::BytesCopied, n as u64);
@@ -589,7 +592,8 @@ impl CachedFile {
     /// an index past the end.
     #[inline(never)]
     fn get_folio_slow(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
-        let m = self.mapping();
+        // Borrowed, not cloned (see `read_at_slow`).
+        let m: &Mapping = &self.m;
         if index >= m.nr_pages() {
             return Err(CacheError::InvalidArgument {
                 what: format!(
@@ -599,10 +603,10 @@ impl CachedFile {
                 ),
             });
         }
-        let (folio, filled) = self.get_page(&m, index, 1)?;
+        let (folio, filled) = self.get_page(m, index, 1)?;
         self.cache.mark_accessed_after(&folio, filled);
-        let valid = valid_bytes(&m, &folio);
-        // `m` may go now: this handle keeps the mapping (and the arena) alive for the guard.
+        let valid = valid_bytes(m, &folio);
+        // This handle keeps the mapping (and the arena) alive for the guard.
         Ok(PinnedFolio {
             file: self,
             pin: Pin::new(folio, valid),

@@ -29,7 +29,8 @@
 //!
 //! ```text
 //! read_at(buf, off)
-//!   resolve the handle in the file table (one RCU section, per-CPU table reference, lock-free list)
+//!   one RCU section on the handle's own mapping (the handle was entered in the file table
+//!   at open; reads do not look it up again)
 //!   for each folio of the range:
 //!     lookup: RCU load of the index slot, try_get, re-check the slot   (no lock, no syscall)
 //!       miss  -> sync readahead of a window (one index lock hold per run when batched,
@@ -60,11 +61,12 @@
 //!
 //! # Why a hit is fast
 //!
-//! No lock, no system call, no shared write besides the folio's refcount: the handle
-//! resolves to its mapping in the file table's lock-free path (one RCU read section for the
-//! whole hit, a per-CPU table reference, the bucket's published list; a hit clones no shared
-//! `Arc`: it copies inside the lookup), the index lookup runs in that same section, the statistics
-//! are per-thread-sharded counters, and `prev_pos` is written only when it changes. The
+//! No lock, no system call, no shared write besides the folio's refcount: the handle keeps
+//! its mapping (the file table, `fd_install`'s analog, is written at open and close and read
+//! by nobody on the read path; a hit clones no shared `Arc`), one RCU read section covers the
+//! whole hit and its index lookup, the hit itself is inlined into the caller, the statistics
+//! are per-thread-sharded counters (one shard lookup per read), and `prev_pos` is written
+//! only when it changes. The
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
 //! choice ([`Experiment::strategy`](crate::mm::Experiment::strategy)).
 
@@ -287,8 +289,8 @@ impl FolioCache {
                 busy: Mutex::new(()),
             })
         });
-        // One RCU domain for the file table and every index of this cache: a read enters
-        // both, and a thread's read-side slot is cached for one domain at a time.
+        // One RCU domain for the file table and every index of this cache: a thread's
+        // read-side slot is cached for one domain at a time.
         let rcu = Arc::new(Rcu::new());
         let table = FileTable::with_rcu(
             FileTableConfig {

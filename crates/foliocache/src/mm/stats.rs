@@ -91,9 +91,11 @@ mod tests {
 
     #[test]
     fn every_counter_set_names_each_line_once_and_lists_its_gauges() {
-        let mut l = LruStats::default();
-        l.pages = [1, 2, 3];
-        l.reclaimed = 7;
+        let l = LruStats {
+            pages: [1, 2, 3],
+            reclaimed: 7,
+            ..LruStats::default()
+        };
         check(l.vmstat(), LruStats::GAUGES, "lru_");
         assert!(l.vmstat().contains(&("lru_pages_active", 2)));
         assert_eq!(LruStats::GAUGES.len(), 7);
@@ -109,13 +111,17 @@ mod tests {
 
     #[test]
     fn since_subtracts_counts_and_keeps_levels() {
-        let mut before = LruStats::default();
-        before.scanned = 10;
-        before.batched = 5;
-        let mut after = before;
-        after.scanned = 25;
-        after.batched = 3;
-        after.folios = [4, 0, 0];
+        let before = LruStats {
+            scanned: 10,
+            batched: 5,
+            ..LruStats::default()
+        };
+        let after = LruStats {
+            scanned: 25,
+            batched: 3,
+            folios: [4, 0, 0],
+            ..before
+        };
         let d = after.since(&before);
         assert_eq!((d.scanned, d.batched, d.folios), (15, 3, [4, 0, 0]));
     }
