@@ -73,7 +73,10 @@
 //! every handle open when it happened, once, at its next sync.
 //!
 //! **Optional features.** `metrics`: `FolioCache::record_metrics` exports every counter
-//! through the [`metrics`](https://docs.rs/metrics) facade.
+//! through the [`metrics`](https://docs.rs/metrics) facade. `tracing`: spans over the slow
+//! paths (misses and readahead, syncs, writeback, reclaim) and events for errors and rare
+//! counters, named like the vmstat counters, through [`tracing`](https://docs.rs/tracing).
+//! `bytes`: an [`OwnedRange`] converts into a `bytes::Bytes` without a copy.
 //!
 //! # Pages, folios and offsets
 //!
@@ -108,6 +111,7 @@ mod cache;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub mod mm;
+mod trace;
 mod variant;
 
 #[cfg(not(loom))]

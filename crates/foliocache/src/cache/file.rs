@@ -755,6 +755,7 @@ impl CachedFile {
             if c.config.ra_pages != 0 {
                 c.counters.inc(Event::SyncRa);
             }
+            crate::trace::span!("sync_readahead", index = req.index, pages = req.nr_to_read);
             let out = do_page_cache_ra(&self.cache, m, req);
             if let Some(f) = m.pages.lookup(index) {
                 return Ok(Some(f));
@@ -766,6 +767,7 @@ impl CachedFile {
             }
         }
         // `filemap_create_folio`: just this page.
+        crate::trace::span!("single_page_reads", index);
         c.counters.inc(Event::SinglePageReads);
         match readahead::read_one(&m.ra_target(&self.cache), index) {
             Ok(Some(f)) => Ok(Some(f)),
@@ -778,6 +780,7 @@ impl CachedFile {
     /// `page_cache_async_ra` after this reader cleared PG_readahead on the folio at `index`.
     #[cold]
     fn async_readahead(&self, m: &Mapping, index: u64, nr_pages: usize, req_count: usize) {
+        crate::trace::span!("async_readahead", index);
         let req = {
             let probe = readahead::IndexProbe(&m.pages);
             self.ra

@@ -33,6 +33,16 @@ macro_rules! cache_counters {
 
         const NR_EVENTS: usize = [$( Event::$ev ),*].len();
 
+        impl Event {
+            /// The counter's vmstat name.
+            #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+            pub(crate) const fn name(self) -> &'static str {
+                match self {
+                    $( Event::$ev => stringify!($ef), )*
+                }
+            }
+        }
+
         /// A snapshot of a cache's counters (the cache's `/proc/vmstat`); plain numbers,
         /// summed without stopping the cache, so counters may be mutually off by in-flight
         /// operations.
@@ -226,10 +236,14 @@ impl Counters {
         &self.shards[thread_number() & self.mask]
     }
 
-    /// Counts `n` events of kind `ev` in the calling thread's shard (`this_cpu_add`).
+    /// Counts `n` events of kind `ev` in the calling thread's shard (`this_cpu_add`), and, with
+    /// the `tracing` feature, reports the rare ones (the test folds away for the others,
+    /// whose `ev` is a constant at every call site).
     #[inline]
     pub(crate) fn add(&self, ev: Event, n: u64) {
         self.mine().add(ev, n);
+        #[cfg(feature = "tracing")]
+        trace_event(ev, n);
     }
 
     /// Counts one event.
@@ -244,6 +258,26 @@ impl Counters {
             .iter()
             .map(|s| s.0[ev as usize].load(Ordering::Relaxed))
             .sum()
+    }
+}
+
+/// The `tracing` event of a rare counter (see the `trace` module's table); nothing for the
+/// others.
+#[cfg(feature = "tracing")]
+#[inline(always)]
+fn trace_event(ev: Event, n: u64) {
+    match ev {
+        Event::IoErrors | Event::WritebackErrors => {
+            tracing::warn!(counter = ev.name(), n, "foliocache: {}", ev.name())
+        }
+        Event::Revalidations
+        | Event::InodesEvicted
+        | Event::OutOfMemory
+        | Event::DirtyThrottled
+        | Event::RaFallbacks => {
+            tracing::debug!(counter = ev.name(), n, "foliocache: {}", ev.name())
+        }
+        _ => {}
     }
 }
 

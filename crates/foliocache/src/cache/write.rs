@@ -381,6 +381,7 @@ impl CachedFile {
     /// report.
     fn sync(&self, range: Range<u64>, datasync: bool) -> Result<(), CacheError> {
         let m = self.mapping();
+        crate::trace::span!("syncs", path = %m.path.display(), datasync);
         let c = &self.cache;
         c.counters.inc(Event::Syncs);
         let first = range.start >> PAGE_SHIFT;
@@ -454,6 +455,7 @@ pub(crate) fn writeback_mapping(
     last: u64,
     mode: SyncMode,
 ) -> WbOutcome {
+    crate::trace::span!("writeback_pages", path = %m.path.display());
     let Some(writer) = m.writer.lock().clone() else {
         return WbOutcome::default();
     };

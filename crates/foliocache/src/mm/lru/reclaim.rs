@@ -196,6 +196,7 @@ impl Lru {
         nr_pages: usize,
         scan_shift: u32,
     ) -> ReclaimResult {
+        crate::trace::span!("lru_reclaim_runs", nr_pages);
         self.reclaim.runs.fetch_add(1, Ordering::Relaxed);
         let mut total = ReclaimResult::default();
         // The scan budget comes from the list sizes the first step sees under its lock hold.
