@@ -1142,6 +1142,19 @@ impl Index {
     /// Returns false, changing nothing, if `old` is not in this index or the folios do not
     /// qualify (`new` must be `old.nr_pages()` unmapped order-0 folios of this arena).
     pub fn split_folio(&self, old: &FolioLocked<'_>, new: &[FolioLocked<'_>]) -> bool {
+        self.split_folio_inner(old, new, false)
+    }
+
+    /// The split with a deliberately wrong order, for the loom model that must catch it: the
+    /// old entry's slots are emptied before the new pages are stored, so a lookup in between
+    /// misses a page that stays cached. Never use it elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn split_folio_with_gap(&self, old: &FolioLocked<'_>, new: &[FolioLocked<'_>]) -> bool {
+        self.split_folio_inner(old, new, true)
+    }
+
+    fn split_folio_inner(&self, old: &FolioLocked<'_>, new: &[FolioLocked<'_>], gap: bool) -> bool {
         let nr = old.nr_pages();
         if old.mapping() != self.id
             || old.order() == 0
@@ -1174,6 +1187,11 @@ impl Index {
         }
         // SAFETY: under the index lock; `node` is in the tree.
         let n = unsafe { &*node };
+        if gap {
+            for i in 0..slots_of(order) {
+                n.store(off + i, 0);
+            }
+        }
         if leaves == 0 {
             // Siblings first, the canonical slot last: a reader of a sibling slot either
             // finds its new folio there, or still resolves to `old` and fails its re-check
