@@ -19,7 +19,9 @@
 //! `cache::write`): before it writes into a large folio it splits it into pages
 //! ([`split_folio_at`]), as the kernel's `write_begin` does for a filesystem without large
 //! folio writes, and a truncation that cuts a large folio in two splits it first, so the pages
-//! below the cut stay cached. Large folios are therefore never dirty: a dirty page is always
+//! below the cut stay cached (an invalidation, which only drops clean pages, keeps a large
+//! folio it covers in part whole, as `invalidate_mapping_pages` does). Large folios are
+//! therefore never dirty: a dirty page is always
 //! an order-0 folio, which keeps writeback's per-page tags exact.
 //!
 //! The split is a copy ([`Index::split_folio`](crate::index::Index::split_folio)): new pages

@@ -1450,6 +1450,12 @@ impl Index {
             // `evict`, under this lock, freezes page-cache folios), so the get succeeds.
             let folio = self.arena.folio(pfn);
             next = index.saturating_add(folio.nr_pages() as u64);
+            if !truncate && (index < start || next > end) {
+                // `find_lock_entries` returns no folio that reaches outside the range:
+                // invalidation keeps a large folio it covers only in part.
+                drop(g);
+                continue;
+            }
             let folio = self.arena.try_get(folio);
             drop(g);
             let Some(folio) = folio else {
@@ -1510,9 +1516,10 @@ impl Index {
         self.remove_range(start, end, true)
     }
 
-    /// `invalidate_mapping_pages`: frees the folios overlapping `start..end` that nobody but
-    /// the cache holds; locked, pinned, dirty or writeback folios are left in place and
-    /// counted as `busy`.
+    /// `invalidate_mapping_pages`: frees the folios inside `start..end` that nobody but the
+    /// cache holds; locked, pinned, dirty or writeback folios are left in place and counted
+    /// as `busy`, and a large folio that reaches outside the range is left whole (not
+    /// counted).
     /// Shadow entries in the range are removed, and freed folios leave none.
     pub fn invalidate(&self, start: u64, end: u64) -> RemoveStats {
         self.remove_range(start, end, false)
