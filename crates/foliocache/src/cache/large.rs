@@ -183,13 +183,14 @@ impl PinnedRange<'_> {
         self.pins.as_slice().len()
     }
 
-    /// The range as one slice, if one folio holds all of it (`None` otherwise: use
+    /// The range as one slice, if one folio holds all of it (or it is empty; `None` otherwise: use
     /// [`PinnedRange::slices`] or [`PinnedRange::copy_to`]).
     #[inline]
     pub fn as_slice(&self) -> Option<&[u8]> {
         match &self.pins {
             // SAFETY: the guard holds the reference; the borrow is tied to `&self`.
             Pins::One(p) => Some(unsafe { part(p, self.arena(), self.offset, self.len) }),
+            Pins::Many(v) if v.is_empty() => Some(&[]),
             Pins::Many(_) => None,
         }
     }
