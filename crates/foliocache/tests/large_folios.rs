@@ -354,6 +354,10 @@ fn differential_reads_invalidations_truncations_and_writes_over_mixed_orders() {
         assert!(std::fs::read(&path).unwrap() == model, "the backing file");
         let s = c.stats();
         assert!(s.readahead_large_folios > 0 && s.folio_splits > 0, "{s:?}");
+        // Reclaim evicted folios of every size and left shadows, which refaulted: the
+        // eviction clock counts pages, so it moved by more than the folios evicted.
+        let ws = c.workingset_stats();
+        assert!(ws.refault > 0 && ws.nonresident_age > 0, "{ws:?}");
         drop(f);
         assert_baseline(&c);
     }
