@@ -1071,6 +1071,17 @@ mod tests {
     }
 
     #[test]
+    fn block_sizes_parse_as_whole_pages() {
+        assert_eq!(parse_block("4k"), Ok(4096));
+        assert_eq!(parse_block("16K"), Ok(16384));
+        assert_eq!(parse_block("64k"), Ok(65536));
+        assert_eq!(parse_block("32768"), Ok(32768));
+        assert!(parse_block("1000").is_err());
+        assert!(parse_block("0").is_err());
+        assert!(parse_block("4m").is_err());
+    }
+
+    #[test]
     fn unknown_contender_is_refused() {
         let e = run(&tiny(&["memcached"])).err().unwrap();
         assert!(e.0.contains("have: foliocache"), "{}", e.0);
