@@ -189,12 +189,18 @@ fn run(seed: u64, strategy: RefStrategy, steps: usize) {
             _ => {
                 let start = random_index(&mut rng, 0);
                 let end = start + rng.random_range(1..256u64);
-                let victims = model.in_range(start, end);
+                let truncate = rng.random_bool(0.5);
+                // Truncation takes the folios that overlap the range (large ones whole),
+                // invalidation only those inside it.
+                let victims: Vec<_> = model
+                    .in_range(start, end)
+                    .into_iter()
+                    .filter(|&(s, _, nr)| truncate || (s >= start && s + nr <= end))
+                    .collect();
                 let pinned = victims
                     .iter()
                     .filter(|v| pins.iter().any(|p| p.pfn() == v.1))
                     .count() as u64;
-                let truncate = rng.random_bool(0.5);
                 let r = if truncate {
                     index.truncate(start, end)
                 } else {

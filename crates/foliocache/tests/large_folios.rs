@@ -185,6 +185,24 @@ fn get_range_gives_an_aligned_block_as_one_slice_and_any_range_exactly() {
     assert_baseline(&c);
 }
 
+#[test]
+fn invalidation_keeps_a_large_folio_it_covers_only_in_part() {
+    let data = content(32, 8);
+    let c = FolioCache::new(Config::block_cache(4 << 20)).unwrap();
+    let f = c.open_backing("inval", MemBacking(data.clone())).unwrap();
+    drop(f.get_range(0, 65536).unwrap());
+    assert_eq!(f.cached_pages(), 16);
+    // Pages 1 and 2 of the 16-page folio: the folio stays whole.
+    assert_eq!(f.invalidate(PAGE..3 * PAGE).unwrap(), 0);
+    assert_eq!(f.cached_pages(), 16);
+    // The whole folio: dropped.
+    assert_eq!(f.invalidate(0..65536).unwrap(), 16);
+    assert_eq!(f.cached_pages(), 0);
+    c.validate().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
 fn rw() -> OpenOptions {
     let mut o = OpenOptions::new();
     o.write(true).create(true);
@@ -344,6 +362,10 @@ fn differential_reads_invalidations_truncations_and_writes_over_mixed_orders() {
         assert!(std::fs::read(&path).unwrap() == model, "the backing file");
         let s = c.stats();
         assert!(s.readahead_large_folios > 0 && s.folio_splits > 0, "{s:?}");
+        // Reclaim evicted folios of every size and left shadows, which refaulted: the
+        // eviction clock counts pages, so it moved by more than the folios evicted.
+        let ws = c.workingset_stats();
+        assert!(ws.refault > 0 && ws.nonresident_age > 0, "{ws:?}");
         drop(f);
         assert_baseline(&c);
     }

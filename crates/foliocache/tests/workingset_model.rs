@@ -176,21 +176,28 @@ fn run(seed: u64, steps: usize) {
                 assert!(index.delete(&f));
                 model.set(at, ord, None);
             }
-            // Truncate or invalidate a range: folios and shadows go, large ones whole.
+            // Truncate or invalidate a range: folios and shadows go; truncation takes the
+            // large folios that overlap it whole, invalidation only those inside it.
             75..=82 => {
                 let end = (first + rng.random_range(1..80)).min(SPAN + 8);
-                if rng.random_bool(0.5) {
+                let truncate = rng.random_bool(0.5);
+                if truncate {
                     index.truncate(first, end);
                 } else {
                     index.invalidate(first, end);
                 }
+                let goes = |f: u64, o: u32| {
+                    if truncate {
+                        f < end && f + (1 << o) > first
+                    } else {
+                        f >= first && f + (1 << o) <= end
+                    }
+                };
                 let gone: Vec<(u64, u32, bool)> = model
                     .slots
                     .iter()
                     .filter_map(|(&i, s)| match *s {
-                        Slot::Folio { first: f, order: o } if f < end && f + (1 << o) > first => {
-                            Some((f, o, true))
-                        }
+                        Slot::Folio { first: f, order: o } if goes(f, o) => Some((f, o, true)),
                         Slot::Shadow { .. } if (first..end).contains(&i) => Some((i, 0, false)),
                         _ => None,
                     })

@@ -193,3 +193,51 @@ fn a_thousand_threads_start_in_bounded_time() {
     let r = lab(&["refcount", "--threads", "1025"], QUICK);
     refused(&r, "cap of 1024 threads");
 }
+
+/// `peers --block 16k`: every contender reads whole 16 KiB blocks, every byte checked, and the
+/// JSON records the size; a block that is not whole pages is refused.
+#[test]
+fn peers_reads_16k_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("peers.json");
+    let r = lab(
+        &[
+            "peers",
+            "--quick",
+            "--block",
+            "16k",
+            "--file-mib",
+            "4",
+            "--threads",
+            "1",
+            "--runs",
+            "1",
+            "--duration",
+            "20ms",
+            "--contenders",
+            "foliocache,foliocache-pinned,quick_cache,moka",
+            "--no-progress",
+            "--no-plot",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        r.code,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["params"]["block_bytes"], 16384, "{}", v["params"]);
+    assert!(r
+        .stdout
+        .contains("check correct_bytes                           0  ok"));
+    refused(
+        &lab(&["peers", "--quick", "--block", "1000"], QUICK),
+        "block size",
+    );
+}

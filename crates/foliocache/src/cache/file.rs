@@ -648,8 +648,8 @@ impl CachedFile {
     }
 
     /// `invalidate_mapping_pages`: drops the cached pages overlapping the byte range `range`
-    /// that nobody uses right now (pinned folios and folios under I/O stay). Returns the pages
-    /// dropped.
+    /// that nobody uses right now (pinned folios and folios under I/O stay, and so does a
+    /// large folio that holds pages outside the range too). Returns the pages dropped.
     pub fn invalidate(&self, range: Range<u64>) -> Result<usize, CacheError> {
         check_range(&range)?;
         if range.is_empty() {

@@ -19,7 +19,9 @@
 //! `cache::write`): before it writes into a large folio it splits it into pages
 //! ([`split_folio_at`]), as the kernel's `write_begin` does for a filesystem without large
 //! folio writes, and a truncation that cuts a large folio in two splits it first, so the pages
-//! below the cut stay cached. Large folios are therefore never dirty: a dirty page is always
+//! below the cut stay cached (an invalidation, which only drops clean pages, keeps a large
+//! folio it covers in part whole, as `invalidate_mapping_pages` does). Large folios are
+//! therefore never dirty: a dirty page is always
 //! an order-0 folio, which keeps writeback's per-page tags exact.
 //!
 //! The split is a copy ([`Index::split_folio`](crate::mm::index::Index::split_folio)): new pages
@@ -181,13 +183,14 @@ impl PinnedRange<'_> {
         self.pins.as_slice().len()
     }
 
-    /// The range as one slice, if one folio holds all of it (`None` otherwise: use
+    /// The range as one slice, if one folio holds all of it (or it is empty; `None` otherwise: use
     /// [`PinnedRange::slices`] or [`PinnedRange::copy_to`]).
     #[inline]
     pub fn as_slice(&self) -> Option<&[u8]> {
         match &self.pins {
             // SAFETY: the guard holds the reference; the borrow is tied to `&self`.
             Pins::One(p) => Some(unsafe { part(p, self.arena(), self.offset, self.len) }),
+            Pins::Many(v) if v.is_empty() => Some(&[]),
             Pins::Many(_) => None,
         }
     }

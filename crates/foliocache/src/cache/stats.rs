@@ -100,7 +100,8 @@ cache_counters! {
         /// Asynchronous readahead windows started by a PG_readahead folio
         /// (`page_cache_async_ra`).
         AsyncRa => async_readahead,
-        /// Pages inserted by readahead (explicit `readahead` calls included).
+        /// Pages inserted by readahead (explicit `readahead` calls included) and, with
+        /// readahead off, by misses that read a whole multi-page request.
         RaPages => readahead_pages,
         /// Batched windows that could not be preallocated and fell back to one-by-one
         /// insertion.

@@ -207,3 +207,66 @@ fn lookup_of_a_sibling_vs_large_replaced_by_small() {
 fn canonical_only_recheck_is_caught() {
     loom::model(|| large_replaced_by_small(|i, n| i.lookup_with_canonical_recheck(n)));
 }
+
+/// `split_folio` against a lockless lookup of the large folio's second page: an order-1 folio
+/// tagged FIRST at 0 is replaced by two pages tagged SECOND (page 0) and SECOND + 1 (page 1)
+/// under one lock hold. The page is cached throughout, so the lookup never misses; it returns
+/// the old folio (still covering index 1, alive while held) or the new page 1, and once the
+/// split is complete only the new page.
+#[test]
+fn lookup_vs_split_folio() {
+    loom::model(|| split_vs_lookup(|i, old, pages| i.split_folio(old, pages)));
+}
+
+/// The split that empties the slots before it stores the pages: loom must find the lookup
+/// that runs in between and misses a page that was cached all along.
+#[test]
+#[should_panic(expected = "a split never leaves a page uncached")]
+fn split_with_a_gap_is_caught() {
+    loom::model(|| split_vs_lookup(|i, old, pages| i.split_folio_with_gap(old, pages)));
+}
+
+fn split_vs_lookup(split: fn(&Index, &FolioLocked<'_>, &[FolioLocked<'_>]) -> bool) {
+    {
+        let w = world(4, RefStrategy::LockedBit);
+        let l = w.arena.alloc(1).unwrap().lock();
+        l.set_private(FIRST);
+        w.index.add_folio(&l, 0).unwrap();
+        let pfn = l.unlock().into_raw().pfn();
+        let w2 = w.clone();
+        let r = thread::spawn(move || {
+            let done = w2.settled.load(Ordering::SeqCst);
+            let f = w2
+                .index
+                .lookup(1)
+                .expect("a split never leaves a page uncached");
+            let tag = f.private();
+            assert!(f.index() <= 1 && 1 < f.index() + f.nr_pages() as u64);
+            assert!(
+                tag == FIRST || tag == SECOND + 1,
+                "lookup(1) returned the folio tagged {tag}"
+            );
+            if done {
+                assert_eq!(tag, SECOND + 1, "the old folio after the split completed");
+            }
+            thread::yield_now();
+            assert_eq!(f.private(), tag, "folio freed or reused under a reader");
+        });
+        let pages: Vec<FolioLocked<'_>> = (0..2)
+            .map(|i| {
+                let p = w.arena.alloc(0).unwrap().lock();
+                p.set_private(SECOND + i);
+                p
+            })
+            .collect();
+        // SAFETY: the reference leaked above.
+        let old = unsafe { FolioRef::from_raw(&w.arena, w.arena.folio(pfn)) }.lock();
+        assert!(split(&w.index, &old, &pages));
+        w.settled.store(true, Ordering::SeqCst);
+        drop(old);
+        drop(pages);
+        r.join().unwrap();
+        finish(&w);
+        assert_eq!(w.arena.validate().unwrap().allocated_pages, 2);
+    }
+}

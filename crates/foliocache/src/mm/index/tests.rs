@@ -598,3 +598,51 @@ fn a_batch_eviction_frees_what_it_can_under_one_lock_hold() {
         assert_eq!(arena.validate().unwrap().allocated_pages, 0);
     }
 }
+
+/// `split_folio` of a leaf-level (order 3) and a node-level (order 7) folio: every page of
+/// the old folio then resolves to its own page-sized folio, the old one leaves the mapping
+/// with only the holders' references, and the tree (new leaf nodes included) validates; a
+/// pinned old folio survives the split and is freed by its holder.
+#[test]
+fn split_folio_gives_each_page_its_own_folio() {
+    for (order, at) in [(3u32, 8u64), (7, 128)] {
+        let (arena, idx) = setup(1024, RefStrategy::LockedBit);
+        let s = arena.strategy();
+        let nr = 1usize << order;
+        let old = locked(&arena, order);
+        idx.add_folio(&old, at).unwrap();
+        let pin = idx.lookup(at + 1).unwrap();
+        let pages: Vec<_> = (0..nr).map(|_| locked(&arena, 0)).collect();
+        // Wrong counts or a foreign folio are refused without a change.
+        assert!(!idx.split_folio(&old, &pages[1..]));
+        assert!(!idx.split_folio(&pages[0], &pages[..1]));
+        let nodes_before = idx.stats().nr_nodes;
+        assert!(idx.split_folio(&old, &pages));
+        assert_eq!(old.mapping(), 0);
+        assert_eq!(old.ref_count(s), 2, "the caller and the pin");
+        for (i, p) in pages.iter().enumerate() {
+            let f = idx.lookup(at + i as u64).unwrap();
+            assert_eq!(
+                (f.pfn(), f.index(), f.nr_pages()),
+                (p.pfn(), at + i as u64, 1)
+            );
+        }
+        let st = idx.validate().unwrap();
+        assert_eq!(
+            (st.nr_pages, st.nr_folios, st.splits),
+            (nr as u64, nr as u64, 1)
+        );
+        if order >= 6 {
+            assert_eq!(
+                st.nr_nodes,
+                nodes_before + (nr / 64) as u64,
+                "one leaf per slot"
+            );
+        }
+        drop((old, pin));
+        drop(pages);
+        assert_eq!(idx.truncate(0, u64::MAX).pages_freed, nr as u64);
+        idx.validate().unwrap();
+        assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+    }
+}

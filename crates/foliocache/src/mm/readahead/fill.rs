@@ -559,3 +559,24 @@ pub fn insert_preallocated(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ra_folio_order;
+
+    #[test]
+    fn folio_orders_follow_alignment_the_window_end_and_the_mark() {
+        // Alignment: page 3 takes a page, page 64 up to 64 pages.
+        assert_eq!(ra_folio_order(3, 1000, 9, None), 0);
+        assert_eq!(ra_folio_order(64, 1000, 9, None), 6);
+        // The cap, and a window of 100 pages from 64: 32 fit, 64 would cross the end.
+        assert_eq!(ra_folio_order(512, 2000, 4, None), 4);
+        assert_eq!(ra_folio_order(64, 100, 9, None), 5);
+        // The first window of a stream (8 pages, mark on page 4): two folios of 4, the mark
+        // on the second's first page, not on the folio the reader is reading.
+        assert_eq!(ra_folio_order(0, 8, 3, Some(4)), 2);
+        assert_eq!(ra_folio_order(4, 8, 3, Some(4)), 2);
+        // A mark exactly at the folio's start does not shrink it.
+        assert_eq!(ra_folio_order(32, 64, 5, Some(32)), 5);
+    }
+}

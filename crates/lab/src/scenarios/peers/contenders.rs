@@ -3,7 +3,7 @@
 //! | variant | what a read of block `b` does | budget | a miss is |
 //! |---|---|---|---|
 //! | `foliocache` | `CachedFile::read_at` of the block into the thread's buffer (a copy); readahead off by default (`--ra-pages`), as storage engines ask for random block reads | the budget | a lookup that started a read (the cache's `misses` counter) |
-//! | `foliocache-pinned` | `CachedFile::get_folio`: a pinned guard, read in place, no copy | the budget | as above |
+//! | `foliocache-pinned` | `CachedFile::get_range`: the block pinned, read in place, no copy (one folio holds an aligned block) | the budget | as above |
 //! | `quick_cache` | `get_or_insert_with(b)`: a hit clones the cached `Arc<[u8]>` (no copy); a miss `pread`s the block into a new one | the budget, in blocks | the loader ran |
 //! | `quick_cache-copy` | as `quick_cache`, then the block is copied into the thread's buffer, as `read_at` copies it | the budget, in blocks | the loader ran |
 //! | `moka` | `try_get_with(b)`: as `quick_cache` | the budget, in blocks | the loader ran |
@@ -31,7 +31,7 @@ use foliocache::mm::lru::LruConfig;
 use foliocache::mm::Experiment;
 use foliocache::{CacheError, CachedFile, Config, FolioCache};
 
-use super::workload::BLOCK;
+use super::workload::block;
 
 /// A contender's name and what it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,21 +139,20 @@ pub trait Reader: Send + Sync + 'static {
     }
 }
 
-/// A 4 KiB buffer aligned like a page, for the copying contenders.
-#[repr(C, align(4096))]
-pub struct Buf(pub [u8; BLOCK]);
+/// A block-sized buffer, for the copying contenders.
+pub struct Buf(pub Box<[u8]>);
 
 impl Buf {
-    /// A zeroed buffer on the heap.
+    /// A zeroed buffer of one block on the heap.
     pub fn boxed() -> Box<Buf> {
-        Box::new(Buf([0; BLOCK]))
+        Box::new(Buf(vec![0; block()].into_boxed_slice()))
     }
 }
 
 fn load_block(file: &File, b: u32) -> io::Result<Arc<[u8]>> {
-    let mut v: Arc<[u8]> = vec![0u8; BLOCK].into();
+    let mut v: Arc<[u8]> = vec![0u8; block()].into();
     let dst = Arc::get_mut(&mut v).expect("a new Arc is unique");
-    file.read_exact_at(dst, u64::from(b) * BLOCK as u64)?;
+    file.read_exact_at(dst, u64::from(b) * block() as u64)?;
     Ok(v)
 }
 
@@ -320,13 +319,13 @@ impl Reader for KernelPread {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, String> {
         self.file
-            .read_exact_at(&mut buf.0, u64::from(b) * BLOCK as u64)
+            .read_exact_at(&mut buf.0, u64::from(b) * block() as u64)
             .map_err(|e| format!("pread of block {b}: {e}"))?;
         Ok(f(&buf.0))
     }
 
     fn miss_counter(&self) -> Option<u64> {
-        Some(storage_read_bytes() / BLOCK as u64)
+        Some(storage_read_bytes() / block() as u64)
     }
 }
 
@@ -357,7 +356,7 @@ unsafe impl Sync for Mmap {}
 impl Mmap {
     /// Maps the first `blocks` blocks of `file`.
     pub fn new(file: &File, blocks: u64) -> io::Result<Mmap> {
-        let len = blocks as usize * BLOCK;
+        let len = blocks as usize * block();
         // SAFETY: a fresh read-only shared mapping of an open file descriptor; the kernel
         // picks the address; the result is checked below.
         let p = unsafe {
@@ -396,13 +395,14 @@ impl Reader for Mmap {
 
     #[inline]
     fn with_block<R>(&self, _: &mut (), b: u32, f: impl FnOnce(&[u8]) -> R) -> Result<R, String> {
-        let at = b as usize * BLOCK;
-        if at + BLOCK > self.len {
+        let bytes = block();
+        let at = b as usize * bytes;
+        if at + bytes > self.len {
             return Err(format!("mmap: block {b} is past the mapping"));
         }
-        // SAFETY: `at + BLOCK <= len`, inside the live read-only mapping; the file is not
+        // SAFETY: `at + bytes <= len`, inside the live read-only mapping; the file is not
         // truncated while the lab runs (a truncation would raise SIGBUS, not read garbage).
-        let data = unsafe { std::slice::from_raw_parts(self.ptr.add(at), BLOCK) };
+        let data = unsafe { std::slice::from_raw_parts(self.ptr.add(at), bytes) };
         Ok(f(data))
     }
 
@@ -421,7 +421,7 @@ pub struct Foliocache {
 
 impl Foliocache {
     /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
-    /// (`get_folio`, `pinned`): [`Config::block_cache`] with a readahead window of `ra_pages`
+    /// (`get_range`, `pinned`): [`Config::block_cache`] with a readahead window of `ra_pages`
     /// (0: off, the block cache's) and the LRU policy `lru` (the block cache's unless the
     /// command line changed it).
     pub fn new(
@@ -461,14 +461,21 @@ impl Reader for Foliocache {
         b: u32,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, String> {
-        let off = u64::from(b) * BLOCK as u64;
+        let bytes = block();
+        let off = u64::from(b) * bytes as u64;
         if self.pinned {
-            let folio = file
-                .get_folio(u64::from(b))
-                .map_err(|e| format!("get_folio({b}): {e}"))?;
-            // A large folio holds more than our page: find the block inside it.
-            let at = (off - folio.offset()) as usize;
-            Ok(f(&folio[at..at + BLOCK]))
+            let range = file
+                .get_range(off, bytes)
+                .map_err(|e| format!("get_range of block {b}: {e}"))?;
+            // One folio holds an aligned block (large folios); otherwise, rarely (a block
+            // whose pages were cached apart), gather its slices into the thread's buffer.
+            match range.as_slice() {
+                Some(s) => Ok(f(s)),
+                None => {
+                    range.copy_to(&mut buf.0);
+                    Ok(f(&buf.0))
+                }
+            }
         } else {
             file.read_exact_at(&mut buf.0, off)
                 .map_err(|e| format!("read_at of block {b}: {e}"))?;

@@ -97,7 +97,7 @@ use crate::harness::{
     Progress, Report, Settings, Table, CHECK_EVERY,
 };
 use contenders::{Kind, Reader};
-use workload::{Content, Mix, BLOCK};
+use workload::{block, Content, Mix, BLOCK};
 
 /// Not a seed: this scenario answers the issue's question "is it faster than what I use
 /// today" (`docs/research/anchors.md` lists the peers).
@@ -171,6 +171,29 @@ pub struct Args {
     /// (`LruConfig::active_second_chance = false`).
     #[arg(long)]
     pub kernel_active_aging: bool,
+    /// Block size: `4k` (a page), `16k` (InnoDB's page, many RocksDB deployments' block) or
+    /// `64k`. Every contender caches and reads whole blocks; `foliocache-pinned` gets an
+    /// aligned block as one large folio. The JSON records it (`block_bytes`).
+    #[arg(long, default_value = "4k", value_parser = parse_block)]
+    pub block: usize,
+}
+
+/// `--block`: `4k`, `16k`, `64k` (or a byte count that is a multiple of 4096).
+fn parse_block(s: &str) -> Result<usize, String> {
+    let bytes = match s.to_ascii_lowercase().as_str() {
+        "4k" => 4096,
+        "16k" => 16384,
+        "64k" => 65536,
+        n => n
+            .parse::<usize>()
+            .map_err(|_| format!("block size `{s}`: use 4k, 16k, 64k or a number of bytes"))?,
+    };
+    if bytes == 0 || bytes % 4096 != 0 || bytes > 2 << 20 {
+        return Err(format!(
+            "block size {bytes}: use a multiple of 4096 bytes, at most 2 MiB"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// `--inactive-ratio`: a fixed ratio, or the kernel's formula.
@@ -231,6 +254,7 @@ impl Default for Args {
             no_workingset: false,
             inactive_ratio: InactiveRatio::Fixed(BLOCK_CACHE_INACTIVE_RATIO),
             kernel_active_aging: false,
+            block: BLOCK,
         }
     }
 }
@@ -320,11 +344,18 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "--budget-fraction must be in (0, 1], e.g. 0.25 for a budget of 1/4 of the file"
         ));
     }
+    if args.block == 0 || args.block % 4096 != 0 {
+        return Err(crate::lab_err!(
+            "--block {} is not a whole number of 4 KiB pages",
+            args.block
+        ));
+    }
+    workload::set_block(args.block);
     let setup = prepare(args, &settings)?;
     let warmup = args.warmup.unwrap_or(settings.duration);
     let trace_len: usize = if settings.quick { 1 << 16 } else { 1 << 20 };
-    let budget_mib = setup.budget_blocks as f64 * BLOCK as f64 / (1 << 20) as f64;
-    let file_mib = setup.blocks as f64 * BLOCK as f64 / (1 << 20) as f64;
+    let budget_mib = setup.budget_blocks as f64 * block() as f64 / (1 << 20) as f64;
+    let file_mib = setup.blocks as f64 * block() as f64 / (1 << 20) as f64;
     let mut report = Report::new(
         NAME,
         SEED,
@@ -333,9 +364,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "mixes": args.mix.iter().map(|m| m.name()).collect::<Vec<_>>(),
             "skew": args.skew,
             "file": if args.file.is_some() { setup.path.display().to_string() } else { "generated".into() },
-            "file_bytes": setup.blocks * BLOCK as u64,
-            "block_bytes": BLOCK,
-            "budget_bytes": setup.budget_blocks * BLOCK,
+            "file_bytes": setup.blocks * block() as u64,
+            "block_bytes": block(),
+            "budget_bytes": setup.budget_blocks * block(),
             "budget_fraction": args.budget_fraction,
             "warmup_ms": warmup.as_millis() as u64,
             "foliocache_ra_pages": setup.ra_pages,
@@ -349,7 +380,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         })),
     );
     println!(
-        "peers: {} file of {file_mib:.0} MiB ({} blocks of 4 KiB), budget {budget_mib:.1} MiB \
+        "peers: {} file of {file_mib:.0} MiB ({} blocks of {} KiB), budget {budget_mib:.1} MiB \
          ({} blocks); kernel-pread and mmap: budget = the machine's memory ({:.1} GiB), the \
          file is in the kernel page cache",
         if args.file.is_some() {
@@ -358,6 +389,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "a generated"
         },
         setup.blocks,
+        block() >> 10,
         setup.budget_blocks,
         machine_memory() as f64 / (1u64 << 30) as f64
     );
@@ -444,11 +476,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
         }
         tables.push((
             format!(
-                "peers, mix {}{}: 4 KiB block reads, file {file_mib:.0} MiB, budget {budget_mib:.1} MiB \
+                "peers, mix {}{}: {} KiB block reads, file {file_mib:.0} MiB, budget {budget_mib:.1} MiB \
                  (kernel-pread, mmap: the machine's memory){}; medians of {} runs of {:?} after {:?} \
                  warm-up. {LIKE_FOR_LIKE}",
                 mix.name(),
                 if mix == Mix::Uniform { String::new() } else { format!(" (skew {})", args.skew) },
+                block() >> 10,
                 if mix == Mix::Resident {
                     format!(
                         ", working set {} blocks (half the budget: hits only)",
@@ -604,11 +637,12 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
         .metadata()
         .map_err(|e| crate::lab_err!("{}: {e}", path.display()))?
         .len();
-    let blocks = len / BLOCK as u64;
+    let blocks = len / block() as u64;
     if blocks < 4 {
         return Err(crate::lab_err!(
-            "{} has {blocks} whole 4 KiB blocks; the peers scenario needs at least 4",
-            path.display()
+            "{} has {blocks} whole {} KiB blocks; the peers scenario needs at least 4",
+            path.display(),
+            block() >> 10
         ));
     }
     if blocks > u64::from(u32::MAX) {
@@ -722,7 +756,7 @@ fn measure(
         Kind::Foliocache | Kind::FoliocachePinned => {
             let c = contenders::Foliocache::new(
                 &setup.path,
-                setup.budget_blocks * BLOCK,
+                setup.budget_blocks * block(),
                 setup.ra_pages,
                 setup.lru,
                 kind == Kind::FoliocachePinned,
@@ -1268,6 +1302,17 @@ mod tests {
             let h = r.row(v, 1, "hit_ratio", &resident).unwrap().median;
             assert!(h > 0.99, "{v}: {h}");
         }
+    }
+
+    #[test]
+    fn block_sizes_parse_as_whole_pages() {
+        assert_eq!(parse_block("4k"), Ok(4096));
+        assert_eq!(parse_block("16K"), Ok(16384));
+        assert_eq!(parse_block("64k"), Ok(65536));
+        assert_eq!(parse_block("32768"), Ok(32768));
+        assert!(parse_block("1000").is_err());
+        assert!(parse_block("0").is_err());
+        assert!(parse_block("4m").is_err());
     }
 
     #[test]

@@ -21,11 +21,30 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Bytes per block (a page, and a typical storage-engine block).
+/// Bytes per block by default (a page, and a typical storage-engine block).
 pub const BLOCK: usize = 4096;
 
-const WORDS: usize = BLOCK / 8;
+/// Bytes of a page of a generated file: the unit [`generate`] writes its words in (word `i`
+/// is at byte `8 i` whatever the block size).
+const PAGE: usize = 4096;
+
+/// The block size of this process's run (`--block`), [`BLOCK`] unless [`set_block`] changed
+/// it: one scenario runs at a time in a process, and every contender reads whole blocks.
+static BLOCK_BYTES: AtomicUsize = AtomicUsize::new(BLOCK);
+
+/// Bytes per block of the current run.
+#[inline]
+pub fn block() -> usize {
+    BLOCK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Sets the block size of the run that starts (a multiple of 8 bytes).
+pub fn set_block(bytes: usize) {
+    assert!(bytes >= 8 && bytes % 8 == 0, "blocks are whole words");
+    BLOCK_BYTES.store(bytes, Ordering::Relaxed);
+}
 
 const CONTENT_SEED: u64 = 0x666f_6c69_6f63_6163;
 
@@ -47,13 +66,13 @@ pub fn word(i: u64) -> u64 {
     splitmix64(i ^ CONTENT_SEED)
 }
 
-/// Writes a generated file of `blocks` blocks to `path`.
-pub fn generate(path: &Path, blocks: u64) -> io::Result<()> {
+/// Writes a generated file of `pages` pages of 4 KiB to `path`.
+pub fn generate(path: &Path, pages: u64) -> io::Result<()> {
     let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
-    let mut buf = [0u8; BLOCK];
-    for b in 0..blocks {
+    let mut buf = [0u8; PAGE];
+    for b in 0..pages {
         for (j, w) in buf.chunks_exact_mut(8).enumerate() {
-            w.copy_from_slice(&word(b * WORDS as u64 + j as u64).to_le_bytes());
+            w.copy_from_slice(&word(b * (PAGE / 8) as u64 + j as u64).to_le_bytes());
         }
         out.write_all(&buf)?;
     }
@@ -81,14 +100,15 @@ impl Content {
     /// every contender's caller touch the data it was given).
     #[inline]
     pub fn spot(&self, block: u32, data: &[u8]) -> bool {
-        if data.len() != BLOCK {
+        let (bytes, words) = (self::block(), self::block() as u64 / 8);
+        if data.len() != bytes {
             return false;
         }
-        let (first, last) = (le_word(data, 0), le_word(data, BLOCK - 8));
+        let (first, last) = (le_word(data, 0), le_word(data, bytes - 8));
         match self {
             Content::Generated => {
-                let base = u64::from(block) * WORDS as u64;
-                first == word(base) && last == word(base + WORDS as u64 - 1)
+                let base = u64::from(block) * words;
+                first == word(base) && last == word(base + words - 1)
             }
             Content::Reference(_) => std::hint::black_box(first ^ last) == first ^ last,
         }
@@ -96,19 +116,20 @@ impl Content {
 
     /// The full check of a sampled read: every byte of the block.
     pub fn full(&self, block: u32, data: &[u8]) -> bool {
-        if data.len() != BLOCK {
+        let bytes = self::block();
+        if data.len() != bytes {
             return false;
         }
         match self {
             Content::Generated => {
-                let base = u64::from(block) * WORDS as u64;
+                let base = u64::from(block) * (bytes / 8) as u64;
                 data.chunks_exact(8)
                     .enumerate()
                     .all(|(j, w)| le_word(w, 0) == word(base + j as u64))
             }
             Content::Reference(f) => {
-                let mut truth = [0u8; BLOCK];
-                f.read_exact_at(&mut truth, u64::from(block) * BLOCK as u64)
+                let mut truth = vec![0u8; bytes];
+                f.read_exact_at(&mut truth, u64::from(block) * bytes as u64)
                     .is_ok()
                     && truth[..] == data[..]
             }
