@@ -153,7 +153,7 @@ impl FileAttrs {
 
 /// A real file read with `pread(2)` and `preadv(2)`: the backing [`FolioCache::open`] uses.
 ///
-/// [`FolioCache::open`]: crate::cache::FolioCache::open
+/// [`FolioCache::open`]: crate::FolioCache::open
 #[derive(Debug)]
 pub struct FileBacking {
     file: File,

@@ -96,7 +96,7 @@ impl Mapping {
     /// The readahead target of this mapping, in cache `c`.
     pub(crate) fn ra_target<'m>(&'m self, c: &'m CacheInner) -> RaTarget<'m> {
         RaTarget {
-            cache: c,
+            host: c,
             pages: &self.pages,
             backing: &*self.backing,
             mapping: self.id,

@@ -895,6 +895,42 @@ impl CacheInner {
     }
 }
 
+impl crate::mm::readahead::RaHost for CacheInner {
+    fn alloc_folio_noretry(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
+        CacheInner::alloc_folio_noretry(self, order)
+    }
+
+    fn alloc_folio(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
+        CacheInner::alloc_folio(self, order)
+    }
+
+    #[inline]
+    fn workingset_refault(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
+        CacheInner::workingset_refault(self, folio, shadow)
+    }
+
+    #[inline]
+    fn add_lru(&self, folio: &FolioLocked<'_>) {
+        CacheInner::add_lru(self, folio)
+    }
+
+    #[inline]
+    fn count(&self, ev: crate::mm::readahead::RaEvent, n: u64) {
+        use crate::mm::readahead::RaEvent as R;
+        let ev = match ev {
+            R::RaPages => Event::RaPages,
+            R::RaFolios => Event::RaFolios,
+            R::RaLargeFolios => Event::RaLargeFolios,
+            R::RaOrderFallbacks => Event::RaOrderFallbacks,
+            R::RaFallbacks => Event::RaFallbacks,
+            R::IoReads => Event::IoReads,
+            R::IoBytes => Event::IoBytes,
+            R::IoErrors => Event::IoErrors,
+        };
+        self.counters.add(ev, n);
+    }
+}
+
 impl Evict for CacheInner {
     /// Reclaim's `__remove_mapping`: finds the folio's file by its mapping id and evicts the
     /// folio from that file's index.

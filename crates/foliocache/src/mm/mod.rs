@@ -41,9 +41,14 @@
 //! | 2 | [`percpu_ref`], [`rmap`] | `rcu`; `seqcount` |
 //! | 3 | [`filetable`] | `percpu_ref`, `rcu` |
 //! | 4 | [`folio`] | `refcount`, `rmap` |
-//! | 5 | [`index`], [`space`] | `folio`, `rcu`; `folio`, `rmap` |
-//! | 6 | [`lru`] | `index`, `folio` |
+//! | 5 | [`index`], [`space`] | `folio`, `rcu`, `refcount`; `folio`, `refcount`, `rmap` |
+//! | 6 | [`lru`] | `index`, `folio`, `refcount` |
 //! | 7 | [`writeback`], [`readahead`] | `index`, `folio`, [`backing`](crate::backing) |
+//! | 8 | [`Experiment`] | the variant enums of `refcount`, `readahead`, `filetable`, `lru` |
+//!
+//! The cache reaches back down only through traits these layers define and it implements:
+//! [`lru::Evict`] for reclaim, and readahead's host trait (allocation, the LRU, workingset,
+//! counters) for filling a window. `tests/layers.rs` checks every `use` against this table.
 //!
 //! [`backing`](crate::backing) (the file behind a cache) sits at the root because a user may
 //! implement it; it imports only [`sync`].

@@ -16,9 +16,8 @@
 
 use std::ops::Range;
 
-use super::{InsertMode, RaProbe, RaRequest};
+use super::{InsertMode, RaEvent, RaHost, RaProbe, RaRequest};
 use crate::backing::{self, Backing, RunError};
-use crate::cache::{CacheInner, Event};
 use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
@@ -26,7 +25,8 @@ use crate::mm::sync::{AtomicU64, Ordering};
 
 /// Where a window is read into and from: one file of one cache.
 pub(crate) struct RaTarget<'a> {
-    pub(crate) cache: &'a CacheInner,
+    /// The cache the window is read into: allocation, the LRU, workingset, counters.
+    pub(crate) host: &'a dyn RaHost,
     pub(crate) pages: &'a Index,
     pub(crate) backing: &'a dyn Backing,
     /// The mapping id (for debugging; the index sets it on the folios).
@@ -106,7 +106,7 @@ pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOut
     let mark = req.mark();
     if t.max_order > 0 && req.nr_to_read > 1 {
         page_cache_ra_order(t, req, mark, &mut out);
-        t.cache.counters.add(Event::RaPages, out.inserted as u64);
+        t.host.count(RaEvent::RaPages, out.inserted as u64);
         return out;
     }
     match t.mode {
@@ -115,14 +115,14 @@ pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOut
             None => {
                 // `ractl_alloc_folios` failed: the seed falls back to the vanilla loop, which
                 // inserts as many pages as memory allows.
-                t.cache.counters.inc(Event::RaFallbacks);
+                t.host.count(RaEvent::RaFallbacks, 1);
                 fill_single(t, req, mark, &mut out);
             }
         },
         InsertMode::Single => fill_single(t, req, mark, &mut out),
     }
-    t.cache.counters.add(Event::RaPages, out.inserted as u64);
-    t.cache.counters.add(Event::RaFolios, out.inserted as u64);
+    t.host.count(RaEvent::RaPages, out.inserted as u64);
+    t.host.count(RaEvent::RaFolios, out.inserted as u64);
     out
 }
 
@@ -182,11 +182,11 @@ fn page_cache_ra_order<'a>(
         } else {
             ra_folio_order(idx, end, target, mark)
         };
-        let folio = match t.cache.alloc_folio_noretry(order) {
+        let folio = match t.host.alloc_folio_noretry(order) {
             Ok(f) => f,
             Err(_) if order > 0 => {
                 fallback = true;
-                t.cache.counters.inc(Event::RaOrderFallbacks);
+                t.host.count(RaEvent::RaOrderFallbacks, 1);
                 continue;
             }
             Err(_) => {
@@ -251,12 +251,12 @@ fn page_cache_ra_order<'a>(
         if mark.is_some_and(|m| m >= first && m < first + nr) {
             f.locked().set_flag(PG_READAHEAD);
         }
-        t.cache.counters.inc(Event::RaFolios);
+        t.host.count(RaEvent::RaFolios, 1);
         if nr > 1 {
-            t.cache.counters.inc(Event::RaLargeFolios);
+            t.host.count(RaEvent::RaLargeFolios, 1);
         }
-        t.cache.workingset_refault(f.locked(), shadows[k]);
-        t.cache.add_lru(f.locked());
+        t.host.workingset_refault(f.locked(), shadows[k]);
+        t.host.add_lru(f.locked());
         out.inserted += nr as usize;
         match runs.last_mut() {
             Some((_, run_end, run)) if *run_end == first => {
@@ -275,7 +275,7 @@ fn page_cache_ra_order<'a>(
 fn preallocate<'a>(t: &RaTarget<'a>, nr: usize) -> Option<Vec<FolioLocked<'a>>> {
     let mut folios = Vec::with_capacity(nr);
     for _ in 0..nr {
-        match t.cache.alloc_folio_noretry(0) {
+        match t.host.alloc_folio_noretry(0) {
             Ok(f) => folios.push(lock_new(f)),
             Err(_) => return None, // dropping `folios` unlocks and frees them
         }
@@ -397,8 +397,8 @@ fn fill_batched<'a>(
         }
         // `filemap_add_folio` ends with `workingset_refault` and `folio_add_lru`.
         for (f, &shadow) in run.iter().zip(&shadows[..n]) {
-            t.cache.workingset_refault(f.locked(), shadow);
-            t.cache.add_lru(f.locked());
+            t.host.workingset_refault(f.locked(), shadow);
+            t.host.add_lru(f.locked());
         }
         out.inserted += n;
         runs.push((idx, run));
@@ -422,7 +422,7 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
             read_pages(t, run_start, std::mem::take(&mut run), out);
             continue;
         }
-        let folio = match t.cache.alloc_folio_noretry(0) {
+        let folio = match t.host.alloc_folio_noretry(0) {
             Ok(f) => lock_new(f),
             Err(_) => {
                 out.out_of_memory = true;
@@ -439,8 +439,8 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
         if mark == Some(i) {
             folio.locked().set_flag(PG_READAHEAD);
         }
-        t.cache.workingset_refault(folio.locked(), shadow);
-        t.cache.add_lru(folio.locked());
+        t.host.workingset_refault(folio.locked(), shadow);
+        t.host.add_lru(folio.locked());
         if run.is_empty() {
             run_start = idx;
         }
@@ -462,17 +462,17 @@ fn read_pages<'a>(t: &RaTarget<'a>, first: u64, mut run: Vec<Filling<'a>>, out: 
         let mut bufs: Vec<&mut [u8]> = run.iter_mut().map(Filling::data_mut).collect();
         backing::read_run(t.backing, &mut bufs, offset, t.backing_size())
     };
-    let c = &t.cache.counters;
-    c.inc(Event::IoReads);
+    let c = t.host;
+    c.count(RaEvent::IoReads, 1);
     match result {
         Ok(n) => {
-            c.add(Event::IoBytes, n as u64);
+            c.count(RaEvent::IoBytes, n as u64);
             for f in run {
                 drop(f.finish(true));
             }
         }
         Err(e) => {
-            c.inc(Event::IoErrors);
+            c.count(RaEvent::IoErrors, 1);
             let pages: u64 = run.iter().map(|f| f.locked().nr_pages() as u64).sum();
             for f in run {
                 drop(f.finish(false));
@@ -499,7 +499,7 @@ pub(crate) fn read_one<'a>(
     t: &RaTarget<'a>,
     index: u64,
 ) -> Result<Option<FolioRef<'a>>, ReadOneError> {
-    let folio = match t.cache.alloc_folio(0) {
+    let folio = match t.host.alloc_folio(0) {
         Ok(f) => lock_new(f),
         Err(_) => return Err(ReadOneError::OutOfMemory),
     };
@@ -508,19 +508,19 @@ pub(crate) fn read_one<'a>(
         return Ok(None);
     };
     let mut folio = Filling::new(t.pages, folio);
-    t.cache.workingset_refault(folio.locked(), shadow);
-    t.cache.add_lru(folio.locked());
+    t.host.workingset_refault(folio.locked(), shadow);
+    t.host.add_lru(folio.locked());
     let offset = index << PAGE_SHIFT;
     let result = backing::read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size());
-    let c = &t.cache.counters;
-    c.inc(Event::IoReads);
+    let c = t.host;
+    c.count(RaEvent::IoReads, 1);
     match result {
         Ok(n) => {
-            c.add(Event::IoBytes, n as u64);
+            c.count(RaEvent::IoBytes, n as u64);
             Ok(Some(folio.finish(true)))
         }
         Err(e) => {
-            c.inc(Event::IoErrors);
+            c.count(RaEvent::IoErrors, 1);
             drop(folio.finish(false));
             Err(ReadOneError::Read(offset, e))
         }

@@ -88,6 +88,64 @@ pub use window::{RaProbe, RaRequest, RaState, DEFAULT_RA_PAGES};
 
 pub(crate) use crate::mm::folio::PAGE_SHIFT;
 
+/// What readahead needs from the cache it fills, as [`Evict`](crate::mm::lru::Evict) is what
+/// reclaim needs from it: the cache implements both, and neither layer imports the cache
+/// (the layer table in [`crate::mm`]). The kernel's readahead reaches the same services
+/// through the mapping and the page allocator: `filemap_alloc_folio` with
+/// `readahead_gfp_mask`, `folio_add_lru`, `workingset_refault`, the vmstat counters.
+#[cfg(not(loom))]
+pub(crate) trait RaHost {
+    /// A folio of `order` for a window: one reclaim pass at most, then failure
+    /// (`__GFP_NORETRY`), so that a window shrinks instead of stalling its reader.
+    fn alloc_folio_noretry(
+        &self,
+        order: u32,
+    ) -> Result<crate::mm::folio::FolioRef<'_>, crate::mm::folio::AllocError>;
+
+    /// A folio of `order` for a read that needs this very page, reclaiming as a normal
+    /// allocation does.
+    fn alloc_folio(
+        &self,
+        order: u32,
+    ) -> Result<crate::mm::folio::FolioRef<'_>, crate::mm::folio::AllocError>;
+
+    /// `workingset_refault`: the folio just inserted replaced `shadow` (if any). Called
+    /// before [`RaHost::add_lru`].
+    fn workingset_refault(
+        &self,
+        folio: &crate::mm::folio::FolioLocked<'_>,
+        shadow: Option<crate::mm::index::Shadow>,
+    );
+
+    /// `folio_add_lru` for a folio just inserted into the index.
+    fn add_lru(&self, folio: &crate::mm::folio::FolioLocked<'_>);
+
+    /// Counts `n` events of kind `ev` (the cache's statistics).
+    fn count(&self, ev: RaEvent, n: u64);
+}
+
+/// What readahead counts (each is one of the cache's vmstat counters).
+#[cfg(not(loom))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RaEvent {
+    /// Pages a window inserted.
+    RaPages,
+    /// Folios a window inserted.
+    RaFolios,
+    /// Of those, folios of more than one page.
+    RaLargeFolios,
+    /// Large allocations that failed, turning the rest of the window into pages.
+    RaOrderFallbacks,
+    /// Batched windows that could not be preallocated and went one by one.
+    RaFallbacks,
+    /// Reads issued to the backing.
+    IoReads,
+    /// Bytes read from the backing.
+    IoBytes,
+    /// Backing reads that failed.
+    IoErrors,
+}
+
 /// How readahead puts a window's folios into the index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
