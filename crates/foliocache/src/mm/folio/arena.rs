@@ -1032,7 +1032,7 @@ impl Arena {
     }
 
     /// Whether a [`Arena::reclaim_active`] guard is alive.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn reclaim_is_active(&self) -> bool {
         self.alloc.reclaim_is_active()
     }

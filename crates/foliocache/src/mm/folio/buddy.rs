@@ -331,7 +331,7 @@ impl FrameAllocator {
     }
 
     /// Whether reclaim is active now.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn reclaim_is_active(&self) -> bool {
         self.reclaim_active.load(Ordering::Relaxed) > 0
     }

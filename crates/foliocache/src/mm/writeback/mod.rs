@@ -86,6 +86,10 @@
 //! (`DirtyAccount::wait_for_room`, the kernel's IO-less pause since 3.2), so the flusher's
 //! I/O and the writer's copies overlap instead of queueing for the same file.
 
+// The cache, which uses most of this module, is not compiled under loom (whose models use
+// only the tag and error-sequence protocols).
+#![cfg_attr(loom, allow(dead_code))]
+
 pub mod errseq;
 
 use std::collections::BTreeSet;
