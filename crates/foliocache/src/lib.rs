@@ -99,8 +99,9 @@
 //! the repository measures each against the kernel's vanilla behaviour, and the cache against
 //! quick_cache, moka and the kernel's page cache (`foliocache-lab all`). The `examples/`
 //! directory has `read_file` (many threads, one file), `pinned_folio` (zero-copy),
-//! `small_budget` (data eight times the budget) and `cow_snapshot` (`fork` and copy-on-write
-//! on [`mm::space`]); [`FolioCache::vmstat`] prints every counter as `/proc/vmstat` lines.
+//! `small_budget` (data eight times the budget) and `write_log` (appends and syncs), all on
+//! the user API; the lab crate's `cow_snapshot` shows `fork` and copy-on-write on
+//! [`mm::space`]. [`FolioCache::vmstat`] prints every counter as `/proc/vmstat` lines.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -51,7 +51,7 @@
 //! assert_eq!((s.cow_copies, s.cow_reuses), (1, 1));
 //! ```
 //!
-//! `examples/cow_snapshot.rs` runs the same story under every tracking strategy.
+//! The lab crate's `examples/cow_snapshot.rs` runs the same story under every tracking strategy.
 //!
 //! # Copy-on-write (the point of seed 002)
 //!

@@ -5,7 +5,7 @@
 //! serving writes in the parent) on foliocache's spaces, once per sharer-tracking strategy:
 //!
 //! ```text
-//! cargo run --release -p foliocache --example cow_snapshot
+//! cargo run --release -p foliocache-lab --example cow_snapshot
 //! ```
 //!
 //! With `none`, a large folio that was ever mapped twice stays "shared" until all but one of
