@@ -70,7 +70,7 @@
 //! other's runs (each skipping the folios the other put under writeback), so a file written
 //! back by the flusher and a throttled writer at once went to the backing in runs of a few
 //! pages instead of one vectored write per megabyte. A background pass stops after
-//! [`WB_BACKGROUND_CHUNK`] pages (`writeback_chunk_size`) and stands aside while a sync
+//! `WB_BACKGROUND_CHUNK` pages (`writeback_chunk_size`) and stands aside while a sync
 //! waits, so a writer that keeps dirtying a file cannot hold its sync off.
 //!
 //! # Dirty throttling
@@ -83,7 +83,7 @@
 //! so dirty memory never exceeds the limit and reclaim always has clean pages to free. A file
 //! that another pass is writing back already (the flusher's, usually) is not written by the
 //! throttled writer: it sleeps until that pass has cleaned a batch of pages
-//! ([`DirtyAccount::wait_for_room`], the kernel's IO-less pause since 3.2), so the flusher's
+//! (`DirtyAccount::wait_for_room`, the kernel's IO-less pause since 3.2), so the flusher's
 //! I/O and the writer's copies overlap instead of queueing for the same file.
 
 pub mod errseq;
