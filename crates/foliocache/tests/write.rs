@@ -510,6 +510,45 @@ fn a_throttled_writer_leaves_a_file_under_writeback_to_the_pass_that_has_it() {
     assert_baseline(&c);
 }
 
+/// The IO-less pause: while the flusher writes a file back, a writer of that file throttled
+/// at the dirty limit sleeps until the flusher has cleaned pages, instead of queueing for the
+/// same file (its copies then overlap the flusher's writes).
+#[test]
+fn a_throttled_writer_sleeps_while_the_flusher_writes_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let (b, stall, in_write, writes) = stalling_counted(&path);
+    // 64 pages: the dirty limit is 16 pages, the flusher starts at 6.
+    let c = FolioCache::new(Config::new(64 * PAGE).dirty_ratios(25, 10)).unwrap();
+    let f = c.open_backing(&path, b).unwrap();
+    stall.store(true, Ordering::SeqCst);
+    let head = content(8 * PAGE, 5);
+    f.write_all_at(&head, 0).unwrap();
+    assert!(
+        eventually(|| in_write.load(Ordering::SeqCst)),
+        "the flusher writes the file back"
+    );
+    let tail = content(24 * PAGE, 6);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| f.write_all_at(&tail, 8 * PAGE as u64).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let (throttled, started) = (!writer.is_finished(), writes.load(Ordering::SeqCst));
+        stall.store(false, Ordering::SeqCst);
+        writer.join().unwrap();
+        assert!(throttled, "the writer is throttled");
+        assert_eq!(
+            started, 1,
+            "only the flusher writes the file while it has it"
+        );
+    });
+    f.sync_data().unwrap();
+    let disk = std::fs::read(&path).unwrap();
+    assert_eq!(&disk[..8 * PAGE], &head[..]);
+    assert_eq!(&disk[8 * PAGE..], &tail[..]);
+    drop(f);
+    assert_baseline(&c);
+}
+
 #[test]
 fn a_page_redirtied_during_writeback_is_written_again_and_never_changed_in_flight() {
     let dir = tempfile::tempdir().unwrap();

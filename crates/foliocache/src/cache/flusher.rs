@@ -23,10 +23,11 @@
 
 use std::time::{Duration, Instant};
 
+use super::file::Mapping;
 use super::write::writeback_mapping;
 use super::CacheInner;
 use crate::mm::sync::{AtomicBool, Condvar, Mutex, Ordering};
-use crate::mm::writeback::SyncMode;
+use crate::mm::writeback::{SyncMode, WB_BACKGROUND_CHUNK};
 
 /// The flusher's doorbell and its sleep.
 pub(crate) struct Flusher {
@@ -107,18 +108,22 @@ pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
     dirty.sort_by_key(|(t, _)| *t);
     for (t, m) in &dirty {
         if now.duration_since(*t) >= expire {
-            writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
+            write_chunks(c, m, || true);
         }
     }
     for (_, m) in &dirty {
-        // Chunks of this file while the cache is over the threshold (a pass stops after
-        // `WB_BACKGROUND_CHUNK` pages, so that a sync waiting for the file gets its turn);
-        // a file another pass has is left to it.
-        while c.dirty.dirty() >= c.dirty.background {
-            let out = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
-            if out.busy || out.pages == 0 {
-                break;
-            }
+        write_chunks(c, m, || c.dirty.dirty() >= c.dirty.background);
+    }
+}
+
+/// Background passes over `m` while `more()` says so and a pass wrote a whole chunk (a pass
+/// stops after `WB_BACKGROUND_CHUNK` pages, so that a sync waiting for the file gets its
+/// turn between two); a file another pass has, or one a sync waits for, is left to it.
+fn write_chunks(c: &CacheInner, m: &Mapping, more: impl Fn() -> bool) {
+    while more() {
+        let out = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
+        if out.busy || out.pages < WB_BACKGROUND_CHUNK {
+            break;
         }
     }
 }

@@ -319,8 +319,7 @@ impl DirtyAccount {
                 .compare_exchange(cur, cur + n, Ordering::Relaxed, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    self.high_water
-                        .fetch_max(cur + n + self.writeback(), Ordering::Relaxed);
+                    self.note_high_water(cur + n + self.writeback());
                     return true;
                 }
                 Err(now) => cur = now,
@@ -335,7 +334,16 @@ impl DirtyAccount {
 
     fn add_dirty(&self, n: u64) {
         let now = self.dirty.fetch_add(n, Ordering::Relaxed) + n + self.writeback();
-        self.high_water.fetch_max(now, Ordering::Relaxed);
+        self.note_high_water(now);
+    }
+
+    /// Raises the high-water mark to `now` if it is higher: a plain load first, so that the
+    /// writes below the mark (nearly all of them) do not take the line exclusive.
+    #[inline]
+    fn note_high_water(&self, now: u64) {
+        if now > self.high_water.load(Ordering::Relaxed) {
+            self.high_water.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     fn sub_dirty(&self, n: u64) {
