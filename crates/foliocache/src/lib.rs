@@ -53,6 +53,7 @@
 //! | [`FolioMut`] | a cached page to write in place, marked dirty when dropped |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
 //! | [`CacheStats`] | hits, misses, readahead, reclaim, dirty and writeback counts |
+//! | [`Eviction`], [`BudgetError`] | the eviction listener's report; why a budget change was refused |
 //! | [`WbErrorPolicy`] | what becomes of pages whose writeback failed |
 //! | [`backing`] | the file behind a cache, for engines that bring their own storage or inject faults |
 //!
@@ -66,6 +67,13 @@
 //! through the LRU when the budget is needed; [`Config::unused_inodes`] bounds how many
 //! closed files keep theirs. A file changed behind the cache's back is noticed at the next
 //! `open`.
+//!
+//! **Budget.** The cache never holds more than its budget, which
+//! [`FolioCache::set_budget`] changes at run time (up to [`Config::max_budget`]). Pinned
+//! guards may hold [`Config::pinned_share`] of it (75% by default); a pin beyond waits or
+//! fails with [`CacheError::PinLimit`], and [`CachedFile::read_at`] reads uncached rather
+//! than fail when no page can be had. [`FolioCache::set_eviction_listener`] tells you what
+//! left the cache.
 //!
 //! **Durability.** A write is visible to every reader at once and reaches the file through a
 //! sync ([`CachedFile::sync_data`], [`CachedFile::sync_all`], [`CachedFile::sync_range`]),
@@ -96,8 +104,9 @@ mod variant;
 
 #[cfg(not(loom))]
 pub use cache::{
-    CacheError, CacheStats, CachedFile, Config, ConfigError, FolioCache, FolioMut, OpenOptions,
-    OwnedFolio, PinnedFolio, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
+    BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError, Eviction,
+    EvictionListener, EvictionReason, FolioCache, FolioMut, OpenOptions, OwnedFolio, PinnedFolio,
+    BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
 pub use mm::folio::PAGE_SIZE;
 pub use mm::writeback::WbErrorPolicy;

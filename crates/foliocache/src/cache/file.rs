@@ -195,6 +195,13 @@ impl Drop for Mapping {
             c.dirty.unreserve(dirty);
             c.counters.add(Event::Invalidated, dropped.pages_freed);
             c.retire_index_stats(self.pages.stats());
+            c.note_eviction(
+                self,
+                0..self.nr_pages(),
+                // Pinned folios were detached: they left the cache too.
+                dropped.pages_freed + dropped.busy,
+                super::EvictionReason::InodeEviction,
+            );
         }
     }
 }
@@ -380,6 +387,7 @@ impl CachedFile {
         if let Ok(n) = r {
             self.cache.counters.add(Event::BytesCopied, n as u64);
         }
+        self.cache.deliver();
         r
     }
 
@@ -442,6 +450,18 @@ impl CachedFile {
             let index = pos >> PAGE_SHIFT;
             let (folio, filled) = match self.get_page(m, index, (last_index - index + 1) as usize) {
                 Ok(f) => f,
+                // No page to be had (pins and dirty pages hold the budget): copy this page's
+                // part from the file, uncached (`cache/budget.rs`).
+                Err(e) if e.is_out_of_memory() => {
+                    match self.cache.read_uncached(m, buf, offset, pos, end) {
+                        Ok(n) => {
+                            pos += n;
+                            continue;
+                        }
+                        Err(e) if pos == offset => return Err(e),
+                        Err(_) => break,
+                    }
+                }
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
@@ -507,7 +527,30 @@ impl CachedFile {
     /// file-table lookup, index lookup and speculative reference in one RCU section). For a
     /// guard that outlives the handle, or moves into a `'static` task, use
     /// [`PinnedFolio::into_owned`].
+    ///
+    /// Guards may pin [`Config::pinned_share`](crate::Config::pinned_share) of the budget at
+    /// once; a pin beyond it waits up to [`Config::pin_wait`](crate::Config::pin_wait) for a
+    /// guard to be dropped, then fails with [`CacheError::PinLimit`].
     pub fn get_folio(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        // `cache/budget.rs`: charge the pin first (a per-CPU counter, no shared write).
+        self.cache.pin_charge(1)?;
+        let r = self.get_folio_charged(index);
+        match &r {
+            Ok(page) => {
+                let extra = page.nr_pages() - 1;
+                if extra > 0 {
+                    self.cache.budget.pins.charge_unchecked(extra);
+                }
+            }
+            Err(_) => self.cache.pin_uncharge(1),
+        }
+        self.cache.deliver();
+        r
+    }
+
+    /// [`CachedFile::get_folio`] with the pin charged.
+    #[inline]
+    fn get_folio_charged(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
         let fast = self
             .cache
             .table
@@ -610,6 +653,14 @@ impl CachedFile {
             out.pages_freed += m.pages.invalidate(first, last + 1).pages_freed;
         }
         c.counters.add(Event::Invalidated, out.pages_freed);
+        c.note_eviction(
+            &m,
+            first..last + 1,
+            out.pages_freed,
+            super::EvictionReason::Invalidate,
+        );
+        drop(m);
+        c.deliver();
         Ok(out.pages_freed as usize)
     }
 
@@ -834,6 +885,12 @@ macro_rules! guard_methods {
                 unsafe { self.pin.bytes(self.arena()) }
             }
 
+            /// Pages the folio holds (1 today).
+            pub fn nr_pages(&self) -> u64 {
+                // SAFETY: as in `index`.
+                unsafe { self.pin.folio(self.arena()) }.nr_pages() as u64
+            }
+
             /// The folio's reference count right now (this guard's included): a diagnostic.
             pub fn ref_count(&self) -> u32 {
                 let arena = self.arena();
@@ -862,8 +919,11 @@ macro_rules! guard_methods {
 
         impl Drop for $guard {
             fn drop(&mut self) {
+                let pages = self.nr_pages();
                 // SAFETY: the arena outlives the guard; the reference is put once, here.
                 unsafe { self.pin.release(self.arena()) }
+                // The pin limit's charge (`cache/budget.rs`), after the page is put.
+                self.inner().pin_uncharge(pages);
                 self.after_release();
             }
         }
@@ -875,8 +935,10 @@ macro_rules! guard_methods {
 ///
 /// Holds a reference on the folio (put on drop), so the bytes stay valid and unchanged
 /// however long the guard lives; the cache cannot evict or invalidate a pinned folio.
-/// Holding many guards uses up the memory budget: once reclaim has evicted every unpinned
-/// folio, reads fail with [`CacheError::OutOfMemory`] instead of waiting.
+/// Guards may hold [`Config::pinned_share`](crate::Config::pinned_share) of the budget at
+/// once (75% by default); beyond it a new pin waits up to
+/// [`Config::pin_wait`](crate::Config::pin_wait) and fails with [`CacheError::PinLimit`].
+/// Copying reads ([`CachedFile::read_at`]) go on meanwhile, uncached if they must.
 ///
 /// Dereferences to the file's bytes in the folio (`&guard[..]`). The guard cannot outlive
 /// the handle it came from:
@@ -935,6 +997,10 @@ impl<'f> PinnedFolio<'f> {
         self.file.path()
     }
 
+    fn inner(&self) -> &CacheInner {
+        &self.file.cache
+    }
+
     /// Nothing to put besides the folio: the handle owns the use of the inode.
     fn after_release(&mut self) {}
 
@@ -981,6 +1047,10 @@ impl OwnedFolio {
 
     fn path(&self) -> PathBuf {
         self.mapping.path.clone()
+    }
+
+    fn inner(&self) -> &CacheInner {
+        &self.cache
     }
 
     /// Puts the guard's use of the inode (`iput`), after its folio.

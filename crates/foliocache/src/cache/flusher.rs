@@ -109,7 +109,7 @@ pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
         }
     }
     for (_, m) in &dirty {
-        if c.dirty.dirty() < c.dirty.background {
+        if c.dirty.dirty() < c.dirty.background() {
             break;
         }
         writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
