@@ -322,9 +322,11 @@ fn the_pin_limit_follows_the_budget() {
 }
 
 /// Many threads pin and unpin one page at a time over a limit smaller than the thread count:
-/// the pages pinned at once never pass the limit by more than the documented slack (one per
-/// thread pinning at that instant), every waiter is woken (no pin times out), and the
-/// accounting returns to zero.
+/// the pages pinned at once never pass the limit, every waiter is woken (no pin times out),
+/// and the accounting returns to zero. The limit (4 pages) is below what the per-CPU slots
+/// can hide from the cheap read (a batch of at least 32 per CPU), so every charge is checked
+/// against the exact sum and the limit holds exactly; the documented slack (one page per
+/// thread charging at that instant) applies only far above such limits.
 #[test]
 fn pins_from_many_threads_stay_within_the_limit_and_waiters_are_woken() {
     const THREADS: usize = 8;
@@ -368,10 +370,8 @@ fn pins_from_many_threads_stay_within_the_limit_and_waiters_are_woken() {
         }
     });
     let max = max_held.load(Ordering::SeqCst);
-    assert!(
-        max <= limit + THREADS,
-        "{max} pages pinned at once, limit {limit} + slack {THREADS}"
-    );
+    assert!(max <= limit, "{max} pages pinned at once, limit {limit}");
+    assert!(max > 1, "the threads did pin concurrently");
     let s = c.stats();
     assert_eq!(s.pinned_pages, 0);
     assert_eq!(s.pin_limit_failures, 0, "{s:?}");
