@@ -464,6 +464,21 @@ fn the_eviction_listener_hears_each_reason_with_the_file_and_pages() {
     let left = file.cached_pages();
     drop(file);
     assert_eq!(pages_for(&seen, EvictionReason::InodeEviction), left);
+    // A change behind the cache's back, found by `refresh`: the pages are invalidated.
+    let file = c.open(f.path()).unwrap();
+    for i in 0..4 {
+        file.read_exact_at(&mut buf, (i * PAGE) as u64).unwrap();
+    }
+    let before = pages_for(&seen, EvictionReason::Invalidate);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.path())
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    assert!(file.refresh().unwrap());
+    assert_eq!(pages_for(&seen, EvictionReason::Invalidate), before + 4);
+    drop(file);
     // Removed: nothing more is heard.
     c.set_eviction_listener(None);
     let n = seen.lock().unwrap().len();
@@ -532,4 +547,54 @@ fn a_listener_that_calls_back_into_the_cache_does_not_deadlock() {
     assert!(calls.load(Ordering::Relaxed) > 0);
     c.set_eviction_listener(None);
     c.validate().unwrap();
+}
+
+/// The budget changes while threads read and pin: every byte read is right, a shrink either
+/// succeeds or changes nothing, the cache never holds more than the budget once a resize
+/// returned, and the accounting returns to the baseline.
+#[test]
+fn resizing_while_threads_read_and_pin_keeps_data_and_accounting() {
+    let data = content(256 * PAGE);
+    let f = temp_file(&data);
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .readahead_pages(8)
+            .background_reclaim(true),
+    )
+    .unwrap();
+    let anchor = c.open(f.path()).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let rounds = if cfg!(debug_assertions) { 40 } else { 200 };
+    std::thread::scope(|s| {
+        for t in 0..3usize {
+            let (file, data, stop) = (anchor.reopen(), &data, &stop);
+            s.spawn(move || {
+                let mut buf = vec![0u8; 2 * PAGE];
+                let mut i = t * 31;
+                while !stop.load(Ordering::Relaxed) {
+                    i = (i * 17 + 11) % (254 * PAGE);
+                    file.read_exact_at(&mut buf, i as u64).unwrap();
+                    assert_eq!(&buf[..], &data[i..i + 2 * PAGE]);
+                    if let Ok(g) = file.get_folio((i / PAGE) as u64) {
+                        assert_eq!(&g[..], &data[i / PAGE * PAGE..(i / PAGE + 1) * PAGE]);
+                    }
+                }
+            });
+        }
+        for r in 0..rounds {
+            let pages = if r % 2 == 0 { 8 } else { 64 };
+            match c.set_budget(pages * PAGE) {
+                Ok(()) => assert_eq!(c.stats().budget_pages, pages as u64),
+                Err(CacheError::Budget(BudgetError::Busy { current_pages, .. })) => {
+                    assert_eq!(c.stats().budget_pages, current_pages)
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    c.set_budget(64 * PAGE).unwrap();
+    c.validate().unwrap();
+    drop(anchor);
+    assert_baseline(&c);
 }

@@ -80,7 +80,8 @@ pub enum EvictionReason {
     /// Reclaim made room for other pages (the LRU's coldest went; `shrink_folio_list`).
     Reclaim,
     /// [`CachedFile::invalidate`](crate::CachedFile::invalidate) or [`FolioCache::drop_caches`]
-    /// (`invalidate_mapping_pages`).
+    /// (`invalidate_mapping_pages`), or the file was found changed behind the cache's back
+    /// ([`FolioCache::open`], [`CachedFile::refresh`](crate::CachedFile::refresh)).
     Invalidate,
     /// The file was truncated below these pages
     /// ([`CachedFile::set_len`](crate::CachedFile::set_len); `truncate_inode_pages_range`).
@@ -579,6 +580,10 @@ impl FolioCache {
     /// deadlocking; evictions its own calls cause are told after it returns, never from inside it.
     /// It should be quick: the thread it runs in is a reader's. It must not panic (the panic would
     /// reach that reader).
+    ///
+    /// The cache keeps the listener until it is replaced or removed: a listener that holds a
+    /// clone of the [`FolioCache`] keeps the cache alive, so remove it before dropping the
+    /// cache's last handle (or capture what the listener needs instead).
     ///
     /// Reclaim reports each folio it evicts; invalidation and truncation report once per call, the
     /// range asked for and the pages freed; an inode eviction reports the file once. While no

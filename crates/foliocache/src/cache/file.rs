@@ -153,6 +153,12 @@ impl Mapping {
         drop(seen);
         c.counters.add(Event::Invalidated, dropped.pages_freed);
         c.counters.inc(Event::Revalidations);
+        c.note_eviction(
+            self,
+            0..was.size.div_ceil(PAGE_SIZE as u64),
+            dropped.pages_freed + dropped.busy,
+            super::EvictionReason::Invalidate,
+        );
         Ok(true)
     }
 
@@ -340,11 +346,15 @@ impl CachedFile {
     /// For a file opened with a custom [`Backing`] only the size is compared.
     pub fn refresh(&self) -> Result<bool, CacheError> {
         let m = self.mapping();
-        m.revalidate(&self.cache)
+        let r = m
+            .revalidate(&self.cache)
             .map_err(|source| CacheError::Open {
                 path: m.path.clone(),
                 source,
-            })
+            });
+        drop(m);
+        self.cache.deliver();
+        r
     }
 
     /// `filemap_read` (`pread(2)`): copies the file's bytes at `offset` into `buf` through

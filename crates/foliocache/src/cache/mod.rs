@@ -450,6 +450,8 @@ impl FolioCache {
         if options.truncates() {
             file.set_len(0)?;
         }
+        // A changed file's pages were dropped above: tell the eviction listener.
+        c.deliver();
         Ok(file)
     }
 
@@ -625,7 +627,8 @@ impl FolioCache {
     /// batches, then validates the LRU (lists, flags, counters;
     /// [`Lru::validate`](crate::mm::lru::Lru::validate)), the dirty accounting and the arena
     /// ([`Arena::validate`](crate::mm::folio::Arena::validate)), waiting for the background reclaimer to finish a pass if
-    /// one runs. Call it while no other thread uses the cache; returns the arena's stats.
+    /// one runs, and the balloon of [`FolioCache::set_budget`]. Call it while no other thread
+    /// uses the cache; returns the arena's stats (the balloon's pages count as allocated there).
     pub fn validate(&self) -> Result<crate::mm::folio::ArenaStats, String> {
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
         let _flusher = self.inner.flusher.get().map(|f| f.busy.lock());

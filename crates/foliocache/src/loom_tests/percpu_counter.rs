@@ -45,7 +45,7 @@ fn a_waiter_is_woken_by_the_last_uncharge_ordered() {
 }
 
 #[test]
-#[should_panic]
+#[should_panic(expected = "deadlock")]
 fn a_waiter_is_woken_by_the_last_uncharge_weakened_loses_the_wakeup() {
     a_waiter_is_woken_by_the_last_uncharge(true);
 }
