@@ -598,3 +598,40 @@ fn resizing_while_threads_read_and_pin_keeps_data_and_accounting() {
     drop(anchor);
     assert_baseline(&c);
 }
+
+/// The budget settings that cannot work are typed errors that say what to do.
+#[test]
+fn bad_budget_settings_are_typed_errors() {
+    use foliocache::ConfigError;
+    let e = Config::new(64 * PAGE)
+        .max_budget(32 * PAGE)
+        .validate()
+        .unwrap_err();
+    assert!(
+        matches!(e, ConfigError::MaxBudgetBelowBudget { .. }),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("at least as large as the budget"),
+        "{e}"
+    );
+    for share in [0, 101] {
+        let e = Config::new(64 * PAGE)
+            .pinned_share(share)
+            .validate()
+            .unwrap_err();
+        assert!(matches!(e, ConfigError::PinnedShare { .. }), "{e:?}");
+        assert!(e.to_string().contains("1 to 100 percent"), "{e}");
+    }
+    // The maximum is what the arena maps: it must fit the machine like a budget.
+    let e = Config::new(64 * PAGE)
+        .max_budget(16 << 40)
+        .validate()
+        .unwrap_err();
+    assert!(matches!(e, ConfigError::BudgetTooLarge { .. }), "{e:?}");
+    Config::new(64 * PAGE)
+        .max_budget(64 * PAGE)
+        .pinned_share(100)
+        .validate()
+        .unwrap();
+}
