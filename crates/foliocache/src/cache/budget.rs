@@ -470,7 +470,9 @@ impl CacheInner {
         let stop = end.min(page_end);
         let at = (pos - offset) as usize;
         let out = &mut buf[at..at + (stop - pos) as usize];
-        let disk = m.disk_size.load(Ordering::Acquire);
+        // Relaxed, as readahead's fill loads it: a hint of where the file's bytes end, checked
+        // against what the backing returns.
+        let disk = m.disk_size.load(Ordering::Relaxed);
         let mut done = 0usize;
         while done < out.len() && pos + (done as u64) < disk {
             self.counters.inc(Event::IoReads);

@@ -293,6 +293,7 @@ impl Limit {
     /// re-checks in between sleeps through the decrement.
     #[cold]
     fn uncharge_weakened(&self, n: u64) {
+        // ORDERING: SeqCst, as in `uncharge`, but before the decrement: the broken order.
         let waiters = self.waiters.load(Ordering::SeqCst);
         self.count.add(-(n as i64));
         if waiters != 0 {
@@ -362,6 +363,7 @@ mod tests {
         assert!(l.try_charge(1));
         let l2 = l.clone();
         let t = std::thread::spawn(move || l2.charge(1, Duration::from_secs(30)));
+        // ORDERING: SeqCst, as in `uncharge`; a test's wait for the waiter to register.
         while l.waiters.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
