@@ -635,3 +635,37 @@ fn bad_budget_settings_are_typed_errors() {
         .validate()
         .unwrap();
 }
+
+/// The background reclaimer's watermarks follow the budget: after a shrink from 16,384 to
+/// 2,048 pages it keeps about 1/64 of the new budget free (32 to 64 pages), not of the old
+/// one (256 to 512 pages, a quarter of the new budget left unused).
+#[test]
+fn the_background_reclaimers_watermarks_follow_the_budget() {
+    let data = content(4096 * PAGE);
+    let f = temp_file(&data);
+    let c = FolioCache::new(
+        Config::new(16384 * PAGE)
+            .readahead_pages(32)
+            .background_reclaim(true),
+    )
+    .unwrap();
+    c.set_budget(2048 * PAGE).unwrap();
+    let file = c.open(f.path()).unwrap();
+    let mut buf = vec![0u8; 64 * PAGE];
+    for i in 0..64 {
+        file.read_exact_at(&mut buf, (i * 64 * PAGE) as u64)
+            .unwrap();
+    }
+    // Let the reclaimer finish its pass (validate waits for a running one).
+    std::thread::sleep(Duration::from_millis(300));
+    c.validate().unwrap();
+    let s = c.stats();
+    assert_eq!(s.budget_pages, 2048);
+    assert!(
+        s.free_pages <= 2 * 64 + 64,
+        "the reclaimer kept {} pages free in a 2,048-page budget: {s:?}",
+        s.free_pages
+    );
+    drop(file);
+    assert_baseline(&c);
+}
