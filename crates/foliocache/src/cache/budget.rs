@@ -46,9 +46,23 @@
 //! balloon allocates their headers from the start: a reserve costs its metadata
 //! ([`METADATA_BYTES_PER_PAGE`](crate::mm::folio::METADATA_BYTES_PER_PAGE) a page, about 3.4%)
 //! and a moment per page when the cache is built (listing the reserve lazily in the buddy
-//! allocator instead is left to do). A balloon page is an ordinary order-0 folio with one reference, never
-//! in an index or on the LRU: reclaim cannot take it, the free-page count excludes it, and
-//! validation sees it as an allocated folio, which it is.
+//! allocator instead is left to do). A balloon page is an ordinary order-0 folio with one
+//! reference, never in an index or on the LRU: reclaim cannot take it, the free-page count
+//! excludes it, and validation sees it as an allocated folio, which it is.
+//!
+//! # The hard parts
+//!
+//! - **Where the listener runs.** Reclaim runs inside allocations, and an allocating reader
+//!   may hold the locked folios of its readahead window, or a writer its file's `i_rwsem`: a
+//!   listener called there that read the same pages would wait on its own thread. So
+//!   reclaim only collects ([`Budget::note`], a leaf lock), and the public calls that can
+//!   evict deliver when they are about to return, holding nothing (`deliver`); a thread
+//!   already delivering does not deliver again from inside its listener, so a listener that
+//!   evicts (by reading) cannot recurse.
+//! - **Keeping pins off the hit path's shared lines.** A pin charges one slot of a
+//!   [`Limit`] (per-CPU, folded every batch) and reads the folded total; only within the
+//!   slots' possible error of the limit does it sum them under a lock. A copying read hit
+//!   charges nothing.
 //!
 //! # Invariants
 //!
