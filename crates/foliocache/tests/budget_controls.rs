@@ -384,7 +384,9 @@ fn recorder() -> (Arc<Mutex<Vec<Eviction>>>, foliocache::EvictionListener) {
     let s = seen.clone();
     (
         seen,
-        Arc::new(move |e: &Eviction| s.lock().unwrap().push(e.clone())),
+        // A poisoned lock (a failed assertion) must not make the listener panic again while
+        // the test unwinds: closing a handle delivers evictions.
+        Arc::new(move |e: &Eviction| s.lock().unwrap_or_else(|p| p.into_inner()).push(e.clone())),
     )
 }
 
@@ -668,4 +670,23 @@ fn the_background_reclaimers_watermarks_follow_the_budget() {
     );
     drop(file);
     assert_baseline(&c);
+}
+
+/// Writes that reclaim tell the listener before `write_at` returns.
+#[test]
+fn a_write_that_reclaims_tells_the_listener_when_it_returns() {
+    let f = temp_file(&content(64 * PAGE));
+    let c = FolioCache::new(Config::new(16 * PAGE).readahead_pages(0)).unwrap();
+    let (seen, listener) = recorder();
+    c.set_eviction_listener(Some(listener));
+    let file = c
+        .open_with(f.path(), OpenOptions::new().write(true))
+        .unwrap();
+    let page = vec![0x5au8; PAGE];
+    for i in 0..48u64 {
+        file.write_all_at(&page, i * PAGE as u64).unwrap();
+    }
+    let reclaimed = pages_for(&seen, EvictionReason::Reclaim);
+    assert!(reclaimed >= 32, "{reclaimed} pages heard of as reclaimed");
+    file.sync_data().unwrap();
 }

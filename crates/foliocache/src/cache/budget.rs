@@ -589,13 +589,16 @@ impl FolioCache {
     /// Sets (or, with `None`, removes) the eviction listener: a function told of pages that left
     /// the cache, with the file, the pages and the reason ([`Eviction`]).
     ///
-    /// The listener is called after the eviction, by the thread whose call evicted (a read that
-    /// reclaimed, `invalidate`, `set_budget`, `drop_caches`, the background reclaimer), when that
-    /// call is about to return and holds no lock of the cache; calls from different threads may run
-    /// at once. It may call back into the cache (read, pin, invalidate, take statistics) without
-    /// deadlocking; evictions its own calls cause are told after it returns, never from inside it.
-    /// It should be quick: the thread it runs in is a reader's. It must not panic (the panic would
-    /// reach that reader).
+    /// The listener is called after the eviction, by the thread whose call evicted (a read, pin
+    /// or write that reclaimed, `invalidate`, `set_len`, `set_budget`, `drop_caches`, `open`
+    /// and `refresh`, the close of a file's last handle, the background reclaimer; what
+    /// `append` and `get_folio_mut` evict is told by the next of these), when that call is
+    /// about to return and holds no lock of the cache; calls from different threads may run at
+    /// once. It may call back into the cache (read, pin, invalidate, take statistics, change
+    /// the budget) without deadlocking; evictions its own calls cause are told after it
+    /// returns, never from inside it. It should be quick: the thread it runs in is a reader's.
+    /// It must not panic: the panic would reach that thread, which may be dropping a handle
+    /// (and a panic while another unwinds aborts the process).
     ///
     /// The cache keeps the listener until it is replaced or removed: a listener that holds a
     /// clone of the [`FolioCache`] keeps the cache alive, so remove it before dropping the

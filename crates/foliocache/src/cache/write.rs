@@ -208,9 +208,13 @@ impl CachedFile {
     /// ```
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
         let m = self.writable_mapping()?;
-        let _w = m.i_rwsem.lock();
+        let w = m.i_rwsem.lock();
         let pos = if self.append { m.size() } else { offset };
-        self.perform_write(&m, buf, pos)
+        let r = self.perform_write(&m, buf, pos);
+        // The eviction listener runs with no lock held (`cache/budget.rs`).
+        drop(w);
+        self.cache.deliver();
+        r
     }
 
     /// Writes all of `buf` at `offset` ([`CachedFile::write_at`] until done), or fails.
