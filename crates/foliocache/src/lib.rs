@@ -58,6 +58,7 @@
 //! | [`FileCursor`] | a file as an `io::Read + BufRead + Seek + Write` stream (zero-copy `BufRead`) |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
 //! | [`CacheStats`] | hits, misses, readahead, reclaim, dirty and writeback counts |
+//! | [`Eviction`], [`BudgetError`] | the eviction listener's report; why a budget change was refused |
 //! | [`WbErrorPolicy`] | what becomes of pages whose writeback failed |
 //! | [`backing`] | the file behind a cache, for engines that bring their own storage or inject faults |
 //!
@@ -66,6 +67,13 @@
 //! through the LRU when the budget is needed; [`Config::unused_inodes`] bounds how many
 //! closed files keep theirs. A file changed behind the cache's back is noticed at the next
 //! `open`.
+//!
+//! **Budget.** The cache never holds more than its budget, which
+//! [`FolioCache::set_budget`] changes at run time (up to [`Config::max_budget`]). Pinned
+//! guards may hold [`Config::pinned_share`] of it (75% by default); a pin beyond waits or
+//! fails with [`CacheError::PinLimit`], and [`CachedFile::read_at`] reads uncached rather
+//! than fail when no page can be had. [`FolioCache::set_eviction_listener`] tells you what
+//! left the cache.
 //!
 //! **Durability.** A write is visible to every reader at once and reaches the file through a
 //! sync ([`CachedFile::sync_data`], [`CachedFile::sync_all`], [`CachedFile::sync_range`]),
@@ -117,8 +125,9 @@ mod variant;
 
 #[cfg(not(loom))]
 pub use cache::{
-    CacheError, CacheStats, CachedFile, Config, ConfigError, FileCursor, FolioCache, FolioMut,
-    OpenOptions, OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, BLOCK_CACHE_INACTIVE_RATIO,
+    BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError, Eviction,
+    EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, OpenOptions, OwnedFolio,
+    OwnedRange, PinnedFolio, PinnedRange, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE,
     DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
 /// The page size, 4 KiB: a file is cached in pages of this many bytes, page `i` holding

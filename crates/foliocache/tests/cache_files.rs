@@ -421,6 +421,7 @@ fn pinned_folios_give_bytes_without_a_copy_and_hold_the_budget() {
     let c = FolioCache::new(
         Config::new(4 * 4096)
             .readahead_pages(0)
+            .pinned_share(100)
             .panic_on_bad_page(false),
     )
     .unwrap();
@@ -430,9 +431,13 @@ fn pinned_folios_give_bytes_without_a_copy_and_hold_the_budget() {
         assert_eq!(p.index(), i as u64);
         assert_eq!(&p[..], &data[i * 4096..(i + 1) * 4096]);
     }
-    // Everything is pinned: a miss fails at once instead of waiting.
-    let err = file.read_at(&mut [0u8; 1], 5 * PAGE).unwrap_err();
-    assert!(err.is_out_of_memory(), "{err}");
+    // Everything is pinned: a miss cannot be cached and does not wait; a copy is read from
+    // the file, uncached, and a pin fails.
+    let mut one = [0u8; 1];
+    assert_eq!(file.read_at(&mut one, 5 * PAGE).unwrap(), 1);
+    assert_eq!(one[0], data[5 * PAGE as usize]);
+    assert_eq!(c.stats().uncached_reads, 1);
+    assert!(file.get_folio(5).unwrap_err().is_pin_limit());
     // Invalidation leaves pinned folios alone.
     assert_eq!(file.invalidate(0..u64::MAX).unwrap(), 0);
     assert_eq!(&pins[0][..], &data[..4096]);

@@ -81,6 +81,7 @@ fn out_of_memory_only_when_everything_is_pinned() {
     let cache = FolioCache::new(
         Config::new(16 * PAGE)
             .readahead_pages(0)
+            .pinned_share(100)
             .panic_on_bad_page(true),
     )
     .unwrap();
@@ -90,10 +91,16 @@ fn out_of_memory_only_when_everything_is_pinned() {
     for i in 0..64 {
         file.read_exact_at(&mut buf, (i * PAGE) as u64).unwrap();
     }
-    // Pin the whole budget; the next miss cannot be served.
+    // Pin the whole budget; the next miss cannot be cached: readahead fails, a copying read
+    // is served from the file, uncached.
     let pins: Vec<_> = (0..16).map(|i| file.get_folio(i).unwrap()).collect();
-    let err = file.read_at(&mut buf, (40 * PAGE) as u64).unwrap_err();
+    let err = file
+        .readahead((40 * PAGE) as u64..(41 * PAGE) as u64)
+        .unwrap_err();
     assert!(err.is_out_of_memory(), "{err}");
+    file.read_exact_at(&mut buf, (40 * PAGE) as u64).unwrap();
+    assert_eq!(&buf[..], &data[40 * PAGE..41 * PAGE]);
+    assert_eq!(cache.stats().uncached_reads, 1);
     assert!(cache.lru_stats().oom > 0);
     // Hits on pinned folios still work, and unpinning makes room again.
     file.read_exact_at(&mut buf, (3 * PAGE) as u64).unwrap();

@@ -12,6 +12,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("refcount", &["sync", "variant"]),
     ("seqcount", &["sync"]),
     ("percpu_ref", &["sync", "rcu"]),
+    ("percpu_counter", &["sync"]),
     ("rmap", &["sync", "seqcount", "variant"]),
     ("filetable", &["sync", "rcu", "percpu_ref", "variant"]),
     ("folio", &["sync", "refcount", "rmap"]),

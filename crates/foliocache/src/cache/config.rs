@@ -10,6 +10,8 @@ use crate::mm::readahead::DEFAULT_RA_PAGES;
 use crate::mm::writeback::WbErrorPolicy;
 use crate::mm::Experiment;
 
+pub use super::budget::DEFAULT_PINNED_SHARE;
+
 /// The largest readahead window accepted, in pages (8 MiB).
 pub const MAX_RA_PAGES: usize = 2048;
 
@@ -67,6 +69,13 @@ pub struct Config {
     pub(crate) dirty_expire: std::time::Duration,
     /// How often the flusher wakes to look for expired dirty pages.
     pub(crate) dirty_writeback_interval: std::time::Duration,
+    /// The largest budget `set_budget` may grow to (see [`Config::max_budget`]); `None`: the
+    /// budget.
+    pub(crate) max_budget_bytes: Option<usize>,
+    /// The share of the budget guards may pin, in percent (see [`Config::pinned_share`]).
+    pub(crate) pinned_share: u32,
+    /// How long a pin over the limit waits (see [`Config::pin_wait`]).
+    pub(crate) pin_wait: std::time::Duration,
 }
 
 /// The default of [`Config::unused_inodes`].
@@ -97,6 +106,9 @@ impl Config {
             background_writeback: true,
             dirty_expire: std::time::Duration::from_secs(30),
             dirty_writeback_interval: std::time::Duration::from_secs(5),
+            max_budget_bytes: None,
+            pinned_share: DEFAULT_PINNED_SHARE,
+            pin_wait: std::time::Duration::ZERO,
         }
     }
 
@@ -145,6 +157,47 @@ impl Config {
     /// The budget: bytes of folio data the cache may hold.
     pub fn budget_bytes(&self) -> usize {
         self.budget_bytes
+    }
+
+    /// Reserves room for the budget to grow at run time to `bytes`
+    /// ([`FolioCache::set_budget`](super::FolioCache::set_budget)); default: the budget
+    /// itself, so the budget can shrink and grow back but not beyond. The reserve's data
+    /// frames are not touched until the budget grows into them, but its page headers are
+    /// written when the cache is built (about 3.4% of the reserve), and the maximum must pass
+    /// the same check as a budget: with its metadata it must fit in this machine's memory and
+    /// the address-space limit.
+    pub fn max_budget(mut self, bytes: usize) -> Config {
+        self.max_budget_bytes = Some(bytes);
+        self
+    }
+
+    /// The largest budget [`FolioCache::set_budget`](super::FolioCache::set_budget) accepts,
+    /// in bytes ([`Config::max_budget`], or the budget).
+    pub fn max_budget_bytes(&self) -> usize {
+        self.max_budget_bytes.unwrap_or(self.budget_bytes)
+    }
+
+    /// Sets the share of the budget, in percent (1 to 100), that pinned guards
+    /// ([`PinnedFolio`](crate::PinnedFolio), [`OwnedFolio`](crate::OwnedFolio),
+    /// [`FolioMut`](crate::FolioMut)) may hold at once; a pin beyond it waits up to
+    /// [`Config::pin_wait`] and then fails with
+    /// [`CacheError::PinLimit`](crate::CacheError::PinLimit). Default
+    /// [`DEFAULT_PINNED_SHARE`] (75%): the rest keeps room for what the cache needs to make
+    /// progress while guards are held: a readahead window, the pages writers may keep dirty
+    /// ([`Config::dirty_ratios`], 20% by default) and copying reads. The limit is kept by
+    /// per-CPU counters (`percpu_counter`), exact near the limit; it may be passed by at most
+    /// one page per thread pinning at that very instant.
+    pub fn pinned_share(mut self, percent: u32) -> Config {
+        self.pinned_share = percent;
+        self
+    }
+
+    /// Sets how long a pin over [`Config::pinned_share`] waits for guards to be dropped
+    /// before it fails (default zero: it fails at once, which suits a server that would
+    /// rather copy with [`CachedFile::read_at`](crate::CachedFile::read_at) than wait).
+    pub fn pin_wait(mut self, wait: std::time::Duration) -> Config {
+        self.pin_wait = wait;
+        self
     }
 
     /// Sets the mechanism variants ([`Experiment`]; default [`Experiment::new`], every seed's
@@ -309,8 +362,23 @@ impl Config {
         if let Some(ratio) = self.inactive_ratio.filter(|&r| r > MAX_INACTIVE_RATIO) {
             return Err(ConfigError::InactiveRatioTooLarge { ratio });
         }
-        crate::mm::folio::check_budget(self.budget_bytes)
-            .map_err(ConfigError::BudgetExceedsMemory)?;
+        let max = self.max_budget_bytes();
+        if max / crate::mm::folio::PAGE_SIZE < pages {
+            return Err(ConfigError::MaxBudgetBelowBudget {
+                budget_bytes: self.budget_bytes,
+                max_budget_bytes: max,
+            });
+        }
+        if max / crate::mm::folio::PAGE_SIZE >= u32::MAX as usize {
+            return Err(ConfigError::BudgetTooLarge { budget_bytes: max });
+        }
+        if self.pinned_share == 0 || self.pinned_share > 100 {
+            return Err(ConfigError::PinnedShare {
+                percent: self.pinned_share,
+            });
+        }
+        // The arena maps the maximum: that is what must fit.
+        crate::mm::folio::check_budget(max).map_err(ConfigError::BudgetExceedsMemory)?;
         Ok(())
     }
 }
@@ -361,6 +429,18 @@ pub enum ConfigError {
         /// The ratio given.
         ratio: u32,
     },
+    /// [`Config::max_budget`] is below the budget.
+    MaxBudgetBelowBudget {
+        /// The budget given.
+        budget_bytes: usize,
+        /// The maximum given.
+        max_budget_bytes: usize,
+    },
+    /// [`Config::pinned_share`] is not a percentage from 1 to 100.
+    PinnedShare {
+        /// The share given.
+        percent: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -407,6 +487,18 @@ impl fmt::Display for ConfigError {
                 f,
                 "inactive_ratio of {ratio} is too large: use None (the kernel's formula, \
                  the default) or Some(0..={MAX_INACTIVE_RATIO})"
+            ),
+            ConfigError::MaxBudgetBelowBudget {
+                budget_bytes,
+                max_budget_bytes,
+            } => write!(
+                f,
+                "max_budget of {max_budget_bytes} bytes is below the budget of {budget_bytes}                  bytes: give a maximum at least as large as the budget, or leave it unset"
+            ),
+            ConfigError::PinnedShare { percent } => write!(
+                f,
+                "pinned_share of {percent}% is invalid: give 1 to 100 percent of the budget \
+                 (default {DEFAULT_PINNED_SHARE})"
             ),
         }
     }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use super::budget::BudgetError;
 use super::config::ConfigError;
 use crate::mm::folio::ArenaError;
 
@@ -102,6 +103,22 @@ pub enum CacheError {
         /// The file's size in bytes when it was read.
         file_size: u64,
     },
+    /// A new pin would take the pages pinned by guards ([`PinnedFolio`](crate::PinnedFolio),
+    /// [`OwnedFolio`](crate::OwnedFolio), [`FolioMut`](crate::FolioMut)) past
+    /// [`Config::pinned_share`](crate::Config::pinned_share) of the budget, and no guard was
+    /// dropped within [`Config::pin_wait`](crate::Config::pin_wait). Nothing was pinned.
+    PinLimit {
+        /// Pages pinned when it failed.
+        pinned_pages: u64,
+        /// The pin limit, in pages.
+        limit_pages: u64,
+        /// The budget, in pages.
+        budget_pages: u64,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+    /// [`FolioCache::set_budget`](super::FolioCache::set_budget) refused the budget.
+    Budget(BudgetError),
 }
 
 impl fmt::Display for CacheError {
@@ -168,6 +185,19 @@ impl fmt::Display for CacheError {
                 path.display()
             ),
             CacheError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            CacheError::PinLimit {
+                pinned_pages,
+                limit_pages,
+                budget_pages,
+                waited,
+            } => write!(
+                f,
+                "too many pages pinned: guards hold {pinned_pages} page(s), the limit is \
+                 {limit_pages} of the {budget_pages}-page budget (waited {waited:?}); drop \
+                 PinnedFolio/OwnedFolio/FolioMut guards sooner, copy with read_at instead, or \
+                 raise Config::pinned_share, Config::pin_wait or the budget"
+            ),
+            CacheError::Budget(e) => write!(f, "cannot change the budget: {e}"),
             CacheError::UnexpectedEof {
                 path,
                 offset,
@@ -191,6 +221,7 @@ impl std::error::Error for CacheError {
             CacheError::Config(e) => Some(e),
             CacheError::Arena(e) => Some(e),
             CacheError::Spawn(e) => Some(e),
+            CacheError::Budget(e) => Some(e),
             CacheError::Open { source, .. }
             | CacheError::Io { source, .. }
             | CacheError::Writeback { source, .. } => Some(source),
@@ -202,6 +233,12 @@ impl std::error::Error for CacheError {
 impl From<ConfigError> for CacheError {
     fn from(e: ConfigError) -> Self {
         CacheError::Config(e)
+    }
+}
+
+impl From<BudgetError> for CacheError {
+    fn from(e: BudgetError) -> Self {
+        CacheError::Budget(e)
     }
 }
 
@@ -222,9 +259,9 @@ impl From<crate::mm::folio::ArenaError> for CacheError {
 /// | `NotWritable` | `PermissionDenied` |
 /// | `FileChanged` | `InvalidData` |
 /// | `Spawn`, `Arena` (the mapping failed) | the operating system error's own kind |
-/// | `OutOfMemory`, `Arena` (the budget exceeds the machine's memory) | `OutOfMemory` |
+/// | `OutOfMemory`, `PinLimit`, `Budget` (pages could not be freed), `Arena` (the budget exceeds the machine's memory) | `OutOfMemory` |
 /// | `UnexpectedEof` | `UnexpectedEof` |
-/// | `InvalidArgument`, `Config`, `Arena` (budget out of range) | `InvalidInput` |
+/// | `InvalidArgument`, `Config`, `Arena` and `Budget` (budget out of range) | `InvalidInput` |
 impl From<CacheError> for io::Error {
     fn from(e: CacheError) -> Self {
         let kind = match &e {
@@ -233,15 +270,17 @@ impl From<CacheError> for io::Error {
             | CacheError::Writeback { source, .. }
             | CacheError::Spawn(source)
             | CacheError::Arena(ArenaError::Map(source)) => source.kind(),
-            CacheError::OutOfMemory { .. } | CacheError::Arena(ArenaError::ExceedsMemory(_)) => {
-                io::ErrorKind::OutOfMemory
-            }
+            CacheError::OutOfMemory { .. }
+            | CacheError::PinLimit { .. }
+            | CacheError::Budget(BudgetError::Busy { .. })
+            | CacheError::Arena(ArenaError::ExceedsMemory(_)) => io::ErrorKind::OutOfMemory,
             CacheError::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
             CacheError::Unsupported { .. } => io::ErrorKind::Unsupported,
             // The data the cache expected is not there (`ESTALE` in spirit).
             CacheError::FileChanged { .. } => io::ErrorKind::InvalidData,
             CacheError::NotWritable { .. } => io::ErrorKind::PermissionDenied,
             CacheError::InvalidArgument { .. }
+            | CacheError::Budget(_)
             | CacheError::Config(_)
             | CacheError::Arena(ArenaError::BudgetTooSmall { .. })
             | CacheError::Arena(ArenaError::BudgetTooLarge { .. }) => io::ErrorKind::InvalidInput,
@@ -264,6 +303,11 @@ impl CacheError {
     /// True for [`CacheError::FileChanged`].
     pub fn is_file_changed(&self) -> bool {
         matches!(self, CacheError::FileChanged { .. })
+    }
+
+    /// True for [`CacheError::PinLimit`].
+    pub fn is_pin_limit(&self) -> bool {
+        matches!(self, CacheError::PinLimit { .. })
     }
 }
 

@@ -168,6 +168,12 @@ impl Mapping {
         drop(seen);
         c.counters.add(Event::Invalidated, dropped.pages_freed);
         c.counters.inc(Event::Revalidations);
+        c.note_eviction(
+            self,
+            0..was.size.div_ceil(PAGE_SIZE as u64),
+            dropped.pages_freed + dropped.busy,
+            super::EvictionReason::Invalidate,
+        );
         Ok(true)
     }
 
@@ -210,6 +216,13 @@ impl Drop for Mapping {
             c.dirty.unreserve(dirty);
             c.counters.add(Event::Invalidated, dropped.pages_freed);
             c.retire_index_stats(self.pages.stats());
+            c.note_eviction(
+                self,
+                0..self.nr_pages(),
+                // Pinned folios were detached: they left the cache too.
+                dropped.pages_freed + dropped.busy,
+                super::EvictionReason::InodeEviction,
+            );
         }
     }
 }
@@ -231,9 +244,10 @@ impl Drop for Mapping {
 /// integers. (The `hash` lab scenario measures the table's own lookups.)
 pub struct CachedFile {
     /// The mapping the table holds under `id` (the same `Arc`'s object, for the handle's
-    /// life: the entry is removed only by the handle's drop). Declared first so that it is
-    /// dropped before `cache`: an evicted inode's last reference goes while the cache lives.
-    m: Arc<Mapping>,
+    /// life: the entry is removed only by the handle's drop), which hands this reference to
+    /// `iput` last, so that an evicted inode's pages go (and the eviction listener hears of
+    /// them) before `close` returns, while the cache lives.
+    m: std::mem::ManuallyDrop<Arc<Mapping>>,
     pub(super) cache: Arc<CacheInner>,
     /// The handle's key in the file table (`fd`).
     pub(super) id: u64,
@@ -285,7 +299,7 @@ impl CachedFile {
         CachedFile {
             cache,
             id,
-            m: mapping,
+            m: std::mem::ManuallyDrop::new(mapping),
             ra: Mutex::new(RaState::new(ra_pages)),
             prev_pos: AtomicU64::new(0),
             writable: false,
@@ -304,7 +318,7 @@ impl CachedFile {
     /// The mapping of this handle (an `Arc` clone: it may be held across I/O).
     #[inline]
     pub(super) fn mapping(&self) -> Arc<Mapping> {
-        self.m.clone()
+        Arc::clone(&self.m)
     }
 
     /// Runs `f` on this handle's mapping.
@@ -370,11 +384,15 @@ impl CachedFile {
     /// For a file opened with a custom [`Backing`] only the size is compared.
     pub fn refresh(&self) -> Result<bool, CacheError> {
         let m = self.mapping();
-        m.revalidate(&self.cache)
+        let r = m
+            .revalidate(&self.cache)
             .map_err(|source| CacheError::Open {
                 path: m.path.clone(),
                 source,
-            })
+            });
+        drop(m);
+        self.cache.deliver();
+        r
     }
 
     /// `filemap_read` (`pread(2)`): copies the file's bytes at `offset` into `buf` through
@@ -412,7 +430,7 @@ impl CachedFile {
         // Borrowed, not cloned: the handle keeps its mapping, and a clone would write the
         // `Arc`'s count, a line every handle of the file shares.
         let m: &Mapping = &self.m;
-        match self.read_slow(m, &mut buf[done..], offset + done as u64) {
+        let r = match self.read_slow(m, &mut buf[done..], offset + done as u64) {
             Ok(n) => {
                 // The fast path counted its `done` bytes.
                 self.cache.counters.add(Event::BytesCopied, n as u64);
@@ -421,7 +439,11 @@ impl CachedFile {
             // Bytes were copied: report them now, the error with the next call (pread).
             Err(_) if done > 0 => Ok(done),
             Err(e) => Err(e),
-        }
+        };
+        // What this read's allocations evicted reaches the listener now (`cache/budget.rs`);
+        // a hit evicts nothing.
+        self.cache.deliver();
+        r
     }
 
     /// `filemap_read_fast`-like: copies from folios that are cached, uptodate and unmarked,
@@ -487,6 +509,18 @@ impl CachedFile {
             let index = pos >> PAGE_SHIFT;
             let (folio, filled) = match self.get_page(m, index, (last_index - index + 1) as usize) {
                 Ok(f) => f,
+                // No page to be had (pins and dirty pages hold the budget): copy this page's
+                // part from the file, uncached (`cache/budget.rs`).
+                Err(e) if e.is_out_of_memory() => {
+                    match self.cache.read_uncached(m, buf, offset, pos, end) {
+                        Ok(n) => {
+                            pos += n;
+                            continue;
+                        }
+                        Err(e) if pos == offset => return Err(e),
+                        Err(_) => break,
+                    }
+                }
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
@@ -565,8 +599,30 @@ impl CachedFile {
     /// and speculative reference in one RCU section). For a
     /// guard that outlives the handle, or moves into a `'static` task, use
     /// [`PinnedFolio::into_owned`].
-    #[inline]
+    ///
+    /// Guards may pin [`Config::pinned_share`](crate::Config::pinned_share) of the budget at
+    /// once; a pin beyond it waits up to [`Config::pin_wait`](crate::Config::pin_wait) for a
+    /// guard to be dropped, then fails with [`CacheError::PinLimit`].
     pub fn get_folio(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        // `cache/budget.rs`: charge the pin first (a per-CPU counter, no shared write).
+        self.cache.pin_charge(1)?;
+        let r = self.get_folio_charged(index);
+        match &r {
+            Ok(page) => {
+                let extra = page.nr_pages() - 1;
+                if extra > 0 {
+                    self.cache.budget.pins.charge_unchecked(extra);
+                }
+            }
+            Err(_) => self.cache.pin_uncharge(1),
+        }
+        self.cache.deliver();
+        r
+    }
+
+    /// [`CachedFile::get_folio`] with the pin charged.
+    #[inline]
+    fn get_folio_charged(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
         let fast = self.hit_section(|m, section| {
             if index >= m.nr_pages() {
                 return None;
@@ -669,6 +725,14 @@ impl CachedFile {
             out.pages_freed += m.pages.invalidate(first, last + 1).pages_freed;
         }
         c.counters.add(Event::Invalidated, out.pages_freed);
+        c.note_eviction(
+            &m,
+            first..last + 1,
+            out.pages_freed,
+            super::EvictionReason::Invalidate,
+        );
+        drop(m);
+        c.deliver();
         Ok(out.pages_freed as usize)
     }
 
@@ -800,9 +864,12 @@ impl Drop for CachedFile {
     /// `close(2)`: the handle leaves the file table and puts its use of the inode (`iput`),
     /// which parks the inode in the inode cache if it was the last.
     fn drop(&mut self) {
-        if let Some(m) = self.cache.table.remove(self.id) {
-            self.cache.iput(m);
-        }
+        // The table's reference first, then this handle's, the inode's last use when it is
+        // the last handle: `iput` evicts the inode and tells the listener before returning.
+        drop(self.cache.table.remove(self.id));
+        // SAFETY: taken once, here, and `self.m` is never used again.
+        let m = unsafe { std::mem::ManuallyDrop::take(&mut self.m) };
+        self.cache.iput(m);
     }
 }
 
@@ -931,6 +998,12 @@ macro_rules! guard_methods {
                 unsafe { self.pin.bytes(self.arena()) }
             }
 
+            /// Pages the folio holds (1 today).
+            pub fn nr_pages(&self) -> u64 {
+                // SAFETY: as in `index`.
+                unsafe { self.pin.folio(self.arena()) }.nr_pages() as u64
+            }
+
             /// The folio's reference count right now (this guard's included): a diagnostic.
             pub fn ref_count(&self) -> u32 {
                 let arena = self.arena();
@@ -961,8 +1034,11 @@ macro_rules! guard_methods {
         impl Drop for $guard {
             #[inline]
             fn drop(&mut self) {
+                let pages = self.nr_pages();
                 // SAFETY: the arena outlives the guard; the reference is put once, here.
                 unsafe { self.pin.release(self.arena()) }
+                // The pin limit's charge (`cache/budget.rs`), after the page is put.
+                self.inner().pin_uncharge(pages);
                 self.after_release();
             }
         }
@@ -974,8 +1050,10 @@ macro_rules! guard_methods {
 ///
 /// Holds a reference on the folio (put on drop), so the bytes stay valid and unchanged
 /// however long the guard lives; the cache cannot evict or invalidate a pinned folio.
-/// Holding many guards uses up the memory budget: once reclaim has evicted every unpinned
-/// folio, reads fail with [`CacheError::OutOfMemory`] instead of waiting.
+/// Guards may hold [`Config::pinned_share`](crate::Config::pinned_share) of the budget at
+/// once (75% by default); beyond it a new pin waits up to
+/// [`Config::pin_wait`](crate::Config::pin_wait) and fails with [`CacheError::PinLimit`].
+/// Copying reads ([`CachedFile::read_at`]) go on meanwhile, uncached if they must.
 ///
 /// Dereferences to the file's bytes in the folio (`&guard[..]`). The guard cannot outlive
 /// the handle it came from:
@@ -1034,6 +1112,10 @@ impl<'f> PinnedFolio<'f> {
         self.file.path()
     }
 
+    fn inner(&self) -> &CacheInner {
+        &self.file.cache
+    }
+
     /// Nothing to put besides the folio: the handle owns the use of the inode.
     fn after_release(&mut self) {}
 
@@ -1081,6 +1163,10 @@ impl OwnedFolio {
 
     fn path(&self) -> PathBuf {
         self.mapping.path.clone()
+    }
+
+    fn inner(&self) -> &CacheInner {
+        &self.cache
     }
 
     /// Puts the guard's use of the inode (`iput`), after its folio.

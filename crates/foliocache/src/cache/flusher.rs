@@ -112,7 +112,7 @@ pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
         }
     }
     for (_, m) in &dirty {
-        write_chunks(c, m, || c.dirty.dirty() >= c.dirty.background);
+        write_chunks(c, m, || c.dirty.dirty() >= c.dirty.background());
     }
 }
 

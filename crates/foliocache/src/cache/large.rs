@@ -150,6 +150,8 @@ pub struct PinnedRange<'f> {
     pins: Pins,
     offset: u64,
     len: usize,
+    /// Pages charged to the cache's pinned share for these pins (`cache/budget.rs`).
+    charged: u64,
 }
 
 // SAFETY: as for `PinnedFolio`: counted references, usable and droppable from any thread;
@@ -254,6 +256,7 @@ impl PinnedRange<'_> {
                     cache: this.file.cache.clone(),
                     mapping: std::mem::ManuallyDrop::new(mapping),
                     pin,
+                    charged: this.charged,
                 }
             }
             Pins::Many(pins) => {
@@ -266,6 +269,7 @@ impl PinnedRange<'_> {
                         p.release(arena);
                     }
                 }
+                this.file.cache.pin_uncharge(this.charged);
                 OwnedBytes::Copied(v.into_boxed_slice())
             }
         };
@@ -283,6 +287,7 @@ impl Drop for PinnedRange<'_> {
             // SAFETY: each pin's reference is put once, here.
             unsafe { p.release(arena) };
         }
+        self.file.cache.pin_uncharge(self.charged);
     }
 }
 
@@ -306,6 +311,8 @@ enum OwnedBytes {
         /// A use of the inode (`i_count`), put after the folio.
         mapping: std::mem::ManuallyDrop<Arc<Mapping>>,
         pin: Pin,
+        /// Pages charged to the pinned share, given back with the pin.
+        charged: u64,
     },
     /// A range that spanned folios, copied.
     Copied(Box<[u8]>),
@@ -317,11 +324,13 @@ impl Drop for OwnedBytes {
             cache,
             mapping,
             pin,
+            charged,
             ..
         } = self
         {
             // SAFETY: the reference is put once, here; the cache keeps the arena alive.
             unsafe { pin.release(&cache.arena) };
+            cache.pin_uncharge(*charged);
             // SAFETY: taken once, here; never used again.
             let m = unsafe { std::mem::ManuallyDrop::take(mapping) };
             cache.iput(m);
@@ -424,6 +433,38 @@ impl CachedFile {
     /// # Ok(()) }
     /// ```
     pub fn get_range(&self, offset: u64, len: usize) -> Result<PinnedRange<'_>, CacheError> {
+        // Pins count against the pinned share as `get_folio`'s do: a page first, the rest of
+        // the folios' pages once they are known.
+        self.cache.pin_charge(1)?;
+        let r = self.get_range_charged(offset, len);
+        match r {
+            Ok(mut range) => {
+                let arena = &self.cache.arena;
+                let pages: u64 = range
+                    .pins
+                    .as_slice()
+                    .iter()
+                    // SAFETY: the range holds each pin's reference, and the arena lives.
+                    .map(|p| unsafe { p.folio(arena) }.nr_pages() as u64)
+                    .sum();
+                match pages {
+                    0 => self.cache.pin_uncharge(1),
+                    n => self.cache.budget.pins.charge_unchecked(n - 1),
+                }
+                range.charged = pages;
+                self.cache.deliver();
+                Ok(range)
+            }
+            Err(e) => {
+                self.cache.pin_uncharge(1);
+                self.cache.deliver();
+                Err(e)
+            }
+        }
+    }
+
+    /// [`CachedFile::get_range`] with a page of its pins charged.
+    fn get_range_charged(&self, offset: u64, len: usize) -> Result<PinnedRange<'_>, CacheError> {
         let end = offset.checked_add(len as u64);
         let fast = self.hit_section(|m, section| {
             let end = end.filter(|&e| e <= m.size() && len > 0)?;
@@ -441,6 +482,7 @@ impl CachedFile {
         });
         if let Some(pin) = fast {
             return Ok(PinnedRange {
+                charged: 0,
                 file: self,
                 pins: Pins::One(pin),
                 offset,
@@ -467,6 +509,7 @@ impl CachedFile {
         };
         // Built before the first pin, so an error below puts every reference taken.
         let mut range = PinnedRange {
+            charged: 0,
             file: self,
             pins: Pins::Many(Vec::new()),
             offset,

@@ -24,6 +24,7 @@
 //! | `folio_add_lru`, `folio_mark_accessed`, direct reclaim | the cache's [`Lru`] (seed 004): every inserted folio is queued for the LRU, every read marks what it used, and an allocation over the budget reclaims cold folios first |
 //! | `workingset_eviction`, `workingset_refault`, the `mm-shadow` shrinker | reclaim leaves a shadow entry in the evicted folio's slot; an insertion that replaces one asks the LRU whether to activate the new folio; shadow-only index nodes beyond a limit proportional to the budget are freed after allocations ([`Config::workingset`]) |
 //! | `/proc/vmstat` | [`FolioCache::stats`], [`FolioCache::lru_stats`] |
+//! | virtio-balloon, `percpu_counter`, `O_DIRECT` | [`FolioCache::set_budget`], [`Config::pinned_share`], the uncached fallback of `read_at` (`cache/budget.rs`) |
 //!
 //! # The read path
 //!
@@ -57,7 +58,10 @@
 //! - The budget is never exceeded. All allocation goes through one hook
 //!   (`CacheInner::alloc_folio`): when the budget is used up it reclaims cold folios from the
 //!   LRU in the allocating thread and retries; only when reclaim frees nothing (everything
-//!   pinned or under I/O) does the read fail with [`CacheError::OutOfMemory`], never wait.
+//!   pinned or under I/O) does it fail, never wait: `read_at` then copies from the file
+//!   uncached, the other calls fail with [`CacheError::OutOfMemory`]. The budget is the
+//!   arena's pages less the balloon's, and pinned guards hold at most
+//!   [`Config::pinned_share`] of it (`cache/budget.rs`).
 //!
 //! # Why a hit is fast
 //!
@@ -70,6 +74,7 @@
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
 //! choice ([`Experiment::strategy`](crate::mm::Experiment::strategy)).
 
+mod budget;
 mod config;
 mod cursor;
 mod error;
@@ -85,8 +90,10 @@ mod write;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use budget::{BudgetError, Eviction, EvictionListener, EvictionReason};
 pub use config::{
-    Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
+    Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES,
+    MAX_RA_PAGES,
 };
 pub use cursor::FileCursor;
 pub use error::CacheError;
@@ -170,6 +177,8 @@ pub(crate) struct CacheInner {
     flusher: std::sync::OnceLock<Arc<flusher::Flusher>>,
     /// Held by the one thread running the shadow-node shrinker.
     shadow_shrinker: Mutex<()>,
+    /// The balloon, the pin limit and the eviction listener (`cache/budget.rs`).
+    pub(crate) budget: budget::Budget,
 }
 
 impl Drop for CacheInner {
@@ -188,6 +197,7 @@ impl Drop for CacheInner {
         }
         // `lru_add_drain_all` at shutdown: the batches hold references on folios.
         self.lru.drain_all(&self.arena);
+        self.deflate_all();
     }
 }
 
@@ -197,7 +207,8 @@ impl Drop for CacheInner {
 /// The thread holds only a weak reference on the cache, so it never keeps it alive; it exits
 /// when told to stop or when the cache is gone.
 struct Kswapd {
-    wm: Watermarks,
+    /// The budget the watermarks derive from (`FolioCache::set_budget` changes it).
+    budget_pages: AtomicU64,
     /// Allocations since the last watermark check (checked every [`KSWAPD_CHECK_EVERY`]).
     allocs: AtomicU64,
     /// A wake-up is pending (set by allocators, cleared by the thread).
@@ -212,6 +223,12 @@ struct Kswapd {
 const KSWAPD_CHECK_EVERY: u64 = 16;
 
 impl Kswapd {
+    /// The watermarks of the budget now.
+    #[inline]
+    fn wm(&self) -> Watermarks {
+        Watermarks::for_budget(self.budget_pages.load(Ordering::Relaxed))
+    }
+
     /// `wakeup_kswapd` if free pages are below the low watermark (checked every few
     /// allocations).
     #[inline]
@@ -219,7 +236,7 @@ impl Kswapd {
         if self.allocs.fetch_add(1, Ordering::Relaxed) % KSWAPD_CHECK_EVERY != 0 {
             return;
         }
-        if arena.stats().free_pages < self.wm.low && !self.pending.swap(true, Ordering::Relaxed) {
+        if arena.stats().free_pages < self.wm().low && !self.pending.swap(true, Ordering::Relaxed) {
             let _g = self.state.lock();
             self.cond.notify_one();
         }
@@ -252,10 +269,13 @@ impl Kswapd {
             let Some(c) = cache.upgrade() else {
                 return;
             };
-            if c.arena.stats().free_pages < self.wm.low {
+            let wm = self.wm();
+            if c.arena.stats().free_pages < wm.low {
                 let _busy = self.busy.lock();
-                c.lru.balance(&c.arena, &*c, self.wm);
+                c.lru.balance(&c.arena, &*c, wm);
                 c.shrink_slab();
+                drop(_busy);
+                c.deliver();
             }
         }
     }
@@ -274,14 +294,16 @@ impl FolioCache {
     /// Builds a cache: validates `config`, then reserves its memory budget.
     pub fn new(config: Config) -> Result<FolioCache, CacheError> {
         config.validate()?;
-        let mut ac = ArenaConfig::new(config.budget_bytes, config.experiment.strategy);
+        // The arena maps the maximum budget; the pages above the budget go to the balloon.
+        let mut ac = ArenaConfig::new(config.max_budget_bytes(), config.experiment.strategy);
         ac.panic_on_bad_page = config.panic_on_bad_page;
         ac.huge_pages = config.huge_pages;
         let arena = Arc::new(Arena::new(ac)?);
         let lru = Lru::new(&arena, config.lru_config());
+        let budget_pages = (config.budget_bytes / crate::mm::folio::PAGE_SIZE) as u64;
         let kswapd = config.background_reclaim.then(|| {
             Arc::new(Kswapd {
-                wm: Watermarks::for_budget(arena.nr_pages() as u64),
+                budget_pages: AtomicU64::new(budget_pages),
                 allocs: AtomicU64::new(0),
                 pending: AtomicBool::new(false),
                 state: Mutex::new(false),
@@ -300,8 +322,9 @@ impl FolioCache {
             rcu.clone(),
         );
         let unused_inodes = config.unused_inodes;
+        let budget = budget::Budget::new(budget_pages, config.pinned_share, config.pin_wait);
         let dirty = crate::mm::writeback::DirtyAccount::new(
-            arena.nr_pages() as u64,
+            budget_pages,
             config.dirty_ratio,
             config.dirty_background_ratio,
         );
@@ -323,8 +346,10 @@ impl FolioCache {
                 kswapd,
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
+                budget,
             }),
         };
+        cache.inner.init_balloon(budget_pages)?;
         if let Some(k) = &cache.inner.kswapd {
             let (k, weak) = (k.clone(), Arc::downgrade(&cache.inner));
             std::thread::Builder::new()
@@ -438,6 +463,8 @@ impl FolioCache {
         if options.truncates() {
             file.set_len(0)?;
         }
+        // A changed file's pages were dropped above: tell the eviction listener.
+        c.deliver();
         Ok(file)
     }
 
@@ -512,8 +539,15 @@ impl FolioCache {
         for m in c.live_mappings() {
             let out = m.pages.invalidate(0, u64::MAX);
             c.counters.add(Event::Invalidated, out.pages_freed);
+            c.note_eviction(
+                &m,
+                0..m.nr_pages(),
+                out.pages_freed,
+                EvictionReason::Invalidate,
+            );
         }
         c.lru.drain_all(&c.arena);
+        c.deliver();
         before.saturating_sub(c.arena.stats().allocated_pages)
     }
 
@@ -536,12 +570,16 @@ impl FolioCache {
         }
         s.dirty_pages = c.dirty.dirty();
         s.writeback_pages_now = c.dirty.writeback();
-        s.dirty_limit_pages = c.dirty.limit;
+        s.dirty_limit_pages = c.dirty.limit();
         s.dirty_high_water = c.dirty.high_water();
         let a = c.arena.stats();
-        s.budget_pages = a.total_pages;
-        s.allocated_pages = a.allocated_pages;
+        // The balloon's pages are allocated in the arena but are no part of the budget.
+        let balloon = c.budget.balloon_pages();
+        s.budget_pages = a.total_pages - balloon;
+        s.allocated_pages = a.allocated_pages.saturating_sub(balloon);
         s.free_pages = a.free_pages;
+        s.pinned_pages = c.budget.pins.charged();
+        s.pin_limit_pages = c.budget.pins.limit();
         s.bad_pages = a.bad_pages;
         s
     }
@@ -604,7 +642,8 @@ impl FolioCache {
     /// [`Lru::validate`](crate::mm::lru::Lru::validate)), every open file's index
     /// ([`Index::validate`](crate::mm::index::Index::validate)), the dirty accounting and the
     /// arena ([`Arena::validate`](crate::mm::folio::Arena::validate)), waiting for the background reclaimer to finish a pass if
-    /// one runs. Call it while no other thread uses the cache; returns the arena's stats.
+    /// one runs, and the balloon of [`FolioCache::set_budget`]. Call it while no other thread
+    /// uses the cache; returns the arena's stats (the balloon's pages count as allocated there).
     pub fn validate(&self) -> Result<crate::mm::folio::ArenaStats, String> {
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
         let _flusher = self.inner.flusher.get().map(|f| f.busy.lock());
@@ -616,6 +655,7 @@ impl FolioCache {
                 .map_err(|e| format!("{}: index: {e}", m.path.display()))?;
         }
         self.validate_dirty()?;
+        self.inner.validate_balloon()?;
         self.inner.arena.validate()
     }
 
@@ -665,6 +705,7 @@ impl FolioCache {
             .lru
             .reclaim(&self.inner.arena, &*self.inner, nr_pages);
         self.inner.shrink_slab();
+        self.inner.deliver();
         r
     }
 
@@ -703,8 +744,11 @@ impl CacheInner {
         let evicted = self.icache.lock().park(key);
         self.counters
             .add(Event::InodesEvicted, evicted.len() as u64);
-        // Dropped here, without the lock: an evicted inode truncates its pages.
+        // Dropped here, without the lock: an evicted inode truncates its pages (`m` first: it
+        // may be one of them), and the eviction listener hears of it.
+        drop(m);
         drop(evicted);
+        self.deliver();
     }
 
     /// Starts the background flusher if it is configured and not running yet (the first
@@ -726,7 +770,7 @@ impl CacheInner {
                 .spawn(move || t.run(weak));
             f
         });
-        if self.dirty.dirty() >= self.dirty.background {
+        if self.dirty.dirty() >= self.dirty.background() {
             f.kick();
         }
     }
@@ -804,7 +848,7 @@ impl CacheInner {
     /// relaxed load when within the limit; one thread at a time beyond it.
     #[inline]
     pub(crate) fn shrink_slab(&self) {
-        let limit = ShadowNodes::limit(self.arena.nr_pages() as u64);
+        let limit = ShadowNodes::limit(self.budget_pages());
         if self.lru.shadow_nodes().nodes() > limit {
             self.scan_shadow_nodes(2);
         }
@@ -819,7 +863,7 @@ impl CacheInner {
         let Some(_one) = self.shadow_shrinker.try_lock() else {
             return 0;
         };
-        let excess = self.lru.shadow_nodes().excess(self.arena.nr_pages() as u64);
+        let excess = self.lru.shadow_nodes().excess(self.budget_pages());
         if excess == 0 {
             return 0;
         }
@@ -867,7 +911,7 @@ impl CacheInner {
         CacheError::OutOfMemory {
             needed_pages,
             free_pages: a.free_pages,
-            budget_pages: a.total_pages,
+            budget_pages: self.budget_pages(),
         }
     }
 
@@ -949,10 +993,15 @@ impl Evict for CacheInner {
         // Unlock before `m` can drop: if it is the file's last reference, the drop truncates
         // the file and takes every folio lock. The slot keeps a shadow entry
         // (`workingset_eviction`, under the index lock once the folio is frozen).
+        let pages = folio.index()..folio.index() + folio.nr_pages() as u64;
         let r = m
             .pages
             .evict_with_shadow(folio, |f| self.lru.workingset_eviction(f))
             .map_err(FolioLocked::unlock);
+        if r.is_ok() {
+            let n = pages.end - pages.start;
+            self.note_eviction(&m, pages, n, budget::Budget::reclaim_reason());
+        }
         drop(m);
         r
     }
@@ -984,14 +1033,30 @@ impl Evict for CacheInner {
         };
         let mut freed = 0;
         let mut not_evicted = Vec::new();
+        let listening = self.budget.listening();
         for ((_, group), m) in groups.into_iter().zip(&mappings) {
             match m {
                 Some(m) => {
+                    // The folios' page ranges, for the eviction listener (only if one is set).
+                    let ranges: Vec<(u64, u64)> = if listening {
+                        group
+                            .iter()
+                            .map(|f| (f.index(), f.nr_pages() as u64))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
                     freed += m.pages.evict_batch_with_shadow(
                         group,
                         |f| self.lru.workingset_eviction(f),
                         &mut not_evicted,
                     );
+                    let reason = budget::Budget::reclaim_reason();
+                    for (index, n) in ranges {
+                        if !not_evicted.iter().any(|f| f.index() == index) {
+                            self.note_eviction(m, index..index + n, n, reason);
+                        }
+                    }
                 }
                 // The file is going away; its truncation frees these folios.
                 None => not_evicted.extend(group),

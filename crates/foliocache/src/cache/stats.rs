@@ -125,8 +125,15 @@ cache_counters! {
         IoBytes => io_bytes,
         /// Backing reads that failed.
         IoErrors => io_errors,
-        /// Reads that failed with `OutOfMemory`.
+        /// Reads that failed with `OutOfMemory`, or (`read_at`) fell back to an uncached read.
         OutOfMemory => out_of_memory,
+        /// Pages `read_at` copied straight from the backing file, uncached, because no page
+        /// could be had (pins and dirty pages held the budget; `O_DIRECT`-like).
+        UncachedReads => uncached_reads,
+        /// Pins that found the pin limit reached and waited ([`Config::pin_wait`](crate::Config::pin_wait)).
+        PinWaits => pin_waits,
+        /// Pins refused with `PinLimit`.
+        PinLimited => pin_limit_failures,
         /// Pages dropped by `invalidate`, by revalidation, truncation and by evicting inodes.
         Invalidated => invalidated_pages,
         /// Opens (and `refresh` calls) that found a file changed behind the cache's back and
@@ -180,8 +187,14 @@ cache_counters! {
         index_lock_acquisitions,
         /// Pages inserted into the indexes, over every file this cache has had open.
         index_pages_inserted,
-        /// Pages in the memory budget.
+        /// Pages in the memory budget ([`FolioCache::set_budget`](crate::FolioCache::set_budget)
+        /// changes it).
         budget_pages,
+        /// Pages pinned by guards right now.
+        pinned_pages,
+        /// The pin limit in pages ([`Config::pinned_share`](crate::Config::pinned_share) of
+        /// the budget).
+        pin_limit_pages,
         /// Pages held by folios right now.
         allocated_pages,
         /// Pages free right now.

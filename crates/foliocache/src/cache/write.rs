@@ -208,9 +208,13 @@ impl CachedFile {
     /// ```
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
         let m = self.writable_mapping()?;
-        let _w = m.i_rwsem.lock();
+        let w = m.i_rwsem.lock();
         let pos = if self.append { m.size() } else { offset };
-        self.perform_write(&m, buf, pos)
+        let r = self.perform_write(&m, buf, pos);
+        // The eviction listener runs with no lock held (`cache/budget.rs`).
+        drop(w);
+        self.cache.deliver();
+        r
     }
 
     /// Writes all of `buf` at `offset` ([`CachedFile::write_at`] until done), or fails.
@@ -276,6 +280,14 @@ impl CachedFile {
             }
             let out = m.pages.truncate(cut, u64::MAX);
             c.counters.add(Event::Invalidated, out.pages_freed);
+            let old_pages = old.div_ceil(PAGE_SIZE as u64);
+            // Pinned folios were detached: they left the cache too.
+            c.note_eviction(
+                &m,
+                cut..old_pages.max(cut),
+                out.pages_freed + out.busy,
+                super::EvictionReason::Truncate,
+            );
         }
         // ORDERING: SeqCst; revalidation's loads around its `fstat` pair with it.
         m.wb_seq.fetch_add(1, Ordering::SeqCst);
@@ -285,6 +297,9 @@ impl CachedFile {
             // ORDERING: Release, as above.
             m.size.store(size, Ordering::Release);
         }
+        // The eviction listener runs with no lock held (`cache/budget.rs`).
+        drop(_w);
+        c.deliver();
         Ok(())
     }
 
@@ -544,7 +559,7 @@ fn balance_dirty_pages(c: &CacheInner, m: &Mapping) {
     loop {
         let mut wrote = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background).pages;
         for other in c.live_mappings() {
-            if acct.dirty() < acct.background {
+            if acct.dirty() < acct.background() {
                 break;
             }
             if other.id != m.id && other.wb.nr_dirty() > 0 {
@@ -843,10 +858,13 @@ impl CachedFile {
             });
         }
         let c = &self.cache;
+        // The pin limit (`cache/budget.rs`): the guard holds the page and its copy.
+        c.pin_charge(2)?;
         balance_dirty_pages(c, &m);
         let latched = self.latch(&m, index);
         if latched.is_err() {
             c.dirty.unreserve(1);
+            c.pin_uncharge(2);
         }
         let (old, new) = latched?;
         let valid = m
@@ -949,6 +967,7 @@ impl FolioMut<'_> {
             c.dirty.unreserve(1);
             drop(new);
             drop(old);
+            c.pin_uncharge(2);
             return;
         }
         new.mark_uptodate();
@@ -961,6 +980,7 @@ impl FolioMut<'_> {
         drop(old);
         c.counters.inc(Event::WritesReplaced);
         write_end(&c, &m, new, 0);
+        c.pin_uncharge(2);
         c.wake_flusher();
     }
 }

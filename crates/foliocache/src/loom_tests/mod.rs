@@ -19,6 +19,7 @@ mod folio;
 mod index;
 mod index_world;
 mod lru;
+mod percpu_counter;
 mod percpu_ref;
 mod rcu;
 mod refcount;

@@ -14,6 +14,7 @@
 //! |---|---|---|
 //! | [`sync`] | atomics, locks, threads; std or loom | — |
 //! | [`filetable`] | resizable hash of open files; each lookup pins the table with an `immutable`, `atomic`, `percpu` or `percpu-fast` reference (seed 003) | futex private hash: `futex_hash`, `futex_hash_allocate`, `__futex_pivot_hash` |
+//! | [`percpu_counter`] | a counter in per-CPU slots folded in batches, exact near a limit; a limit a charge may wait under (the cache's pinned pages) | `lib/percpu_counter.c`: `percpu_counter_add_batch`, `__percpu_counter_compare` |
 //! | [`percpu_ref`] | per-thread reference counts with a grace-period switch to one atomic; kill, wait-for-zero, re-arm (seed 003) | `lib/percpu-refcount.c`, `futex_ref_get`/`futex_ref_put`/`futex_ref_drop` |
 //! | [`rcu`] | read sections with no shared atomic, grace periods via `membarrier(2)`, `call_rcu` | RCU (`rcu_read_lock`, `synchronize_rcu`, `call_rcu`), liburcu memb |
 //! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
@@ -37,7 +38,7 @@
 //! | layer | modules | imports |
 //! |---|---|---|
 //! | 0 | [`sync`], `stats` (the counter-set macro) | std or loom |
-//! | 1 | [`rcu`], [`refcount`], [`seqcount`] | `sync` |
+//! | 1 | [`rcu`], [`refcount`], [`seqcount`], [`percpu_counter`] | `sync` |
 //! | 2 | [`percpu_ref`], [`rmap`] | `rcu`; `seqcount` |
 //! | 3 | [`filetable`] | `percpu_ref`, `rcu` |
 //! | 4 | [`folio`] | `refcount`, `rmap` |
@@ -58,6 +59,7 @@ pub mod filetable;
 pub mod folio;
 pub mod index;
 pub mod lru;
+pub mod percpu_counter;
 pub mod percpu_ref;
 pub mod rcu;
 pub mod readahead;

@@ -230,9 +230,9 @@ pub(crate) struct DirtyAccount {
     dirty: AtomicU64,
     writeback: AtomicU64,
     /// The hard limit in pages (`dirty_ratio` of the budget): no writer dirties past it.
-    pub(crate) limit: u64,
+    limit: AtomicU64,
     /// Throttled writers write back until under this (`dirty_background_ratio`).
-    pub(crate) background: u64,
+    background: AtomicU64,
     /// The highest dirty + writeback count seen.
     high_water: AtomicU64,
     /// Throttled writers asleep in [`DirtyAccount::wait_for_room`].
@@ -245,26 +245,46 @@ impl DirtyAccount {
     /// Thresholds for `budget_pages`: `ratio_pct` and `background_pct` percent of it (at
     /// least one page each, background at most the limit).
     pub(crate) fn new(budget_pages: u64, ratio_pct: u32, background_pct: u32) -> DirtyAccount {
-        let limit = (budget_pages * ratio_pct as u64 / 100).max(1);
-        let background = (budget_pages * background_pct as u64 / 100).clamp(1, limit);
-        DirtyAccount {
+        let a = DirtyAccount {
             dirty: AtomicU64::new(0),
             writeback: AtomicU64::new(0),
-            limit,
-            background,
+            limit: AtomicU64::new(0),
+            background: AtomicU64::new(0),
             high_water: AtomicU64::new(0),
             throttled: AtomicU32::new(0),
             throttle: Mutex::new(()),
             room: Condvar::new(),
-        }
+        };
+        a.set_budget(budget_pages, ratio_pct, background_pct);
+        a
+    }
+
+    /// Recomputes the thresholds for a budget changed at run time. Pages dirty beyond a
+    /// lowered limit stay dirty; writers meet the new limit at their next reservation.
+    pub(crate) fn set_budget(&self, budget_pages: u64, ratio_pct: u32, background_pct: u32) {
+        let limit = (budget_pages * ratio_pct as u64 / 100).max(1);
+        let background = (budget_pages * background_pct as u64 / 100).clamp(1, limit);
+        self.limit.store(limit, Ordering::Relaxed);
+        self.background.store(background, Ordering::Relaxed);
+    }
+
+    /// The hard limit in pages.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// The background threshold in pages.
+    pub(crate) fn background(&self) -> u64 {
+        self.background.load(Ordering::Relaxed)
     }
 
     /// The dirty count at or under which a throttled writer resumes: the limit less a batch
     /// (half the gap to the background threshold, at most 1 MiB of pages), so that a writer
     /// woken by a pass has room for more than one page before it sleeps again.
     fn resume_at(&self) -> u64 {
-        let batch = ((self.limit - self.background) / 2).clamp(1, 256);
-        self.limit.saturating_sub(batch)
+        let (limit, background) = (self.limit(), self.background());
+        let batch = (limit.saturating_sub(background) / 2).clamp(1, 256);
+        limit.saturating_sub(batch)
     }
 
     /// `balance_dirty_pages`' pause: sleeps until a writeback pass in another thread has
@@ -309,7 +329,7 @@ impl DirtyAccount {
     pub(crate) fn try_reserve(&self, n: u64) -> bool {
         let mut cur = self.dirty.load(Ordering::Relaxed);
         loop {
-            if cur + n > self.limit {
+            if cur + n > self.limit() {
                 return false;
             }
             // ORDERING: Relaxed (see above): the CAS makes reservations exact, nothing is
