@@ -18,7 +18,8 @@
 
 use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 
-use super::file::{CachedFile, PinnedFolio};
+use super::file::CachedFile;
+use super::guard::PinnedFolio;
 
 /// A position over a [`CachedFile`], implementing `Read`, `BufRead`, `Seek` and `Write`, for
 /// code written against [`std::io`]. Made by [`CachedFile::cursor`].

@@ -31,7 +31,8 @@
 //! folio; a pinned block is this cache's normal use, so a split that a pin can block would make
 //! writes wait on readers.
 
-use super::file::{valid_bytes, CachedFile, Mapping, Pin};
+use super::file::{valid_bytes, CachedFile, Mapping};
+use super::guard::Pin;
 use super::stats::Event;
 use super::{CacheError, CacheInner};
 use crate::mm::folio::flags::{PG_ACTIVE, PG_DIRTY, PG_READAHEAD, PG_WORKINGSET, PG_WRITEBACK};

@@ -80,6 +80,7 @@ mod cursor;
 mod error;
 mod file;
 mod flusher;
+mod guard;
 pub(crate) mod inode;
 mod large;
 #[cfg(feature = "metrics")]
@@ -97,7 +98,8 @@ pub use config::{
 };
 pub use cursor::FileCursor;
 pub use error::CacheError;
-pub use file::{CachedFile, OwnedFolio, PinnedFolio};
+pub use file::CachedFile;
+pub use guard::{OwnedFolio, PinnedFolio};
 pub use large::{OwnedRange, PinnedRange};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};

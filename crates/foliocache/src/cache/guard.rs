@@ -1,0 +1,273 @@
+//! The folio guards: [`PinnedFolio`] (borrowing its handle) and [`OwnedFolio`] (owning a use
+//! of the file), each one counted reference on an uptodate folio whose bytes it hands out in
+//! place, and what both are made of ([`Pin`]). The kernel's model is a folio reference taken
+//! by `filemap_get_folio` and put by `folio_put`; the pinned share of the budget each guard is
+//! charged against is `budget.rs`'s.
+
+use std::path::PathBuf;
+
+use super::file::{CachedFile, Mapping};
+use super::CacheInner;
+use crate::mm::folio::{FolioRef, PAGE_SHIFT};
+use crate::mm::sync::{Arc, Ordering};
+
+/// What both folio guards hold: one counted reference on an uptodate folio, and how many of
+/// its bytes are the file's.
+pub(super) struct Pin {
+    pub(super) folio: std::ptr::NonNull<crate::mm::folio::Folio>,
+    /// The folio's first byte in the arena's frames, resolved (and its uptodate flag checked)
+    /// once when the pin was taken: the guard's `Deref` then loads nothing.
+    pub(super) data: std::ptr::NonNull<u8>,
+    pub(super) valid: usize,
+}
+
+impl Pin {
+    /// Takes over `folio`'s reference; `valid` (at most the folio's size) of its bytes are
+    /// the file's.
+    #[inline]
+    pub(super) fn new(folio: FolioRef<'_>, valid: usize) -> Pin {
+        let data = folio.data().expect("pinned folios are uptodate");
+        debug_assert!(valid <= data.len());
+        let data = std::ptr::NonNull::from(data).cast::<u8>();
+        Pin {
+            folio: std::ptr::NonNull::from(folio.into_raw()),
+            data,
+            valid,
+        }
+    }
+
+    /// # Safety
+    /// `arena` is the arena of the folio, alive for `'a`.
+    pub(super) unsafe fn folio<'a>(
+        &self,
+        _arena: &'a crate::mm::folio::Arena,
+    ) -> &'a crate::mm::folio::Folio {
+        // SAFETY: headers live as long as their arena (per the caller), and our reference
+        // keeps this one allocated to its file.
+        unsafe { self.folio.as_ref() }
+    }
+
+    /// # Safety
+    /// As [`Pin::folio`].
+    #[inline(always)]
+    pub(super) unsafe fn bytes<'a>(&self, _arena: &'a crate::mm::folio::Arena) -> &'a [u8] {
+        // SAFETY: `data` points into the arena's frames (alive for `'a`, per the caller) at
+        // a folio that was uptodate when pinned, of at least `valid` bytes; the bytes are
+        // immutable while our reference exists (an uptodate folio is never written in
+        // place), and the caller ties the borrow to the guard holding the reference.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.valid) }
+    }
+
+    /// # Safety
+    /// As [`Pin::folio`]; called once, from the guard's drop.
+    #[inline]
+    pub(super) unsafe fn release(&self, arena: &crate::mm::folio::Arena) {
+        // SAFETY: we own exactly one reference on this folio, put here once.
+        drop(unsafe { FolioRef::from_raw(arena, self.folio(arena)) });
+    }
+}
+
+/// The accessors, `Deref`, `Debug` and `Drop` of a folio guard (`PinnedFolio`, `OwnedFolio`):
+/// each type supplies `arena()` (alive as long as the guard) and `path()`.
+macro_rules! guard_methods {
+    ($guard:ty, $name:literal) => {
+        impl $guard {
+            /// The first page index the folio covers.
+            pub fn index(&self) -> u64 {
+                // SAFETY: `arena()` is the folio's arena, alive as long as the guard.
+                unsafe { self.pin.folio(self.arena()) }.index()
+            }
+
+            /// The byte offset in the file of the folio's first byte.
+            pub fn offset(&self) -> u64 {
+                self.index() << PAGE_SHIFT
+            }
+
+            /// The file bytes the folio holds (the part past EOF excluded).
+            #[inline]
+            pub fn bytes(&self) -> &[u8] {
+                // SAFETY: as in `index`; the borrow is tied to `&self`, which holds the
+                // folio reference.
+                unsafe { self.pin.bytes(self.arena()) }
+            }
+
+            /// Pages the folio holds (1 today).
+            pub fn nr_pages(&self) -> u64 {
+                // SAFETY: as in `index`.
+                unsafe { self.pin.folio(self.arena()) }.nr_pages() as u64
+            }
+
+            /// The folio's reference count right now (this guard's included): a diagnostic.
+            pub fn ref_count(&self) -> u32 {
+                let arena = self.arena();
+                // SAFETY: as in `index`.
+                unsafe { self.pin.folio(arena) }.ref_count(arena.strategy())
+            }
+        }
+
+        impl std::ops::Deref for $guard {
+            type Target = [u8];
+
+            #[inline]
+            fn deref(&self) -> &[u8] {
+                self.bytes()
+            }
+        }
+
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct($name)
+                    .field("path", &self.path())
+                    .field("index", &self.index())
+                    .field("len", &self.bytes().len())
+                    .finish()
+            }
+        }
+
+        impl Drop for $guard {
+            #[inline]
+            fn drop(&mut self) {
+                let pages = self.nr_pages();
+                // SAFETY: the arena outlives the guard; the reference is put once, here.
+                unsafe { self.pin.release(self.arena()) }
+                // The pin limit's charge (`cache/budget.rs`), after the page is put.
+                self.inner().pin_uncharge(pages);
+                self.after_release();
+            }
+        }
+    };
+}
+
+/// A pinned folio of a cached file, borrowed from its handle: its bytes, without a copy
+/// (`filemap_get_folio` + `kmap_local_folio`), from [`CachedFile::get_folio`].
+///
+/// Holds a reference on the folio (put on drop), so the bytes stay valid and unchanged
+/// however long the guard lives; the cache cannot evict or invalidate a pinned folio.
+/// Guards may hold [`Config::pinned_share`](crate::Config::pinned_share) of the budget at
+/// once (75% by default); beyond it a new pin waits up to
+/// [`Config::pin_wait`](crate::Config::pin_wait) and fails with [`CacheError::PinLimit`](crate::CacheError::PinLimit).
+/// Copying reads ([`CachedFile::read_at`]) go on meanwhile, uncached if they must.
+///
+/// Dereferences to the file's bytes in the folio (`&guard[..]`). The guard cannot outlive
+/// the handle it came from:
+///
+/// ```compile_fail
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("data");
+/// # std::fs::write(&path, vec![7u8; 8192])?;
+/// let cache = foliocache::FolioCache::new(foliocache::Config::new(1 << 20))?;
+/// let page = {
+///     let file = cache.open(&path)?;
+///     let page = file.get_folio(0)?;
+///     page                              // error: `file` does not live long enough
+/// };
+/// # Ok(()) }
+/// ```
+///
+/// but its owned form can, and may move to another thread:
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("data");
+/// # std::fs::write(&path, vec![7u8; 8192])?;
+/// let cache = foliocache::FolioCache::new(foliocache::Config::new(1 << 20))?;
+/// let page = {
+///     let file = cache.open(&path)?;
+///     let owned = file.get_folio(1)?.into_owned();
+///     owned                             // `file` closes here; the page stays
+/// };
+/// let sum = std::thread::spawn(move || page.iter().map(|&b| b as u64).sum::<u64>()).join();
+/// assert_eq!(sum.unwrap(), 7 * 4096);
+/// # Ok(()) }
+/// ```
+pub struct PinnedFolio<'f> {
+    pub(super) file: &'f CachedFile,
+    pub(super) pin: Pin,
+}
+
+// SAFETY: the guard owns a counted reference, which may be used and dropped from any thread
+// (folio headers are shared, atomically accessed state); the bytes it exposes are immutable;
+// `CachedFile` is `Sync`.
+unsafe impl Send for PinnedFolio<'_> {}
+// SAFETY: as above; `&PinnedFolio` only reads immutable bytes and atomic header fields.
+unsafe impl Sync for PinnedFolio<'_> {}
+
+impl<'f> PinnedFolio<'f> {
+    /// The arena the folio lives in: the handle keeps the cache, hence the arena, alive for
+    /// `'f`.
+    fn arena(&self) -> &'f crate::mm::folio::Arena {
+        &self.file.cache.arena
+    }
+
+    fn path(&self) -> PathBuf {
+        self.file.path()
+    }
+
+    fn inner(&self) -> &CacheInner {
+        &self.file.cache
+    }
+
+    /// Nothing to put besides the folio: the handle owns the use of the inode.
+    fn after_release(&mut self) {}
+
+    /// A guard that owns its file instead of borrowing the handle: it may outlive the handle
+    /// (and every other handle of the file) and move into `'static` tasks. Costs one shared
+    /// reference on the file's state, taken here and put when the owned guard drops.
+    pub fn into_owned(self) -> OwnedFolio {
+        let this = std::mem::ManuallyDrop::new(self);
+        let mapping = this.file.mapping();
+        // ORDERING: Relaxed; the handle holds a use, so the count cannot reach zero here.
+        mapping.users.fetch_add(1, Ordering::Relaxed);
+        OwnedFolio {
+            cache: this.file.cache.clone(),
+            mapping: std::mem::ManuallyDrop::new(mapping),
+            pin: Pin {
+                folio: this.pin.folio,
+                data: this.pin.data,
+                valid: this.pin.valid,
+            },
+        }
+    }
+}
+
+guard_methods!(PinnedFolio<'_>, "PinnedFolio");
+
+/// A pinned folio that owns a reference on its file ([`PinnedFolio::into_owned`]): valid
+/// after every handle of the file is closed; the folio is freed when the guard drops.
+pub struct OwnedFolio {
+    cache: Arc<CacheInner>,
+    /// A use of the inode (`i_count`), put back after the folio (`CacheInner::iput`).
+    mapping: std::mem::ManuallyDrop<Arc<Mapping>>,
+    pin: Pin,
+}
+
+// SAFETY: as for `PinnedFolio`; the mapping is shared state behind an `Arc`.
+unsafe impl Send for OwnedFolio {}
+// SAFETY: as above.
+unsafe impl Sync for OwnedFolio {}
+
+impl OwnedFolio {
+    /// The arena the folio lives in, kept alive by the mapping we hold.
+    fn arena(&self) -> &crate::mm::folio::Arena {
+        &self.cache.arena
+    }
+
+    fn path(&self) -> PathBuf {
+        self.mapping.path.clone()
+    }
+
+    fn inner(&self) -> &CacheInner {
+        &self.cache
+    }
+
+    /// Puts the guard's use of the inode (`iput`), after its folio.
+    fn after_release(&mut self) {
+        // SAFETY: taken once, here, from the guard's drop; never used again.
+        let m = unsafe { std::mem::ManuallyDrop::take(&mut self.mapping) };
+        self.cache.iput(m);
+    }
+}
+
+guard_methods!(OwnedFolio, "OwnedFolio");
