@@ -20,14 +20,7 @@ fn setup(filter: DrainFilter) -> (Box<Arena>, Lru) {
     let mut c = ArenaConfig::new(1024 * PAGE_SIZE, RefStrategy::LockedBit);
     c.panic_on_bad_page = false;
     let arena = Box::new(Arena::new(c).unwrap());
-    let lru = Lru::new(
-        &arena,
-        LruConfig {
-            filter,
-            batch_slots: 1,
-            ..LruConfig::default()
-        },
-    );
+    let lru = Lru::new(&arena, LruConfig::DEFAULT.filter(filter).batch_slots(1));
     (arena, lru)
 }
 

@@ -422,15 +422,14 @@ fn run(
     let arena = Arc::new(Arena::new(c).unwrap());
     let lru = Lru::new(
         &arena,
-        LruConfig {
-            filter,
-            add_as_active,
-            batch_slots: 1,
-            workingset: true,
-            reference_on_fill: false,
-            inactive_ratio: None,
-            active_second_chance,
-        },
+        LruConfig::DEFAULT
+            .filter(filter)
+            .add_as_active(add_as_active)
+            .batch_slots(1)
+            .workingset(true)
+            .reference_on_fill(false)
+            .inactive_ratio(None)
+            .active_second_chance(active_second_chance),
     );
     let index = Index::new(arena.clone());
     let arena_ref: &Arena = &arena;

@@ -77,11 +77,9 @@ fn stress(s: RefStrategy, add_as_active: bool, ops_per_thread: u64) {
     let arena = Arc::new(Arena::new(c).unwrap());
     let lru = Lru::new(
         &arena,
-        LruConfig {
-            filter: DrainFilter::Filtered,
-            add_as_active,
-            ..LruConfig::default()
-        },
+        LruConfig::DEFAULT
+            .filter(DrainFilter::Filtered)
+            .add_as_active(add_as_active),
     );
     let files = Files((0..FILES).map(|_| Index::new(arena.clone())).collect());
     let counts = Counts::default();

@@ -241,8 +241,10 @@ impl crate::Variant for DrainFilter {
 }
 crate::variant::variant_traits!(DrainFilter);
 
-/// How an [`Lru`] behaves.
+/// How an [`Lru`] behaves: start from [`LruConfig::DEFAULT`] (or `default()`) and the setters,
+/// which are named like the fields (new fields may come in minor releases).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LruConfig {
     /// The drain-time dead-folio filter (default [`DrainFilter::Filtered`]).
     pub filter: DrainFilter,
@@ -293,6 +295,31 @@ pub const MAX_BATCH_SLOTS: usize = 8192;
 /// The largest [`LruConfig::inactive_ratio`] accepted: the kernel's formula gives 101 at 1 TiB,
 /// so a ratio beyond this one only starves the inactive list.
 pub const MAX_INACTIVE_RATIO: u32 = 1024;
+
+/// `LruConfig::field(value)` setters, one per field.
+macro_rules! lru_config_setters {
+    ($( $field:ident: $ty:ty, )*) => {
+        impl LruConfig {
+            $(
+                #[doc = concat!("Sets [`LruConfig::", stringify!($field), "`].")]
+                pub const fn $field(mut self, $field: $ty) -> LruConfig {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+lru_config_setters! {
+    filter: DrainFilter,
+    add_as_active: bool,
+    batch_slots: usize,
+    workingset: bool,
+    reference_on_fill: bool,
+    inactive_ratio: Option<u32>,
+    active_second_chance: bool,
+}
 
 impl LruConfig {
     /// The defaults, as a constant: the filtered drain, one batch set per CPU, workingset

@@ -674,12 +674,10 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
         budget_blocks,
         content: Arc::new(content),
         ra_pages: args.ra_pages,
-        lru: LruConfig {
-            workingset: !args.no_workingset,
-            inactive_ratio: args.inactive_ratio.get(),
-            active_second_chance: !args.kernel_active_aging,
-            ..LruConfig::default()
-        },
+        lru: LruConfig::DEFAULT
+            .workingset(!args.no_workingset)
+            .inactive_ratio(args.inactive_ratio.get())
+            .active_second_chance(!args.kernel_active_aging),
         _dir: dir,
     })
 }
