@@ -159,15 +159,19 @@
 //! only by trylock).
 
 mod batch;
+mod config;
 mod list;
 mod reclaim;
+mod stats;
 pub mod workingset;
 
 pub use batch::FOLIO_BATCH_SIZE;
+pub use config::{DrainFilter, LruConfig, MAX_BATCH_SLOTS, MAX_INACTIVE_RATIO};
 pub use list::{LruList, NR_LRU_LISTS};
 pub use reclaim::{
     Evict, ReclaimResult, Watermarks, MAX_BUSY_WAITS, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX,
 };
+pub use stats::LruStats;
 pub use workingset::WorkingsetStats;
 
 use std::fmt;
@@ -188,234 +192,6 @@ use workingset::Workingset;
 /// field a multi-generational LRU would use. The filter clears them before freeing a dead
 /// folio; forgetting `PG_active` here is the seed's "Bad page state".
 pub const LRU_FLAGS_AT_FREE: u64 = PG_LRU | PG_ACTIVE | PG_UNEVICTABLE | LRU_GEN_MASK;
-
-/// What the add-batch drain does with a folio whose only reference is the batch's (seed 004).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum DrainFilter {
-    /// The kernel before the seed: add it to the LRU anyway; the drain's final put then takes
-    /// the lock again to remove it.
-    Vanilla,
-    /// The seed, corrected: `freeze(1)`, clear [`LRU_FLAGS_AT_FREE`], free it without the LRU
-    /// and without the lock.
-    #[default]
-    Filtered,
-    /// The seed's first version: `freeze(1)` and free the folio as it is. A folio that picked
-    /// up `PG_active` in the batch reaches the free path with it: a bad page. Kept to show the
-    /// bug; never use it for real.
-    Naive,
-    /// Loom only: a weakened filter that checks the count with a load and then drops the
-    /// batch's reference as if it were the last (check-then-act instead of one CAS). The loom
-    /// model must catch it freeing a folio a concurrent lookup just took.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    RacyCheck,
-}
-
-impl DrainFilter {
-    /// Every filter, in declaration order.
-    pub const ALL: [DrainFilter; 3] = [
-        DrainFilter::Vanilla,
-        DrainFilter::Filtered,
-        DrainFilter::Naive,
-    ];
-
-    /// Stable name: `vanilla`, `filtered`, `naive`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DrainFilter::Vanilla => "vanilla",
-            DrainFilter::Filtered => "filtered",
-            DrainFilter::Naive => "naive",
-            #[cfg(loom)]
-            DrainFilter::RacyCheck => "racy-check",
-        }
-    }
-}
-
-impl crate::Variant for DrainFilter {
-    const KIND: &'static str = "drain filter";
-    const ALL: &'static [Self] = &DrainFilter::ALL;
-    fn name(self) -> &'static str {
-        DrainFilter::name(self)
-    }
-}
-crate::variant::variant_traits!(DrainFilter);
-
-/// How an [`Lru`] behaves: start from [`LruConfig::DEFAULT`] (or `default()`) and the setters,
-/// which are named like the fields (new fields may come in minor releases).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LruConfig {
-    /// The drain-time dead-folio filter (default [`DrainFilter::Filtered`]).
-    pub filter: DrainFilter,
-    /// Set `PG_active` on every folio as it is queued, as MGLRU's `folio_add_lru` does for
-    /// folios added in the fault path: they land on the active list. Default false.
-    pub add_as_active: bool,
-    /// Number of per-CPU batch sets, `0..=`[`MAX_BATCH_SLOTS`]; 0 (the default) means one per
-    /// CPU. 1 makes the LRU's order deterministic for a single thread (the differential test
-    /// uses it).
-    pub batch_slots: usize,
-    /// Workingset detection ([`workingset`]): reclaim leaves shadow entries and the eviction
-    /// clock runs, so that a folio read again soon after its eviction is activated at once.
-    /// Default true, as in the kernel; false gives the plain two-list LRU.
-    pub workingset: bool,
-    /// Count the read that missed a folio, and had it filled, as the folio's first access
-    /// (`PG_referenced` set at once), as the kernel's `filemap_read` does: one hit later
-    /// activates it. Default false: a filled folio starts unreferenced, so it takes two hits
-    /// while inactive to be activated (2Q's "re-referenced after admission"), which keeps
-    /// once-hit blocks off the active list.
-    pub reference_on_fill: bool,
-    /// Active pages kept per inactive page before reclaim deactivates (`inactive_ratio`).
-    /// `None` (the default) computes it as the kernel does from the lists' size:
-    /// `int_sqrt(10 * GiB)`, 1 below 1 GiB; 0 counts as 1; at most [`MAX_INACTIVE_RATIO`]
-    /// (checked by `Config::validate`). A larger ratio protects
-    /// frequently used blocks longer and adapts more slowly when the working set moves: on
-    /// the `peers` Zipf trace, 2 instead of 1 takes the hit ratio from 84.5% to 85.0-85.4%
-    /// without workingset detection, and changes little with it.
-    pub inactive_ratio: Option<u32>,
-    /// Aging gives an active folio read since it last looked a second chance per read: reads
-    /// of an active folio are counted (`PG_referenced`, then up to 3 more in the flags word's
-    /// `LRU_REFS` field, as MGLRU counts reads through file descriptors), and when aging
-    /// reaches the folio on the active tail it spends one and returns the folio to the active
-    /// head instead of moving it down (a GCLOCK on the active list). Default true. False is
-    /// the kernel's `shrink_active_list` for unmapped file folios, which keeps only referenced
-    /// executable mappings active and otherwise deactivates in list order, and counts nothing.
-    /// The active list is where frequently read blocks live; FIFO aging demotes them by age
-    /// alone. On the `peers` trace (16 Ki pages over 64 Ki), Zipf 0.99 / 0.8: at ratio 1
-    /// (the kernel's below 1 GiB) 84.1% / 66.5% without, 84.3% / 67.4% with; at ratio 4
-    /// (`Config::block_cache`) 83.9% / 66.3% without, 86.2% / 69.3% with.
-    pub active_second_chance: bool,
-}
-
-/// The most per-CPU batch sets an LRU accepts ([`LruConfig::batch_slots`]): more than any
-/// machine has CPUs (the kernel's largest `NR_CPUS` default), so a value beyond it is a
-/// mistake, not a tuning.
-pub const MAX_BATCH_SLOTS: usize = 8192;
-
-/// The largest [`LruConfig::inactive_ratio`] accepted: the kernel's formula gives 101 at 1 TiB,
-/// so a ratio beyond this one only starves the inactive list.
-pub const MAX_INACTIVE_RATIO: u32 = 1024;
-
-/// `LruConfig::field(value)` setters, one per field.
-macro_rules! lru_config_setters {
-    ($( $field:ident: $ty:ty, )*) => {
-        impl LruConfig {
-            $(
-                #[doc = concat!("Sets [`LruConfig::", stringify!($field), "`].")]
-                pub const fn $field(mut self, $field: $ty) -> LruConfig {
-                    self.$field = $field;
-                    self
-                }
-            )*
-        }
-    };
-}
-
-lru_config_setters! {
-    filter: DrainFilter,
-    add_as_active: bool,
-    batch_slots: usize,
-    workingset: bool,
-    reference_on_fill: bool,
-    inactive_ratio: Option<u32>,
-    active_second_chance: bool,
-}
-
-impl LruConfig {
-    /// The defaults, as a constant: the filtered drain, one batch set per CPU, workingset
-    /// detection and the active list's second chances on, the kernel's inactive ratio.
-    pub const DEFAULT: LruConfig = LruConfig {
-        filter: DrainFilter::Filtered,
-        add_as_active: false,
-        batch_slots: 0,
-        workingset: true,
-        reference_on_fill: false,
-        inactive_ratio: None,
-        active_second_chance: true,
-    };
-}
-
-impl Default for LruConfig {
-    fn default() -> Self {
-        LruConfig::DEFAULT
-    }
-}
-
-crate::mm::stats::counter_set! {
-    /// A snapshot of an [`Lru`]'s counters (`/proc/vmstat` style), each listed once here.
-    pub struct LruStats, prefix "lru_" {
-    counters {
-        /// Acquisitions of the lruvec lock, for any reason.
-        lock_acquisitions,
-        /// Folios queued in add batches ([`Lru::add`]).
-        queued,
-        /// Folios taken out of add batches by a drain (queued minus those still batched).
-        drained,
-        /// Folios the add drain linked on a list (`mm_lru_insertion` events).
-        inserted,
-        /// Of those, folios whose only reference was the batch's when linked: dead folios that
-        /// reached the LRU.
-        dead_inserted,
-        /// Dead folios the drain freed without the LRU ([`DrainFilter::Filtered`]/`Naive`).
-        dead_filtered,
-        /// Folios unlinked by their final put (`__page_cache_release`).
-        released,
-        /// Of those, the ones unlinked by the arena's free path (a final put outside the LRU's
-        /// own batch puts: truncation, a reader's last put), one lock hold each.
-        released_at_free,
-        /// Inactive folios promoted to the active list (`PGACTIVATE`).
-        activated,
-        /// Active folios aged down to the inactive list (`PGDEACTIVATE`).
-        deactivated,
-        /// Referenced inactive folios given a second chance by reclaim (`PGROTATED`).
-        rotated,
-        /// Active folios aging kept on the active list, each spending one read counted since the
-        /// last pass ([`LruConfig::active_second_chance`]; `shrink_active_list`'s `nr_rotated`).
-        rotated_active,
-        /// Folios reclaim looked at on the inactive tail (`PGSCAN`).
-        scanned,
-        /// Folios reclaim isolated from the inactive list.
-        isolated,
-        /// Pages reclaim freed (`PGSTEAL`).
-        reclaimed,
-        /// Reclaim passes run ([`Lru::reclaim`] calls).
-        reclaim_runs,
-        /// Passes of the background reclaimer ([`Lru::balance`], the kswapd analog).
-        background_runs,
-        /// Allocations that found nothing free on their CPU's list or in the buddy and reclaimed
-        /// first (`ALLOCSTALL`; pages parked on other CPUs' lists are not looked at first).
-        alloc_stalls,
-        /// Allocations that failed after reclaim made no progress (`OOM`).
-        oom,
-        /// Folios found `PG_mlocked` when added, placed on the unevictable list (`UNEVICTABLE_PGCULLED`).
-        culled,
-        /// Folios that were unevictable and are evictable again when re-added (`UNEVICTABLE_PGRESCUED`).
-        rescued,
-    }
-    per_list {
-        /// Folios on each list now, by [`LruList`] index.
-        folios,
-        /// Base pages on each list now.
-        pages,
-    }
-    gauges {
-        /// Folios sitting in add and activate batches now.
-        batched,
-    }
-    }
-}
-
-impl LruStats {
-    /// Percentage of drained folios that were dead when linked (the seed's "dead %").
-    pub fn dead_pct(&self) -> f64 {
-        100.0 * self.dead_inserted as f64 / (self.drained.max(1)) as f64
-    }
-
-    /// Lock acquisitions per folio queued.
-    pub fn lock_acquisitions_per_folio(&self) -> f64 {
-        self.lock_acquisitions as f64 / self.queued.max(1) as f64
-    }
-}
 
 /// The lruvec: the lists and the counters changed under its lock.
 #[derive(Debug)]
