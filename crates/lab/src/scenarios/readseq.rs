@@ -482,63 +482,60 @@ fn reduction_pct(before: Option<f64>, after: Option<f64>) -> String {
 /// `#threads | variant | ops/s | p50 | refcount ops/MiB | LRU entries/MiB | index locks/MiB`
 /// for issue 14's variants.
 fn large_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
-    let mut t = Table::new([
-        "#threads",
-        "variant",
-        "ops/s",
-        "p50 (ns)",
-        "refcount ops/MiB",
-        "LRU entries/MiB",
-        "index locks/MiB",
-    ]);
-    for &n in threads {
-        for v in ["order0", "large"] {
-            let get = |m: &str| {
-                report
-                    .row(v, n, m, extra)
-                    .map_or("-".to_string(), |r| fmt_num(r.median))
-            };
-            t.row([
-                n.to_string(),
-                v.to_string(),
-                get("ops_per_sec"),
-                get("p50_latency_ns"),
-                get("refcount_ops_per_mib"),
-                get("lru_entries_per_mib"),
-                get("index_lock_acquisitions_per_mib"),
-            ]);
-        }
-    }
-    t
+    medians_table(
+        report,
+        threads,
+        &["order0", "large"],
+        extra,
+        &[
+            ("ops/s", "ops_per_sec"),
+            ("p50 (ns)", "p50_latency_ns"),
+            ("refcount ops/MiB", "refcount_ops_per_mib"),
+            ("LRU entries/MiB", "lru_entries_per_mib"),
+            ("index locks/MiB", "index_lock_acquisitions_per_mib"),
+        ],
+    )
 }
 
 /// `#threads | variant | p50 | p75 | p99 | lock/page` for one layout.
 fn latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
-    let mut t = Table::new([
-        "#threads",
-        "variant",
-        "p50 (ns)",
-        "p75 (ns)",
-        "p99 (ns)",
-        "lock acq/page",
-        "insert lock acq/page",
-    ]);
+    medians_table(
+        report,
+        threads,
+        &VARIANTS,
+        extra,
+        &[
+            ("p50 (ns)", "p50_latency_ns"),
+            ("p75 (ns)", "p75_latency_ns"),
+            ("p99 (ns)", "p99_latency_ns"),
+            ("lock acq/page", "lock_acquisitions_per_page"),
+            ("insert lock acq/page", "insert_lock_acquisitions_per_page"),
+        ],
+    )
+}
+
+/// `#threads | variant | <column>...`: a row per thread count and variant, each cell the
+/// median of the column's metric (`-` where the report has none).
+fn medians_table(
+    report: &Report,
+    threads: &[usize],
+    variants: &[&str],
+    extra: &Map<String, Value>,
+    columns: &[(&str, &str)],
+) -> Table {
+    let mut t = Table::new(
+        ["#threads", "variant"]
+            .into_iter()
+            .chain(columns.iter().map(|&(head, _)| head)),
+    );
     for &n in threads {
-        for v in VARIANTS {
-            let get = |m: &str| {
+        for &v in variants {
+            let cells = columns.iter().map(|&(_, metric)| {
                 report
-                    .row(v, n, m, extra)
+                    .row(v, n, metric, extra)
                     .map_or("-".to_string(), |r| fmt_num(r.median))
-            };
-            t.row([
-                n.to_string(),
-                v.to_string(),
-                get("p50_latency_ns"),
-                get("p75_latency_ns"),
-                get("p99_latency_ns"),
-                get("lock_acquisitions_per_page"),
-                get("insert_lock_acquisitions_per_page"),
-            ]);
+            });
+            t.row([n.to_string(), v.to_string()].into_iter().chain(cells));
         }
     }
     t
