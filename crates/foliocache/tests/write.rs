@@ -769,6 +769,128 @@ fn a_writable_guard_latches_the_page_and_publishes_its_update_at_once() {
     assert_baseline(&c);
 }
 
+/// Runs `f` on another thread and fails the test if it has not returned within a minute (a
+/// deadlock would otherwise hang the whole run).
+fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}: no return within a minute (deadlock)"))
+}
+
+#[test]
+fn a_guard_holder_writes_other_pages_past_the_dirty_limit_and_syncs() {
+    // The guard's holder writes 8x the dirty limit of the same file while it holds the latch:
+    // each throttled write makes room by writing dirty pages back, the latched page's among
+    // them (its old bytes), and nothing waits for the guard. Before latches were logical the
+    // throttled write waited for a pass stuck on the latched page's lock.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("latched");
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .dirty_ratios(20, 10)
+            .background_writeback(false),
+    )
+    .unwrap();
+    let f = Arc::new(c.open_with(&path, &rw()).unwrap());
+    f.write_all_at(&content(2 * PAGE, 1), 0).unwrap();
+    let limit_pages = 64 * 20 / 100;
+    let g = Arc::clone(&f);
+    let data = content(8 * limit_pages * PAGE, 2);
+    let expect_tail = data.clone();
+    within_a_minute("writes while holding a guard", move || {
+        let mut page = g.get_folio_mut(0).unwrap();
+        page.fill(0xAB);
+        for (i, chunk) in data.chunks(PAGE).enumerate() {
+            g.write_all_at(chunk, ((i + 1) * PAGE) as u64).unwrap();
+        }
+        g.sync_data().unwrap();
+        page.commit();
+        g.sync_data().unwrap();
+    });
+    let on_disk = std::fs::read(&path).unwrap();
+    assert!(on_disk[..PAGE].iter().all(|&b| b == 0xAB), "the commit is on disk");
+    assert!(on_disk[PAGE..] == expect_tail[..], "every other page is on disk");
+    assert!(c.stats().dirty_throttled > 0, "the writes were throttled");
+    c.validate().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_call_that_would_wait_for_its_own_guard_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("own");
+    let c = Arc::new(cache(1 << 20));
+    let f = Arc::new(c.open_with(&path, &rw()).unwrap());
+    f.write_all_at(&content(3 * PAGE, 3), 0).unwrap();
+    let g = Arc::clone(&f);
+    within_a_minute("calls from a guard's own thread", move || {
+        let f = g;
+        let mut g = f.get_folio_mut(1).unwrap();
+        g[..4].copy_from_slice(b"mine");
+        let invalid =
+            |r: Result<(), CacheError>| matches!(r, Err(CacheError::InvalidArgument { .. }));
+        assert!(invalid(f.write_all_at(b"x", PAGE as u64 + 5)), "own page");
+        assert!(invalid(f.write_all_at(&[0; 2 * PAGE], 0)), "a range across it");
+        assert!(invalid(f.get_folio_mut(1).map(drop)), "latched twice");
+        assert!(invalid(f.set_len(PAGE as u64 + 10)), "a shrink that zeroes it");
+        assert!(invalid(f.set_len(0)), "a shrink that cuts it");
+        // Other pages, growing, syncs: fine.
+        f.write_all_at(b"page 2", 2 * PAGE as u64).unwrap();
+        f.set_len(4 * PAGE as u64).unwrap();
+        f.sync_data().unwrap();
+        // Another thread waits instead, and writes after the commit.
+        std::thread::scope(|s| {
+            let w = s.spawn(|| f.write_all_at(b"next", PAGE as u64 + 4).unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!w.is_finished(), "another thread waits for the latch");
+            drop(g);
+            w.join().unwrap();
+        });
+    });
+    let mut buf = [0u8; 8];
+    f.read_exact_at(&mut buf, PAGE as u64).unwrap();
+    assert_eq!(&buf, b"minenext");
+    assert_eq!(f.len(), 4 * PAGE as u64);
+    f.sync_data().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_writer_waiting_for_a_latch_does_not_hold_the_file() {
+    // Thread B writes page 0, latched by A, and waits; A then writes page 1 of the same file.
+    // B must wait with `i_rwsem` released, or A waits for B and B for A.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("abba");
+    let c = Arc::new(cache(1 << 20));
+    let f = Arc::new(c.open_with(&path, &rw()).unwrap());
+    f.write_all_at(&content(2 * PAGE, 4), 0).unwrap();
+    let (a, b) = (Arc::clone(&f), Arc::clone(&f));
+    within_a_minute("a latch holder and a writer of its page", move || {
+        let mut g = a.get_folio_mut(0).unwrap();
+        g[..2].copy_from_slice(b"AA");
+        let writer = std::thread::spawn(move || b.write_all_at(b"BB", 2).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        a.write_all_at(b"page one", PAGE as u64).unwrap();
+        a.set_len(3 * PAGE as u64).unwrap();
+        drop(g);
+        writer.join().unwrap();
+    });
+    let mut buf = [0u8; 4];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"AABB");
+    let mut one = [0u8; 8];
+    f.read_exact_at(&mut one, PAGE as u64).unwrap();
+    assert_eq!(&one, b"page one");
+    f.sync_data().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
 #[test]
 fn a_writable_guard_waits_for_the_pages_writeback() {
     let dir = tempfile::tempdir().unwrap();

@@ -64,6 +64,8 @@ pub(crate) struct Mapping {
     /// `mapping_large_folio_support`: misses may fill this file's pages in folios of more
     /// than one page (cleared by [`CachedFile::set_large_folios`]).
     pub(crate) large_folios: crate::mm::sync::AtomicBool,
+    /// Pages latched by [`FolioMut`](super::FolioMut) guards (`cache/write.rs`).
+    pub(crate) latches: super::write::Latches,
     /// The page index (`i_pages`).
     pub(crate) pages: Index,
 }
@@ -147,7 +149,8 @@ impl Mapping {
         // write of ours, the second load sees its increment. Writeback tags its pages before
         // the increment, so a write in flight before the first load shows in `unwritten`.
         let seq0 = self.wb_seq.load(Ordering::SeqCst);
-        let unwritten = self.wb.has_unwritten();
+        // A latched page is a write in progress too: its commit will dirty it.
+        let unwritten = self.wb.has_unwritten() || self.latches.any();
         let now = self.backing.attrs()?;
         let seq1 = self.wb_seq.load(Ordering::SeqCst);
         let mut seen = self.attrs.lock();

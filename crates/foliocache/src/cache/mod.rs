@@ -519,6 +519,7 @@ impl FolioCache {
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
             large_folios: crate::mm::sync::AtomicBool::new(true),
+            latches: write::Latches::new(),
             pages,
         });
         let mut live = self.inner.live.lock();

@@ -65,7 +65,7 @@ use super::{CacheError, CacheInner};
 use crate::backing::Backing;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::index::AddError;
-use crate::mm::sync::{Arc, Ordering};
+use crate::mm::sync::{Arc, AtomicUsize, Ordering};
 use crate::mm::writeback::{self, SyncMode, WbOutcome, WbTarget};
 
 /// How to open a file ([`FolioCache::open_with`](super::FolioCache::open_with)), the
@@ -208,7 +208,11 @@ impl CachedFile {
     /// ```
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
         let m = self.writable_mapping()?;
-        let w = m.i_rwsem.lock();
+        let append = self.append;
+        let w = self.lock_for_write(&m, "write_at", |m| {
+            let pos = if append { m.size() } else { offset };
+            write_pages(pos, buf.len())
+        })?;
         let pos = if self.append { m.size() } else { offset };
         let r = self.perform_write(&m, buf, pos);
         // The eviction listener runs with no lock held (`cache/budget.rs`).
@@ -230,7 +234,7 @@ impl CachedFile {
     /// file (`O_APPEND`), and returns the offset it was written at: a log's record address.
     pub fn append(&self, buf: &[u8]) -> Result<u64, CacheError> {
         let m = self.writable_mapping()?;
-        let _w = m.i_rwsem.lock();
+        let _w = self.lock_for_write(&m, "append", |m| write_pages(m.size(), buf.len()))?;
         let pos = m.size();
         let n = self.perform_write(&m, buf, pos)?;
         if n != buf.len() {
@@ -255,7 +259,11 @@ impl CachedFile {
         if size > MAX_FILE_SIZE {
             return Err(too_large(&m, size));
         }
-        let _w = m.i_rwsem.lock();
+        // A shrink cuts or zeroes the pages from the one holding the new end: none may be
+        // latched.
+        let _w = self.lock_for_write(&m, "set_len", |m| {
+            (size < m.size()).then_some((size >> PAGE_SHIFT, u64::MAX))
+        })?;
         let writer = m.writer_backing()?;
         let old = m.size();
         let c = &self.cache;
@@ -787,6 +795,137 @@ fn zero_cached_tail(
     Ok(())
 }
 
+/// The pages of one file latched by [`FolioMut`] guards: a logical lock per page, kept apart
+/// from the folio lock.
+///
+/// The kernel never returns to userspace with a folio locked, and its lock order puts folio
+/// locks inside `i_rwsem`. A guard is held across calls of its owner's choosing, so it must
+/// not hold a folio lock: its owner could then write another page of the file (and be
+/// throttled into writing back the page it holds), sync the file, or wait for `i_rwsem` held
+/// by a writer that waits for the guard's page. So a guard holds a reference and an entry
+/// here instead. Entries are added under the file's `i_rwsem` ([`CachedFile::get_folio_mut`]),
+/// and every writer looks here under `i_rwsem` before it writes a page: a page latched by
+/// another thread is waited for with `i_rwsem` released, a page latched by the calling thread
+/// is an error (the call would wait for itself). Writeback, syncs and reclaim ignore latches:
+/// the guard changes a private copy, never the cached page.
+pub(crate) struct Latches {
+    /// Entries in `held`, read without the mutex on every write: zero almost always.
+    nr: AtomicUsize,
+    /// `(page index, thread that made the guard)`; a few entries at most.
+    held: crate::mm::sync::Mutex<Vec<(u64, std::thread::ThreadId)>>,
+    released: crate::mm::sync::Condvar,
+}
+
+impl Latches {
+    pub(crate) fn new() -> Latches {
+        Latches {
+            nr: AtomicUsize::new(0),
+            held: crate::mm::sync::Mutex::new(Vec::new()),
+            released: crate::mm::sync::Condvar::new(),
+        }
+    }
+
+    /// A latched page in `first..=last` (the calling thread's first, if it holds one there).
+    /// The caller holds `i_rwsem`, under which latches are added, so the answer stays true
+    /// until it lets go (one may be released meanwhile).
+    fn find(&self, first: u64, last: u64) -> Option<(u64, std::thread::ThreadId)> {
+        // ORDERING: Relaxed; entries are added under `i_rwsem`, which the caller holds, so
+        // every entry added before is visible; a stale non-zero only costs the mutex.
+        if self.nr.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let me = std::thread::current().id();
+        let held = self.held.lock();
+        let mut found = None;
+        for &(index, owner) in held.iter() {
+            if (first..=last).contains(&index) && (found.is_none() || owner == me) {
+                found = Some((index, owner));
+            }
+        }
+        found
+    }
+
+    /// Whether any page of the file is latched (revalidation counts a latch as a write in
+    /// progress). The caller holds `i_rwsem`.
+    pub(crate) fn any(&self) -> bool {
+        // ORDERING: Relaxed, as in `find`.
+        self.nr.load(Ordering::Relaxed) != 0
+    }
+
+    /// Latches `index` for the calling thread; the caller holds `i_rwsem` and found it free.
+    fn add(&self, index: u64) {
+        let mut held = self.held.lock();
+        held.push((index, std::thread::current().id()));
+        self.nr.store(held.len(), Ordering::Relaxed);
+    }
+
+    /// Releases `index` and wakes the writers waiting for it.
+    fn remove(&self, index: u64) {
+        let mut held = self.held.lock();
+        if let Some(i) = held.iter().position(|&(x, _)| x == index) {
+            held.swap_remove(i);
+        }
+        self.nr.store(held.len(), Ordering::Relaxed);
+        drop(held);
+        self.released.notify_all();
+    }
+
+    /// Sleeps until `index` is not latched (the caller holds no `i_rwsem`).
+    fn wait_released(&self, index: u64) {
+        let held = self.held.lock();
+        drop(
+            self.released
+                .wait_while(held, |h| h.iter().any(|&(x, _)| x == index)),
+        );
+    }
+}
+
+impl CachedFile {
+    /// Takes the file's `i_rwsem` once no page of `first..=last` is latched by another
+    /// thread's [`FolioMut`] (waiting for those with `i_rwsem` released); a page latched by
+    /// the calling thread is an error, since the caller would wait for itself.
+    fn lock_for_write<'m>(
+        &self,
+        m: &'m Mapping,
+        what: &str,
+        pages: impl Fn(&Mapping) -> Option<(u64, u64)>,
+    ) -> Result<crate::mm::sync::MutexGuard<'m, ()>, CacheError> {
+        loop {
+            let w = m.i_rwsem.lock();
+            let Some((first, last)) = pages(m) else {
+                return Ok(w);
+            };
+            match m.latches.find(first, last) {
+                None => return Ok(w),
+                Some((index, owner)) if owner == std::thread::current().id() => {
+                    return Err(latched_by_me(m, index, what));
+                }
+                Some((index, _)) => {
+                    drop(w);
+                    m.latches.wait_released(index);
+                }
+            }
+        }
+    }
+}
+
+/// The pages a write of `len` bytes at `pos` touches, if any.
+fn write_pages(pos: u64, len: usize) -> Option<(u64, u64)> {
+    let end = pos.checked_add(len as u64)?;
+    (len > 0).then(|| (pos >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT))
+}
+
+/// The error for a call that would wait for a [`FolioMut`] its own thread holds.
+fn latched_by_me(m: &Mapping, index: u64, what: &str) -> CacheError {
+    CacheError::InvalidArgument {
+        what: format!(
+            "{what} of {} would wait for page {index}, latched by a FolioMut this thread holds: \
+             write through the guard, or commit it first",
+            m.path.display()
+        ),
+    }
+}
+
 /// A page of a file held for an update in place: a buffer manager's exclusive page latch,
 /// from [`CachedFile::get_folio_mut`]. Dereferences to the file's bytes in the page,
 /// writable; dropping the guard (or [`FolioMut::commit`]) publishes the changes at once and
@@ -794,18 +933,22 @@ fn zero_cached_tail(
 ///
 /// # Protocol
 ///
-/// - The guard holds the page's folio **locked** for its whole life, so other writers of the
-///   page, a truncation and a writeback reaching it wait for the guard. The page was not under
-///   writeback when the guard was made (`folio_wait_stable`), and no writeback can start on it
-///   meanwhile: the bytes a write in flight reads never change.
+/// - The guard **latches** the page: other writers of the page ([`CachedFile::write_at`],
+///   another guard, a [`CachedFile::set_len`] that would cut or zero it) wait until it is
+///   committed or discarded. The latch is not the folio lock (none is held between calls, as
+///   the kernel never returns to userspace with a page locked), so the guard's holder may
+///   write other pages of the file, sync it, or be throttled at the dirty limit without
+///   waiting for itself. Writing the latched page itself, or latching it again, from the
+///   thread that made the guard is an error ([`CacheError::InvalidArgument`]), not a hang.
 /// - The changes go to a private copy of the page, made when the guard is made, and replace
 ///   the page in the index when the guard commits (`replace_page_cache_folio`): readers never
 ///   see a half-updated page; they read the old bytes until the commit and the new ones after,
-///   and a pinned guard of the old page keeps them.
-/// - The page's dirtiness is reserved under the dirty limit when the guard is made.
-///
-/// Do not write the same page with [`CachedFile::write_at`], nor sync the file, from the
-/// thread holding the guard: both wait for the page's lock, which the guard holds.
+///   and a pinned guard of the old page keeps them. Writeback and syncs meanwhile write the
+///   old bytes (the cached page never changes under a write in flight: stable pages), and the
+///   commit waits for a write of the old page in flight before it replaces it.
+/// - The page's dirtiness is reserved under the dirty limit when the guard commits (the
+///   commit may write other dirty pages back first, as a write does); until then the guard
+///   holds two pages of the pin limit (the page and its copy).
 ///
 /// ```
 /// use foliocache::{Config, FolioCache, OpenOptions};
@@ -817,6 +960,7 @@ fn zero_cached_tail(
 /// {
 ///     let mut page = db.get_folio_mut(1)?;          // latch page 1
 ///     page[0..4].copy_from_slice(b"node");          // update it in place
+///     db.write_all_at(b"log", 2 * 4096)?;           // other pages stay writable meanwhile
 /// }                                                 // committed: dirty, visible to all
 /// let mut head = [0u8; 4];
 /// db.read_exact_at(&mut head, 4096)?;
@@ -827,7 +971,9 @@ fn zero_cached_tail(
 pub struct FolioMut<'f> {
     file: &'f CachedFile,
     mapping: Arc<Mapping>,
-    /// The cached page, locked, with a reference.
+    /// The page latched.
+    index: u64,
+    /// The cached page, unlocked, with a reference.
     old: std::ptr::NonNull<crate::mm::folio::Folio>,
     /// The private copy, locked, not uptodate, not in any index, with a reference.
     new: std::ptr::NonNull<crate::mm::folio::Folio>,
@@ -836,37 +982,49 @@ pub struct FolioMut<'f> {
     done: bool,
 }
 
-// SAFETY: the guard owns two counted, locked references; folio headers are shared atomic
-// state, the copy's bytes are reachable only through `&mut self`, and `CachedFile` is `Sync`.
+// SAFETY: the guard owns two counted references (the copy's locked); folio headers are shared
+// atomic state, the copy's bytes are reachable only through `&mut self`, and `CachedFile` is
+// `Sync`.
 unsafe impl Send for FolioMut<'_> {}
 // SAFETY: `&FolioMut` gives only `&[u8]` of the private copy, which nothing else writes.
 unsafe impl Sync for FolioMut<'_> {}
 
 impl CachedFile {
     /// Latches page `index` of the file for an update in place ([`FolioMut`]): the page is
-    /// read in if needed, locked, and copied for the update; the guard commits on drop.
-    /// `index` must be a page of the file (use [`CachedFile::set_len`] to grow it first).
+    /// read in if needed and copied for the update; the guard commits on drop. Waits while
+    /// another thread's guard latches the page. `index` must be a page of the file (use
+    /// [`CachedFile::set_len`] to grow it first).
     pub fn get_folio_mut(&self, index: u64) -> Result<FolioMut<'_>, CacheError> {
         let m = self.writable_mapping()?;
-        if index >= m.nr_pages() {
-            return Err(CacheError::InvalidArgument {
-                what: format!(
-                    "page {index} is past the end of {} ({} pages of 4 KiB): grow it with set_len",
-                    m.path.display(),
-                    m.nr_pages()
-                ),
-            });
-        }
         let c = &self.cache;
-        // The pin limit (`cache/budget.rs`): the guard holds the page and its copy.
+        // The pin limit (`cache/budget.rs`): the guard holds the page and its copy. Charged
+        // before `i_rwsem`, since it may wait for other pins to go.
         c.pin_charge(2)?;
-        balance_dirty_pages(c, &m);
-        let latched = self.latch(&m, index);
-        if latched.is_err() {
-            c.dirty.unreserve(1);
-            c.pin_uncharge(2);
-        }
-        let (old, new) = latched?;
+        let latched = self.lock_for_write(&m, "get_folio_mut", |_| Some((index, index)));
+        let latched = latched.and_then(|w| {
+            if index >= m.nr_pages() {
+                return Err(CacheError::InvalidArgument {
+                    what: format!(
+                        "page {index} is past the end of {} ({} pages of 4 KiB): grow it with set_len",
+                        m.path.display(),
+                        m.nr_pages()
+                    ),
+                });
+            }
+            let pages = self.latch(&m, index)?;
+            // Under `i_rwsem`: no writer of the page is between its look at the latches and
+            // its write.
+            m.latches.add(index);
+            drop(w);
+            Ok(pages)
+        });
+        let (old, new) = match latched {
+            Ok(p) => p,
+            Err(e) => {
+                c.pin_uncharge(2);
+                return Err(e);
+            }
+        };
         let valid = m
             .size()
             .saturating_sub(index << PAGE_SHIFT)
@@ -874,6 +1032,7 @@ impl CachedFile {
         Ok(FolioMut {
             file: self,
             mapping: m,
+            index,
             old,
             new,
             valid,
@@ -881,7 +1040,8 @@ impl CachedFile {
         })
     }
 
-    /// The locked page and its locked private copy, as raw pointers owned by the guard.
+    /// The page (referenced, unlocked) and its private copy (locked), as raw pointers owned
+    /// by the guard. The caller holds `i_rwsem`.
     #[allow(clippy::type_complexity)]
     fn latch(
         &self,
@@ -895,7 +1055,7 @@ impl CachedFile {
         CacheError,
     > {
         let c = &self.cache;
-        // Allocated before any lock is held: reclaim may need to lock other folios.
+        // Allocated before any folio lock is held: reclaim may need to lock other folios.
         let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
         let mut new = new
             .try_lock()
@@ -912,23 +1072,22 @@ impl CachedFile {
                 break old;
             }
         };
+        // Stable pages: the guard starts from a page no write is reading.
         writeback::wait_stable(&old);
         new.data_mut()
             .expect("a fresh folio is not uptodate")
             .copy_from_slice(old.data().expect("uptodate"));
         Ok((
-            std::ptr::NonNull::from(old.into_raw_locked()),
+            std::ptr::NonNull::from(old.unlock().into_raw()),
             std::ptr::NonNull::from(new.into_raw_locked()),
         ))
     }
 }
 
 impl FolioMut<'_> {
-    /// The first page index of the folio.
+    /// The page index of the latched page.
     pub fn index(&self) -> u64 {
-        // SAFETY: the guard holds a reference on `old`; headers live as long as the arena,
-        // which the handle keeps alive.
-        unsafe { self.old.as_ref() }.index()
+        self.index
     }
 
     /// Publishes the changes now (what dropping the guard does).
@@ -941,14 +1100,15 @@ impl FolioMut<'_> {
         self.finish(false);
     }
 
-    /// The two folios as handles again (once: `finish` consumes the guard's ownership).
-    fn take(&mut self) -> (FolioLocked<'_>, FolioLocked<'_>) {
+    /// The page and the copy as handles again (once: `finish` consumes the guard's
+    /// ownership).
+    fn take(&mut self) -> (FolioRef<'_>, FolioLocked<'_>) {
         let arena = &self.file.cache.arena;
-        // SAFETY: the guard owns one locked reference on each, taken back exactly once
-        // (`done` is set by the only caller).
+        // SAFETY: the guard owns one reference on each (the copy's locked), taken back
+        // exactly once (`done` is set by the only caller).
         unsafe {
             (
-                FolioLocked::from_raw_locked(arena, self.old.as_ref()),
+                FolioRef::from_raw(arena, self.old.as_ref()),
                 FolioLocked::from_raw_locked(arena, self.new.as_ref()),
             )
         }
@@ -960,28 +1120,68 @@ impl FolioMut<'_> {
         }
         let c = self.file.cache.clone();
         let m = self.mapping.clone();
+        let index = self.index;
         let (old, mut new) = self.take();
-        if !commit || old.mapping() != m.id {
-            // Discarded (or the page went away, which the lock we held forbids): the copy is
-            // freed with its last reference, never having been in an index.
-            c.dirty.unreserve(1);
+        if !commit {
+            // The copy is freed with its last reference, never having been in an index.
             drop(new);
             drop(old);
+            m.latches.remove(index);
             c.pin_uncharge(2);
             return;
         }
-        new.mark_uptodate();
-        if old.test_clear_flag(crate::mm::folio::flags::PG_DIRTY) {
-            new.set_flag(crate::mm::folio::flags::PG_DIRTY);
+        // Reserve the page's dirtiness as a write does (no folio lock held: the pass this may
+        // run writes the old page like any other).
+        balance_dirty_pages(&c, &m);
+        {
+            // `i_rwsem`, as a write's: revalidation must not miss a page being dirtied.
+            let _w = m.i_rwsem.lock();
+            new.mark_uptodate();
+            let old = old.lock();
+            writeback::wait_stable(&old);
+            publish_copy(&c, &m, index, old, &new);
+            c.add_lru(&new);
+            c.counters.inc(Event::WritesReplaced);
+            write_end(&c, &m, new, 0);
         }
-        let replaced = m.pages.replace_folio(&old, &new);
-        assert!(replaced, "a locked folio of this index can be replaced");
-        c.add_lru(&new);
-        drop(old);
-        c.counters.inc(Event::WritesReplaced);
-        write_end(&c, &m, new, 0);
+        m.latches.remove(index);
         c.pin_uncharge(2);
         c.wake_flusher();
+    }
+}
+
+/// Puts the committed copy `new` in page `index`'s slot: in place of the latched page `old`
+/// (locked), carrying its dirtiness, or, if `old` left the index meanwhile (nothing that
+/// respects latches removes it; this is the fallback), in place of whatever is cached there
+/// now, or into the empty slot. The caller holds `i_rwsem`.
+fn publish_copy(
+    c: &CacheInner,
+    m: &Mapping,
+    index: u64,
+    old: FolioLocked<'_>,
+    new: &FolioLocked<'_>,
+) {
+    use crate::mm::folio::flags::PG_DIRTY;
+    let mut cur = Some(old);
+    loop {
+        if let Some(f) = cur.take() {
+            if f.mapping() == m.id && f.index() == index && f.nr_pages() == 1 {
+                if f.test_clear_flag(PG_DIRTY) {
+                    new.set_flag(PG_DIRTY);
+                }
+                let replaced = m.pages.replace_folio(&f, new);
+                assert!(replaced, "a locked folio of this index can be replaced");
+                return;
+            }
+        }
+        if m.pages.add_folio(new, index).is_ok() {
+            return;
+        }
+        // Something is cached there again (read back in): replace that.
+        cur = lookup_stable(c, m, index).ok().flatten();
+        if cur.is_none() {
+            std::thread::yield_now();
+        }
     }
 }
 
