@@ -28,7 +28,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::contenders::{self, Kind, Reader};
-use super::workload::{self, Content, Mix, BLOCK};
+use super::workload::{self, Content, Mix};
 use super::Setup;
 use crate::harness::LabResult;
 
@@ -115,7 +115,7 @@ fn replay_kind(
         Kind::Foliocache | Kind::FoliocachePinned => {
             let c = contenders::Foliocache::new(
                 &setup.path,
-                setup.budget_blocks * BLOCK,
+                setup.budget_bytes(),
                 setup.ra_pages,
                 setup.lru,
                 kind == Kind::FoliocachePinned,
