@@ -811,8 +811,14 @@ fn a_guard_holder_writes_other_pages_past_the_dirty_limit_and_syncs() {
         g.sync_data().unwrap();
     });
     let on_disk = std::fs::read(&path).unwrap();
-    assert!(on_disk[..PAGE].iter().all(|&b| b == 0xAB), "the commit is on disk");
-    assert!(on_disk[PAGE..] == expect_tail[..], "every other page is on disk");
+    assert!(
+        on_disk[..PAGE].iter().all(|&b| b == 0xAB),
+        "the commit is on disk"
+    );
+    assert!(
+        on_disk[PAGE..] == expect_tail[..],
+        "every other page is on disk"
+    );
     assert!(c.stats().dirty_throttled > 0, "the writes were throttled");
     c.validate().unwrap();
     drop(f);
@@ -834,9 +840,15 @@ fn a_call_that_would_wait_for_its_own_guard_is_an_error() {
         let invalid =
             |r: Result<(), CacheError>| matches!(r, Err(CacheError::InvalidArgument { .. }));
         assert!(invalid(f.write_all_at(b"x", PAGE as u64 + 5)), "own page");
-        assert!(invalid(f.write_all_at(&[0; 2 * PAGE], 0)), "a range across it");
+        assert!(
+            invalid(f.write_all_at(&[0; 2 * PAGE], 0)),
+            "a range across it"
+        );
         assert!(invalid(f.get_folio_mut(1).map(drop)), "latched twice");
-        assert!(invalid(f.set_len(PAGE as u64 + 10)), "a shrink that zeroes it");
+        assert!(
+            invalid(f.set_len(PAGE as u64 + 10)),
+            "a shrink that zeroes it"
+        );
         assert!(invalid(f.set_len(0)), "a shrink that cuts it");
         // Other pages, growing, syncs: fine.
         f.write_all_at(b"page 2", 2 * PAGE as u64).unwrap();
