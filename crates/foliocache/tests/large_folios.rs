@@ -203,6 +203,55 @@ fn invalidation_keeps_a_large_folio_it_covers_only_in_part() {
     assert_baseline(&c);
 }
 
+/// Reclaim of large folios seen from the cache: an eviction frees the whole folio and the
+/// budget is charged by pages, the eviction clock moves by the pages evicted, and the refaults
+/// of a second pass are counted in pages, whole folios at a time. Two passes over 32 blocks
+/// of 16 pages with a budget of 16 blocks (the shadow-node limit keeps the second pass's
+/// shadows).
+#[test]
+fn reclaim_of_large_folios_frees_and_counts_them_in_pages() {
+    const PAGES: usize = 16;
+    const BLOCK: usize = PAGES * PAGE_SIZE;
+    const BLOCKS: usize = 32;
+    const BUDGET: usize = BLOCKS / 2;
+    let data = content(BLOCKS * PAGES, 9);
+    let c = FolioCache::new(Config::block_cache(BUDGET * BLOCK).panic_on_bad_page(true)).unwrap();
+    let f = c.open_backing("blocks", MemBacking(data.clone())).unwrap();
+    for pass in 0..2 {
+        for b in 0..BLOCKS {
+            let r = f.get_range((b * BLOCK) as u64, BLOCK).unwrap();
+            let slice = r.as_slice().expect("a block is one folio");
+            assert!(
+                slice == &data[b * BLOCK..][..BLOCK],
+                "pass {pass} block {b}"
+            );
+            drop(r);
+            let s = c.stats();
+            assert!(s.allocated_pages <= (BUDGET * PAGES) as u64, "{s:?}");
+            assert_eq!(
+                s.allocated_pages % PAGES as u64,
+                0,
+                "only whole folios: {s:?}"
+            );
+        }
+    }
+    let (lru, ws) = (c.lru_stats(), c.workingset_stats());
+    assert_eq!(lru.reclaimed % PAGES as u64, 0, "{lru:?}");
+    assert!(
+        lru.reclaimed >= ((2 * BLOCKS - BUDGET) * PAGES) as u64,
+        "{lru:?}"
+    );
+    assert_eq!(lru.activated, 0, "{lru:?}");
+    // One tick of the clock per page evicted, and nothing else moved it.
+    assert_eq!(ws.nonresident_age, lru.reclaimed, "{ws:?} {lru:?}");
+    assert!(ws.refault > 0, "{ws:?}");
+    assert_eq!(ws.refault % PAGES as u64, 0, "{ws:?}");
+    assert_eq!(ws.activate, 0, "{ws:?}");
+    c.validate().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
 fn rw() -> OpenOptions {
     let mut o = OpenOptions::new();
     o.write(true).create(true);

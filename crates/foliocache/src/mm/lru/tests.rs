@@ -724,6 +724,56 @@ fn a_refault_within_the_active_list_activates_and_one_beyond_does_not() {
     assert_eq!(a.validate().unwrap().allocated_pages, 0);
 }
 
+/// With large folios the clock, the refault distance and the refault counters are all in
+/// base pages (`workingset_eviction` and `workingset_refault` use `folio_nr_pages`): a
+/// distance counted in folios would call a refault recent that the active list could not
+/// have made room for.
+#[test]
+fn large_folios_move_the_clock_and_refault_by_their_pages() {
+    let a = arena(64, RefStrategy::LockedBit);
+    let l = lru(&a, DrainFilter::Filtered);
+    let c = Cache::new(&a);
+    c.add_active(&l, 100, 20);
+    assert_eq!(l.stats().pages[LruList::Active as usize], 20);
+    // An order-2 folio evicted at clock 0 moves the clock by its 4 pages.
+    let x = a.alloc(2).unwrap();
+    x.set_flag(PG_WORKINGSET);
+    let shadow = l.workingset_eviction(&x).unwrap();
+    drop(x);
+    assert_eq!(l.nonresident_age(), 4);
+    // An order-4 folio evicted after it: 16 pages more. Distance 20 = the active pages.
+    let y = a.alloc(4).unwrap();
+    assert!(l.workingset_eviction(&y).is_some());
+    drop(y);
+    assert_eq!(l.nonresident_age(), 20);
+    assert_eq!(l.workingset_test_recent(shadow), (true, true));
+    // One page more and it is too old; counted in folios the distance would be 3.
+    l.workingset_age_nonresident(1);
+    assert_eq!(l.workingset_test_recent(shadow), (false, true));
+    // A large folio refaulting from a recent shadow counts its pages and, activated,
+    // moves the clock by them too.
+    let recent = {
+        let z = a.alloc(0).unwrap();
+        let s = l.workingset_eviction(&z).unwrap();
+        drop(z);
+        s
+    };
+    let age = l.nonresident_age();
+    let big = a.alloc(3).unwrap();
+    assert!(l.workingset_refault(&big, recent));
+    assert!(big.test_flag(PG_ACTIVE));
+    assert_eq!(l.nonresident_age(), age + 8);
+    let ws = l.workingset_stats();
+    assert_eq!((ws.refault, ws.activate, ws.restore), (8, 8, 0));
+    big.clear_flag(PG_ACTIVE);
+    drop(big);
+    for i in 100..120 {
+        c.truncate(i);
+    }
+    l.validate(&a).unwrap();
+    assert_eq!(a.validate().unwrap().allocated_pages, 0);
+}
+
 #[test]
 fn refault_distance_survives_the_clock_wrapping() {
     let a = arena(64, RefStrategy::CasLoop);
