@@ -258,10 +258,12 @@ impl Config {
     }
 
     /// Sets the dirty limit and the background threshold, in percent of the budget
-    /// (`vm.dirty_ratio` and `vm.dirty_background_ratio`, default 20 and 10). A writer that
-    /// would dirty more than the limit writes dirty pages back first, down to the background
-    /// threshold, so reclaim always finds clean pages to free; above the background threshold
-    /// the flusher writes back. Valid: `1 <= background <= ratio <= 100`.
+    /// (`vm.dirty_ratio` and `vm.dirty_background_ratio`, default 20 and 10). The limit bounds
+    /// dirty pages plus pages being written back, as the kernel's does: a writer that would
+    /// take them past it writes dirty pages back first, down to the background threshold (or
+    /// waits for the pass that is writing its file), so reclaim always finds clean pages to
+    /// free; above the background threshold (dirty pages only) the flusher writes back.
+    /// Valid: `1 <= background <= ratio <= 100`.
     pub fn dirty_ratios(mut self, ratio: u32, background: u32) -> Config {
         self.dirty_ratio = ratio;
         self.dirty_background_ratio = background;

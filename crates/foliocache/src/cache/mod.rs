@@ -574,6 +574,7 @@ impl FolioCache {
         s.dirty_pages = c.dirty.dirty();
         s.writeback_pages_now = c.dirty.writeback();
         s.dirty_limit_pages = c.dirty.limit();
+        s.dirty_charged_pages = c.dirty.charged();
         s.dirty_high_water = c.dirty.high_water();
         let a = c.arena.stats();
         // The balloon's pages are allocated in the arena but are no part of the budget.
@@ -695,6 +696,13 @@ impl FolioCache {
             return Err(format!(
                 "the cache counts {} dirty pages, its files hold {total}",
                 c.dirty.dirty()
+            ));
+        }
+        let (charged, writeback) = (c.dirty.charged(), c.dirty.writeback());
+        if charged != total + writeback {
+            return Err(format!(
+                "the dirty limit's count is {charged} pages, the cache holds {total} dirty and \
+                 {writeback} under writeback"
             ));
         }
         Ok(())

@@ -179,9 +179,15 @@ cache_counters! {
         dirty_pages,
         /// Pages under writeback right now (`nr_writeback`).
         writeback_pages_now,
-        /// The dirty limit in pages ([`Config::dirty_ratios`](crate::Config::dirty_ratios)).
+        /// The dirty limit in pages ([`Config::dirty_ratios`](crate::Config::dirty_ratios)):
+        /// it bounds dirty plus writeback pages, as the kernel's does.
         dirty_limit_pages,
-        /// The most dirty + writeback pages seen at once.
+        /// Dirty plus writeback pages right now as the dirty limit counts them (one exact
+        /// count, writers' reservations included): never above `dirty_limit_pages` (unless
+        /// the limit was lowered under them, by [`FolioCache::set_budget`](crate::FolioCache::set_budget)). `dirty_pages + writeback_pages_now` read apart can be off
+        /// by pages moving from one to the other.
+        dirty_charged_pages,
+        /// The most dirty + writeback pages seen at once (the highest `dirty_charged_pages`).
         dirty_high_water,
         /// Index lock acquisitions, over every file this cache has had open (`xa_lock`).
         index_lock_acquisitions,

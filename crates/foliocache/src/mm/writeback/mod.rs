@@ -77,10 +77,15 @@
 //!
 //! `DirtyAccount` holds the cache-wide dirty and writeback page counts and two thresholds,
 //! scaled from the kernel's defaults (`dirty_ratio` 20%, `dirty_background_ratio` 10%) to the
-//! budget. A writer about to dirty pages past the hard limit first writes back dirty folios
-//! itself until the count is under the background threshold (`balance_dirty_pages`, in the
-//! direct form the kernel used before 2.6.32's per-bdi flusher threads took the I/O over),
-//! so dirty memory never exceeds the limit and reclaim always has clean pages to free. A file
+//! budget. The hard limit bounds dirty plus writeback pages, as the kernel's
+//! `balance_dirty_pages` does (`domain_dirty_avail(dtc, true)`; the background threshold
+//! counts dirty pages only, `wb_over_bg_thresh`): a writer reserves each page it is about to
+//! dirty against one exact count of both (`charged`), which a page leaves when it is cleaned
+//! (its writeback ends, or truncation cancels its dirtiness), not when it starts writeback.
+//! A writer that cannot reserve first writes back dirty folios itself until the dirty count
+//! is under the background threshold (`balance_dirty_pages`, in the direct form the kernel
+//! used before 2.6.32's per-bdi flusher threads took the I/O over), so memory waiting for
+//! the backing never exceeds the limit and reclaim always has clean pages to free. A file
 //! that another pass is writing back already (the flusher's, usually) is not written by the
 //! throttled writer: it sleeps until that pass has cleaned a batch of pages
 //! (`DirtyAccount::wait_for_room`, the kernel's IO-less pause since 3.2), so the flusher's
@@ -229,6 +234,11 @@ impl SbErr {
 pub(crate) struct DirtyAccount {
     dirty: AtomicU64,
     writeback: AtomicU64,
+    /// Dirty plus writeback pages, the count the limit bounds: reservations are made against
+    /// it, and a page's charge lasts from its reservation to its cleaning (a page dirty again
+    /// while under writeback is charged twice, as the kernel counts it in both
+    /// `NR_FILE_DIRTY` and `NR_WRITEBACK`).
+    charged: AtomicU64,
     /// The hard limit in pages (`dirty_ratio` of the budget): no writer dirties past it.
     limit: AtomicU64,
     /// Throttled writers write back until under this (`dirty_background_ratio`).
@@ -248,6 +258,7 @@ impl DirtyAccount {
         let a = DirtyAccount {
             dirty: AtomicU64::new(0),
             writeback: AtomicU64::new(0),
+            charged: AtomicU64::new(0),
             limit: AtomicU64::new(0),
             background: AtomicU64::new(0),
             high_water: AtomicU64::new(0),
@@ -278,7 +289,7 @@ impl DirtyAccount {
         self.background.load(Ordering::Relaxed)
     }
 
-    /// The dirty count at or under which a throttled writer resumes: the limit less a batch
+    /// The charged count at or under which a throttled writer resumes: the limit less a batch
     /// (half the gap to the background threshold, at most 1 MiB of pages), so that a writer
     /// woken by a pass has room for more than one page before it sleeps again.
     fn resume_at(&self) -> u64 {
@@ -288,23 +299,23 @@ impl DirtyAccount {
     }
 
     /// `balance_dirty_pages`' pause: sleeps until a writeback pass in another thread has
-    /// cleaned pages (the dirty count at or under [`DirtyAccount::resume_at`]), or for
+    /// cleaned pages (the charged count at or under [`DirtyAccount::resume_at`]), or for
     /// `timeout` at most.
     pub(crate) fn wait_for_room(&self, timeout: std::time::Duration) {
         let g = self.throttle.lock();
-        // ORDERING: SeqCst, with the load of `dirty` after it, against `sub_dirty`'s SeqCst
+        // ORDERING: SeqCst, with the load of `charged` after it, against `uncharge`'s SeqCst
         // decrement and load of `throttled`: either this thread sees the room made, or the
         // thread that made it sees a sleeper and notifies it (under `throttle`, so not
         // before the wait below has released it).
         self.throttled.fetch_add(1, Ordering::SeqCst);
-        if self.dirty.load(Ordering::SeqCst) > self.resume_at() {
+        if self.charged.load(Ordering::SeqCst) > self.resume_at() {
             drop(self.room.wait_timeout(g, timeout));
         }
         self.throttled.fetch_sub(1, Ordering::Relaxed);
     }
 
     // ORDERING (all counters): Relaxed; they are statistics and a throttling heuristic read
-    // under no lock. The bound "dirty never exceeds the limit" is kept by writers checking it
+    // under no lock. The bound "charged never exceeds the limit" is kept by writers checking it
     // under their inode's write lock before they dirty (see `cache::write`), not by ordering.
 
     /// Dirty pages in the cache now.
@@ -317,17 +328,22 @@ impl DirtyAccount {
         self.writeback.load(Ordering::Relaxed)
     }
 
+    /// Dirty plus writeback pages as the limit counts them (reservations included).
+    pub(crate) fn charged(&self) -> u64 {
+        self.charged.load(Ordering::Relaxed)
+    }
+
     /// The highest dirty + writeback count seen.
     pub(crate) fn high_water(&self) -> u64 {
         self.high_water.load(Ordering::Relaxed)
     }
 
-    /// Reserves `n` pages of dirtiness if that stays within the limit (a writer calls it
-    /// before dirtying, so that concurrent writers of different files cannot overshoot the
-    /// limit together). The reservation becomes the dirty count of the page
+    /// Reserves `n` pages of dirtiness if dirty plus writeback pages stay within the limit (a
+    /// writer calls it before dirtying, so that concurrent writers of different files cannot
+    /// overshoot the limit together). The reservation becomes the dirty count of the page
     /// ([`mark_dirty_reserved`]) or is given back ([`DirtyAccount::unreserve`]).
     pub(crate) fn try_reserve(&self, n: u64) -> bool {
-        let mut cur = self.dirty.load(Ordering::Relaxed);
+        let mut cur = self.charged.load(Ordering::Relaxed);
         loop {
             if cur + n > self.limit() {
                 return false;
@@ -335,11 +351,12 @@ impl DirtyAccount {
             // ORDERING: Relaxed (see above): the CAS makes reservations exact, nothing is
             // published through the count.
             match self
-                .dirty
+                .charged
                 .compare_exchange(cur, cur + n, Ordering::Relaxed, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    self.note_high_water(cur + n + self.writeback());
+                    self.dirty.fetch_add(n, Ordering::Relaxed);
+                    self.note_high_water(cur + n);
                     return true;
                 }
                 Err(now) => cur = now,
@@ -352,9 +369,11 @@ impl DirtyAccount {
         self.sub_dirty(n);
     }
 
-    fn add_dirty(&self, n: u64) {
-        let now = self.dirty.fetch_add(n, Ordering::Relaxed) + n + self.writeback();
-        self.note_high_water(now);
+    /// Pages under writeback dirty again without a reservation (a failed write kept dirty
+    /// for a retry): their writeback charge becomes their dirty charge, so their writeback
+    /// must end with [`DirtyAccount::end_writeback_kept`].
+    fn redirty_from_writeback(&self, n: u64) {
+        self.dirty.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Raises the high-water mark to `now` if it is higher: a plain load first, so that the
@@ -366,9 +385,35 @@ impl DirtyAccount {
         }
     }
 
+    /// Dirty pages cleaned without a write (a cancelled dirtiness, a reservation given back):
+    /// their charge goes too.
     fn sub_dirty(&self, n: u64) {
+        self.dirty.fetch_sub(n, Ordering::Relaxed);
+        self.uncharge(n);
+    }
+
+    /// `folio_start_writeback`'s accounting: dirty pages become writeback pages; the charge
+    /// stays (the writeback count goes up first, so the two never read as less than it).
+    fn start_writeback(&self, n: u64) {
+        self.writeback.fetch_add(n, Ordering::Relaxed);
+        self.dirty.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// `folio_end_writeback`'s accounting: the pages are clean, their charge goes.
+    fn end_writeback(&self, n: u64) {
+        self.writeback.fetch_sub(n, Ordering::Relaxed);
+        self.uncharge(n);
+    }
+
+    /// The end of a writeback whose pages stayed dirty
+    /// ([`DirtyAccount::redirty_from_writeback`]): their charge stays.
+    fn end_writeback_kept(&self, n: u64) {
+        self.writeback.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    fn uncharge(&self, n: u64) {
         // ORDERING: SeqCst; pairs with `wait_for_room` (see there).
-        let now = self.dirty.fetch_sub(n, Ordering::SeqCst) - n;
+        let now = self.charged.fetch_sub(n, Ordering::SeqCst) - n;
         if now <= self.resume_at() && self.throttled.load(Ordering::SeqCst) > 0 {
             self.wake_throttled();
         }
@@ -637,8 +682,7 @@ fn prepare_writeback<'a>(
         tags.towrite.remove(&index);
         tags.writeback.insert(index);
     }
-    t.acct.sub_dirty(nr);
-    t.acct.writeback.fetch_add(nr, Ordering::Relaxed);
+    t.acct.start_writeback(nr);
     Some((folio.unlock(), len))
 }
 
@@ -673,6 +717,7 @@ fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
         }
     };
     for (folio, _) in run.folios {
+        let mut kept = false;
         if failed && t.policy == WbErrorPolicy::KeepDirty && !folio.test_set_flag(PG_DIRTY) {
             // Redirty before the writeback ends, so that truncation (which waits for it)
             // cancels this dirtiness if the page goes away meanwhile.
@@ -683,22 +728,27 @@ fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
                 }
                 tags.dirty.insert(folio.index());
                 drop(tags);
-                t.acct.add_dirty(folio.nr_pages() as u64);
+                t.acct.redirty_from_writeback(folio.nr_pages() as u64);
+                kept = true;
             } else {
                 folio.clear_flag(PG_DIRTY);
             }
         }
-        end_writeback(t, &folio);
+        end_writeback(t, &folio, kept);
     }
 }
 
 /// `folio_end_writeback`: untags the folio and clears PG_writeback, waking its waiters; a
-/// folio reclaim had picked loses PG_reclaim and moves to the inactive tail.
-fn end_writeback(t: &WbTarget<'_>, folio: &FolioRef<'_>) {
+/// folio reclaim had picked loses PG_reclaim and moves to the inactive tail. `kept`: the
+/// folio was made dirty again by the failed write it ends, and keeps its charge.
+fn end_writeback(t: &WbTarget<'_>, folio: &FolioRef<'_>, kept: bool) {
     t.wb.tags.lock().writeback.remove(&folio.index());
-    t.acct
-        .writeback
-        .fetch_sub(folio.nr_pages() as u64, Ordering::Relaxed);
+    let nr = folio.nr_pages() as u64;
+    if kept {
+        t.acct.end_writeback_kept(nr);
+    } else {
+        t.acct.end_writeback(nr);
+    }
     // `folio_end_writeback`: a folio reclaim wanted goes to the inactive tail to be freed
     // first (if the write failed and it is dirty again, it stays where it is).
     if folio.flags() & PG_RECLAIM != 0
