@@ -9,12 +9,14 @@
 //! | `size_publication` | `i_size` stored with Release after the page's bytes and loaded with Acquire before them: a reader that sees the new size reads the new bytes |
 //! | `errseq_*` | a writeback error recorded while two handles sync reaches each handle exactly once, and a handle opened after both saw it not at all |
 //! | `writeback_*` | a thread waiting for a folio's writeback to end (stable pages, a sync) is always woken by `end_writeback` and sees the writeback's work |
+//! | `throttle_*` | a writer paused at the dirty limit (`DirtyAccount::wait_for_room`) is always woken, or never sleeps, once a writeback ends and makes room (the fenced store-buffering pair of `throttled` and `charged`) |
 //!
 //! Weakened variants that must fail: the write without the freeze (loom reports the data race
 //! on the page), the size stored `Relaxed` (the reader reads the page unordered with the
 //! write), and the pre-4.13 error flag that its first reporter clears (the second handle never
-//! hears of the error), and a writeback end that clears the bit without waking (the waiter
-//! sleeps forever: loom's deadlock).
+//! hears of the error), a writeback end that clears the bit without waking (the waiter
+//! sleeps forever: loom's deadlock), and a room-making end without its fence, with Relaxed
+//! accesses (the paused writer misses the room and the end misses the sleeper: deadlock).
 //!
 //! The dirty and writeback bits themselves change only under the folio lock (writers,
 //! writeback's start, truncation, reclaim's check before its freeze), whose protocol the
@@ -25,6 +27,7 @@
 use crate::mm::refcount::{RefCount, RefStrategy};
 use crate::mm::sync::{model, thread, Arc, AtomicU64, Ordering, UnsafeCell};
 use crate::mm::writeback::errseq::{weakened::ClearOnReport, ErrSeq};
+use crate::mm::writeback::DirtyAccount;
 
 /// A cached page: its refcount (the index holds one reference) and two words of bytes, so a
 /// torn read shows.
@@ -284,4 +287,39 @@ fn writeback_waiter_is_woken() {
 #[should_panic(expected = "deadlock")]
 fn writeback_end_without_wake_is_caught() {
     writeback_wait(|f| f.clear_flag(crate::mm::folio::flags::PG_WRITEBACK));
+}
+
+/// `balance_dirty_pages`' pause against the writeback that makes room: a writer at the dirty
+/// limit that goes to sleep in `DirtyAccount::wait_for_room` is always woken (or never
+/// sleeps) once a writeback ends and takes the charged count under the resume mark. loom's
+/// condition variable never times out, so a lost wake-up is a deadlock, which the weakened
+/// end (no fence, Relaxed) must produce.
+fn throttle(end: fn(&DirtyAccount, u64)) {
+    loom::model(move || {
+        // A budget of 20 pages: limit 10, background 2, resume mark 6.
+        let acct = Arc::new(DirtyAccount::new(20, 50, 10));
+        assert!(acct.try_reserve(10));
+        acct.start_writeback(10);
+        assert!(!acct.try_reserve(1), "at the limit");
+        let t = {
+            let a = acct.clone();
+            thread::spawn(move || end(&a, 10))
+        };
+        while !acct.try_reserve(1) {
+            acct.wait_for_room(std::time::Duration::from_millis(1));
+        }
+        t.join().unwrap();
+        assert_eq!((acct.charged(), acct.writeback()), (1, 0));
+    });
+}
+
+#[test]
+fn throttle_sleeper_is_woken_by_the_room_made() {
+    throttle(DirtyAccount::end_writeback);
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn throttle_unfenced_wake_is_caught() {
+    throttle(DirtyAccount::end_writeback_unfenced);
 }

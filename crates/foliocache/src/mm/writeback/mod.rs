@@ -104,7 +104,7 @@ use crate::backing::Backing;
 use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
-use crate::mm::sync::{AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
+use crate::mm::sync::{fence, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
 use errseq::ErrSeq;
 
 /// What becomes of folios whose writeback failed.
@@ -303,11 +303,17 @@ impl DirtyAccount {
     /// `timeout` at most.
     pub(crate) fn wait_for_room(&self, timeout: std::time::Duration) {
         let g = self.throttle.lock();
-        // ORDERING: SeqCst, with the load of `charged` after it, against `uncharge`'s SeqCst
-        // decrement and load of `throttled`: either this thread sees the room made, or the
-        // thread that made it sees a sleeper and notifies it (under `throttle`, so not
-        // before the wait below has released it).
+        // ORDERING: the increment, a SeqCst fence, then the load of `charged`; pairs with
+        // `uncharge`'s decrement, fence and load of `throttled` (a store-buffering pair: the
+        // two fences are ordered, so at least one side sees the other's write). Either this
+        // thread sees the room made, or the thread that made it sees a sleeper and notifies
+        // it (under `throttle`, so not before the wait below has released it). The SeqCst
+        // accesses alone would do (the language orders them in one total order), but loom
+        // checks SeqCst accesses as AcqRel and fences exactly, so the fences make the pair
+        // checkable (`loom_tests::write::throttle_*`); off the slow path they cost one
+        // `mfence` per cleaning that leaves room.
         self.throttled.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if self.charged.load(Ordering::SeqCst) > self.resume_at() {
             drop(self.room.wait_timeout(g, timeout));
         }
@@ -394,13 +400,13 @@ impl DirtyAccount {
 
     /// `folio_start_writeback`'s accounting: dirty pages become writeback pages; the charge
     /// stays (the writeback count goes up first, so the two never read as less than it).
-    fn start_writeback(&self, n: u64) {
+    pub(crate) fn start_writeback(&self, n: u64) {
         self.writeback.fetch_add(n, Ordering::Relaxed);
         self.dirty.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// `folio_end_writeback`'s accounting: the pages are clean, their charge goes.
-    fn end_writeback(&self, n: u64) {
+    pub(crate) fn end_writeback(&self, n: u64) {
         self.writeback.fetch_sub(n, Ordering::Relaxed);
         self.uncharge(n);
     }
@@ -412,9 +418,25 @@ impl DirtyAccount {
     }
 
     fn uncharge(&self, n: u64) {
-        // ORDERING: SeqCst; pairs with `wait_for_room` (see there).
+        // ORDERING: the decrement, a SeqCst fence, then the load of `throttled`; pairs with
+        // `wait_for_room` (see there).
         let now = self.charged.fetch_sub(n, Ordering::SeqCst) - n;
-        if now <= self.resume_at() && self.throttled.load(Ordering::SeqCst) > 0 {
+        if now <= self.resume_at() {
+            fence(Ordering::SeqCst);
+            if self.throttled.load(Ordering::SeqCst) > 0 {
+                self.wake_throttled();
+            }
+        }
+    }
+
+    /// The weakened variant `loom_tests::write` must catch: the wake-up side without its
+    /// fence and with Relaxed accesses, so that store buffering lets it miss a sleeper that
+    /// in turn misses the room (a lost wake-up).
+    #[cfg(loom)]
+    pub(crate) fn end_writeback_unfenced(&self, n: u64) {
+        self.writeback.fetch_sub(n, Ordering::Relaxed);
+        let now = self.charged.fetch_sub(n, Ordering::Relaxed) - n;
+        if now <= self.resume_at() && self.throttled.load(Ordering::Relaxed) > 0 {
             self.wake_throttled();
         }
     }
