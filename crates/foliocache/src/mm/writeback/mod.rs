@@ -665,6 +665,15 @@ fn prepare_writeback<'a>(
         if f.mapping() == t.pages.mapping_id() && f.index() == index {
             break f;
         }
+        if f.mapping() == t.pages.mapping_id() && f.nr_pages() > 1 {
+            // A large folio caches the page now (it was written back or truncated since this
+            // pass listed it, and readahead filled the range): the page this pass listed is
+            // gone, and a large folio is never dirty (writes split it first). Looking again
+            // would find the same folio forever, holding this file's pass (`I_SYNC`) and,
+            // with it, every writer throttled on the file.
+            t.wb.tags.lock().towrite.remove(&index);
+            return None;
+        }
         // Replaced or truncated while we locked it: look again.
     };
     if !folio.test_flag(PG_DIRTY) {
