@@ -701,12 +701,7 @@ fn replace_page<'a>(
         dst[within..within + src.len()].copy_from_slice(src);
     }
     new.mark_uptodate();
-    // The page's dirtiness moves to the new folio; its tags are the page's and stay.
-    if old.test_clear_flag(crate::mm::folio::flags::PG_DIRTY) {
-        new.set_flag(crate::mm::folio::flags::PG_DIRTY);
-    }
-    let replaced = m.pages.replace_folio(&old, &new);
-    assert!(replaced, "a locked folio of this index can be replaced");
+    swap_in(m, &old, &new);
     c.add_lru(&new);
     drop(old);
     c.counters.inc(Event::WritesReplaced);
@@ -1150,6 +1145,17 @@ impl FolioMut<'_> {
     }
 }
 
+/// Puts `new` in the index in place of the cached page `old` (both locked), moving the
+/// page's dirtiness to it; the page's tags are its index's and stay.
+fn swap_in(m: &Mapping, old: &FolioLocked<'_>, new: &FolioLocked<'_>) {
+    use crate::mm::folio::flags::PG_DIRTY;
+    if old.test_clear_flag(PG_DIRTY) {
+        new.set_flag(PG_DIRTY);
+    }
+    let replaced = m.pages.replace_folio(old, new);
+    assert!(replaced, "a locked folio of this index can be replaced");
+}
+
 /// Puts the committed copy `new` in page `index`'s slot: in place of the latched page `old`
 /// (locked), carrying its dirtiness, or, if `old` left the index meanwhile (nothing that
 /// respects latches removes it; this is the fallback), in place of whatever is cached there
@@ -1161,16 +1167,11 @@ fn publish_copy(
     old: FolioLocked<'_>,
     new: &FolioLocked<'_>,
 ) {
-    use crate::mm::folio::flags::PG_DIRTY;
     let mut cur = Some(old);
     loop {
         if let Some(f) = cur.take() {
             if f.mapping() == m.id && f.index() == index && f.nr_pages() == 1 {
-                if f.test_clear_flag(PG_DIRTY) {
-                    new.set_flag(PG_DIRTY);
-                }
-                let replaced = m.pages.replace_folio(&f, new);
-                assert!(replaced, "a locked folio of this index can be replaced");
+                swap_in(m, &f, new);
                 return;
             }
         }
