@@ -82,6 +82,14 @@ pub trait Backing: Send + Sync + fmt::Debug {
         Ok(FileAttrs::new(self.size()?, None))
     }
 
+    /// How many names the file has in its file system (`st_nlink`), or `None` for a backing
+    /// without names (the default). A file whose last handle closes with no name left was
+    /// deleted: the cache drops it at once, dirty pages and descriptor included (the
+    /// kernel's `iput_final` with `i_nlink == 0`), instead of keeping it for a later open.
+    fn links(&self) -> io::Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// Writes `buf` at byte `offset`, with `pwrite(2)` semantics: returns how many bytes were
     /// written (fewer than `buf.len()` is a short write; the caller writes the rest). Writing
     /// past the end grows the file. The default refuses: a read-only backing.
@@ -194,6 +202,11 @@ impl Backing for FileBacking {
 
     fn attrs(&self) -> io::Result<FileAttrs> {
         Ok(FileAttrs::from_metadata(&self.file.metadata()?))
+    }
+
+    fn links(&self) -> io::Result<Option<u64>> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(Some(self.file.metadata()?.nlink()))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -359,8 +372,11 @@ pub fn check_end_of_data(
 /// `backing_size` bytes the backing is believed to hold (so a run that ends at EOF costs no
 /// extra probing read).
 ///
-/// Returns the bytes read; the part of `bufs` past them is zeroed (the tail of the folio that
-/// straddles EOF). A read that returns no data before `backing_size` is judged by
+/// Returns the bytes kept: those read below `backing_size`. Everything past them is zeroed,
+/// the tail of the folio that straddles EOF and any bytes the backing returned past
+/// `backing_size` too: a fill never caches bytes past the size it was started under (a file
+/// being truncated may still hold the bytes being cut; the kernel's readers zero past
+/// `i_size` the same way). A read that returns no data before `backing_size` is judged by
 /// [`check_end_of_data`]: the file changed, and the run fails with [`RunError::Changed`]
 /// rather than caching zeros the file does not hold. A backing that claims more bytes than it
 /// was asked for fails the run with [`RunError::Io`]. This is the one place the cache issues
@@ -414,14 +430,19 @@ pub fn read_run(
             }
         }
     }
-    // Zero everything past EOF.
-    if bi < bufs.len() {
-        bufs[bi][boff..].fill(0);
-        for b in &mut bufs[bi + 1..] {
-            b.fill(0);
+    // Zero everything past EOF, and past `backing_size`: a read asks for whole folios, so it
+    // may have returned bytes past the size the fill was started under.
+    let kept = done.min(total);
+    let mut skip = kept;
+    for b in bufs.iter_mut() {
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
         }
+        b[skip..].fill(0);
+        skip = 0;
     }
-    Ok(done)
+    Ok(kept)
 }
 
 /// The error for a backing that returned `n` bytes for a read of `asked` at byte `at`.
@@ -585,6 +606,10 @@ impl<B: Backing> Backing for FaultyBacking<B> {
         self.inner.attrs()
     }
 
+    fn links(&self) -> io::Result<Option<u64>> {
+        self.inner.links()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.check(offset, buf.len())?;
         self.inner.read_at(buf, offset)
@@ -635,6 +660,10 @@ impl<B: Backing + ?Sized> Backing for std::sync::Arc<B> {
 
     fn attrs(&self) -> io::Result<FileAttrs> {
         (**self).attrs()
+    }
+
+    fn links(&self) -> io::Result<Option<u64>> {
+        (**self).links()
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -714,6 +743,22 @@ mod tests {
         let flat: Vec<u8> = frames.concat();
         assert_eq!(&flat[..n], &data[..]);
         assert!(flat[n..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn read_run_keeps_no_byte_past_the_size_it_was_started_under() {
+        // The file still holds 2 pages (a truncation to 100 bytes has not cut it yet): the
+        // read returns them all, but only the first 100 bytes may be kept.
+        let b = MemBacking(vec![0xAB; 2 * 4096]);
+        let mut frames = vec![vec![1u8; 4096]; 2];
+        let mut bufs: Vec<&mut [u8]> = frames.iter_mut().map(|v| v.as_mut_slice()).collect();
+        assert_eq!(read_run(&b, &mut bufs, 0, 100).unwrap(), 100);
+        let flat = frames.concat();
+        assert!(flat[..100].iter().all(|&x| x == 0xAB));
+        assert!(
+            flat[100..].iter().all(|&x| x == 0),
+            "bytes past the size were kept"
+        );
     }
 
     #[test]

@@ -906,9 +906,16 @@ fn a_call_that_would_wait_for_its_own_guard_is_an_error() {
         f.write_all_at(b"page 2", 2 * PAGE as u64).unwrap();
         f.set_len(4 * PAGE as u64).unwrap();
         f.sync_data().unwrap();
-        // Another thread waits instead, and writes after the commit.
+        // The guard's own handle from another thread: an error too (the latch is the
+        // guard's, and whoever holds the handle may hold the guard).
         std::thread::scope(|s| {
-            let w = s.spawn(|| f.write_all_at(b"next", PAGE as u64 + 4).unwrap());
+            let w = s.spawn(|| invalid(f.write_all_at(b"x", PAGE as u64 + 5)));
+            assert!(w.join().unwrap(), "own handle, another thread");
+        });
+        // Another handle on another thread waits instead, and writes after the commit.
+        let other = f.reopen();
+        std::thread::scope(|s| {
+            let w = s.spawn(|| other.write_all_at(b"next", PAGE as u64 + 4).unwrap());
             std::thread::sleep(std::time::Duration::from_millis(50));
             assert!(!w.is_finished(), "another thread waits for the latch");
             drop(g);
@@ -933,7 +940,7 @@ fn a_writer_waiting_for_a_latch_does_not_hold_the_file() {
     let c = Arc::new(cache(1 << 20));
     let f = Arc::new(c.open_with(&path, &rw()).unwrap());
     f.write_all_at(&content(2 * PAGE, 4), 0).unwrap();
-    let (a, b) = (Arc::clone(&f), Arc::clone(&f));
+    let (a, b) = (Arc::clone(&f), f.reopen());
     within_a_minute("a latch holder and a writer of its page", move || {
         let mut g = a.get_folio_mut(0).unwrap();
         g[..2].copy_from_slice(b"AA");

@@ -119,6 +119,20 @@ pub enum CacheError {
     },
     /// [`FolioCache::set_budget`](super::FolioCache::set_budget) refused the budget.
     Budget(BudgetError),
+    /// A write starting at or past the largest size the file may have, or a `set_len` past
+    /// it (`EFBIG`): the file system's maximum file size, or the process's `RLIMIT_FSIZE`.
+    /// Nothing was written. A write that only crosses the limit is cut short at it instead
+    /// (it returns the bytes below the limit).
+    FileTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The size the call would have given the file.
+        size: u64,
+        /// The largest size it may have.
+        limit: u64,
+        /// Which limit: the file system's or the process's.
+        which: &'static str,
+    },
 }
 
 impl fmt::Display for CacheError {
@@ -198,6 +212,16 @@ impl fmt::Display for CacheError {
                  raise Config::pinned_share, Config::pin_wait or the budget"
             ),
             CacheError::Budget(e) => write!(f, "cannot change the budget: {e}"),
+            CacheError::FileTooLarge {
+                path,
+                size,
+                limit,
+                which,
+            } => write!(
+                f,
+                "{} would reach {size} bytes, past {which} of {limit} bytes (EFBIG): nothing was written",
+                path.display()
+            ),
             CacheError::UnexpectedEof {
                 path,
                 offset,
@@ -279,6 +303,7 @@ impl From<CacheError> for io::Error {
             // The data the cache expected is not there (`ESTALE` in spirit).
             CacheError::FileChanged { .. } => io::ErrorKind::InvalidData,
             CacheError::NotWritable { .. } => io::ErrorKind::PermissionDenied,
+            CacheError::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
             CacheError::InvalidArgument { .. }
             | CacheError::Budget(_)
             | CacheError::Config(_)

@@ -16,7 +16,7 @@ use crate::mm::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::index::Index;
 use crate::mm::rcu::RcuReadGuard;
 use crate::mm::readahead::{self, RaOutcome, RaRequest, RaState, RaTarget};
-use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock};
 
 /// One file's cached pages: the inode and its `address_space`.
 ///
@@ -54,6 +54,14 @@ pub(crate) struct Mapping {
     /// `i_rwsem` taken exclusively: writes, `set_len` and appends of this file are serialised,
     /// as the kernel's buffered writes are; readers never take it.
     pub(crate) i_rwsem: Mutex<()>,
+    /// `mapping->invalidate_lock`: fills (readahead, single-page reads) hold it shared from
+    /// their insertion to the end of their read; a truncation holds it exclusively from
+    /// before it publishes the smaller size until the backing file is cut (lock order: after
+    /// `i_rwsem`, before any folio lock).
+    pub(crate) invalidate_lock: RwLock<()>,
+    /// The largest size the file system takes for this file (`s_maxbytes`): from the file
+    /// system's type at open, lowered by a write the file system refused with `EFBIG`.
+    pub(crate) max_bytes: AtomicU64,
     /// Dirty and writeback tags, counts, and the error sequence (`mapping->wb_err`).
     pub(crate) wb: crate::mm::writeback::WbState,
     /// The backing file's size and mtime when the cache last looked, and `wb_seq` then
@@ -107,6 +115,7 @@ impl Mapping {
             disk_size: &self.disk_size,
             mode: c.config.experiment.insert_mode,
             max_order: self.max_folio_order(c),
+            invalidate: &self.invalidate_lock,
         }
     }
 
@@ -164,8 +173,9 @@ impl Mapping {
             // whatever the file holds): keep the pages.
             return Ok(false);
         }
-        // Size first, then the pages: a reader that saw the old size and raced the truncation
-        // refills from the backing, which already holds the new bytes.
+        // Size first, then the pages, with no fill in between (`invalidate_lock`): a reader
+        // that saw the old size refills from the backing, which already holds the new bytes.
+        let _invalidate = self.invalidate_lock.write();
         self.size.store(now.size, Ordering::Release);
         self.disk_size.store(now.size, Ordering::Relaxed);
         let dropped = self.pages.truncate(0, u64::MAX);

@@ -24,6 +24,7 @@
 //! | `iput_final` -> `inode_add_lru` | the last user's `iput` parks the inode ([`Icache::park`]) |
 //! | `prune_icache_sb` | [`Icache::park`] evicts the oldest unused inodes beyond the bound; [`FolioCache::drop_caches`](super::FolioCache::drop_caches) evicts every one; both skip inodes with dirty or writeback pages, or a writeback error no handle has been told of (it waits for the next opener) |
 //! | `evict` -> `truncate_inode_pages_final` | dropping the evicted `Mapping` truncates its index |
+//! | `generic_drop_inode`: `iput_final` evicts at once when `i_nlink == 0` | the last user's `iput` asks the descriptor for its link count ([`Backing::links`](crate::backing::Backing::links)); a deleted file is evicted at once ([`Icache::remove_unused`]), its dirty pages dropped without I/O, its descriptors closed, so its blocks are freed at the last close as the kernel frees them |
 //!
 //! # Revalidation at open (close-to-open)
 //!
@@ -141,6 +142,19 @@ impl Icache {
             evicted.extend(self.map.remove(&key).map(|s| s.inode));
         }
         evicted
+    }
+
+    /// `iput_final` of a deleted file (`generic_drop_inode`: no name left): removes the
+    /// inode instead of parking it, if no one took a use meanwhile (an open through another
+    /// name it was given since). The caller drops it after unlocking.
+    #[must_use = "an evicted inode must be dropped outside the inode cache's lock"]
+    pub(crate) fn remove_unused(&mut self, key: InodeKey) -> Option<Arc<Mapping>> {
+        let slot = self.map.get(&key)?;
+        // ORDERING: Relaxed, as in `park`.
+        if slot.inode.users.load(Ordering::Relaxed) != 0 || slot.unused.is_some() {
+            return None;
+        }
+        self.map.remove(&key).map(|s| s.inode)
     }
 
     /// `prune_icache_sb` to the end: removes every unused inode (the caller drops them after

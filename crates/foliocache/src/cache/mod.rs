@@ -83,6 +83,7 @@ mod flusher;
 mod guard;
 pub(crate) mod inode;
 mod large;
+mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod stats;
@@ -172,6 +173,8 @@ pub(crate) struct CacheInner {
     pub(crate) dirty: crate::mm::writeback::DirtyAccount,
     /// Every file's writeback errors, for [`FolioCache::sync_all`] (`sb->s_wb_err`).
     pub(crate) sb_err: crate::mm::writeback::SbErr,
+    /// `RLIMIT_FSIZE` as last read (at construction, and again after each `EFBIG`).
+    pub(crate) fsize_limit: AtomicU64,
     /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
     kswapd: Option<Arc<Kswapd>>,
     /// The background flusher, started by the first write if
@@ -345,6 +348,7 @@ impl FolioCache {
                 lru,
                 dirty,
                 sb_err: crate::mm::writeback::SbErr::default(),
+                fsize_limit: AtomicU64::new(limits::rlimit_fsize()),
                 kswapd,
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
@@ -427,12 +431,22 @@ impl FolioCache {
         };
         let attrs = FileAttrs::from_metadata(&meta);
         let c = &self.inner;
-        let backing: Arc<dyn Backing> = Arc::new(FileBacking::from_file(file, path));
         let found = c.icache.lock().get(key);
+        let max_bytes = match found {
+            Some(_) => limits::MAX_FILE_SIZE,
+            None => limits::fs_max_bytes(std::os::fd::AsFd::as_fd(&file)),
+        };
+        let backing: Arc<dyn Backing> = Arc::new(FileBacking::from_file(file, path));
         let m = match found {
             Some(m) => m,
             None => {
-                let fresh = self.new_mapping(path.to_path_buf(), Some(key), backing.clone(), attrs);
+                let fresh = self.new_mapping(
+                    path.to_path_buf(),
+                    Some(key),
+                    backing.clone(),
+                    attrs,
+                    max_bytes,
+                );
                 let mut icache = c.icache.lock();
                 match icache.get(key) {
                     // Another thread entered the inode since we looked: use its.
@@ -486,7 +500,7 @@ impl FolioCache {
             source,
         })?;
         let backing: Arc<dyn Backing> = Arc::new(backing);
-        let m = self.new_mapping(name, None, backing.clone(), attrs);
+        let m = self.new_mapping(name, None, backing.clone(), attrs, limits::MAX_FILE_SIZE);
         *m.writer.lock() = Some(backing);
         Ok(CachedFile::new(self.inner.clone(), m).with_mode(true, false))
     }
@@ -498,6 +512,7 @@ impl FolioCache {
         key: Option<InodeKey>,
         backing: Arc<dyn Backing>,
         attrs: FileAttrs,
+        max_bytes: u64,
     ) -> Arc<Mapping> {
         let pages = Index::with_shadow_nodes(
             self.inner.arena.clone(),
@@ -515,6 +530,8 @@ impl FolioCache {
             disk_size: AtomicU64::new(attrs.size),
             wb_seq: AtomicU64::new(0),
             i_rwsem: Mutex::new(()),
+            invalidate_lock: crate::mm::sync::RwLock::new(()),
+            max_bytes: AtomicU64::new(max_bytes),
             wb: crate::mm::writeback::WbState::default(),
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
@@ -752,6 +769,24 @@ impl CacheInner {
             self.flush_before_drop(&m);
             return;
         };
+        // `generic_drop_inode`: a file with no name left (deleted while open) goes now, with
+        // its descriptors; its dirty pages have nowhere to go and are dropped without I/O.
+        // (One `fstat` per last close. A file deleted after its last close is only seen by
+        // the inode cache's pruning or `drop_caches`: the cache does not see unlinks.)
+        if matches!(m.backing.links(), Ok(Some(0))) {
+            let removed = self.icache.lock().remove_unused(key);
+            if let Some(removed) = removed {
+                self.counters.inc(Event::InodesEvicted);
+                self.counters.inc(Event::DeletedInodesDropped);
+                drop(m);
+                discard_dirty(self, &removed);
+                drop(removed);
+                self.deliver();
+                return;
+            }
+            // Reopened meanwhile (through a new name): it lives on.
+            return;
+        }
         let evicted = self.icache.lock().park(key);
         self.counters
             .add(Event::InodesEvicted, evicted.len() as u64);
@@ -1186,4 +1221,22 @@ fn pseudo_fs(file: &std::fs::File) -> Option<&'static str> {
         .iter()
         .find(|(m, _)| *m == magic)
         .map(|(_, kind)| *kind)
+}
+
+/// `truncate_inode_pages_final` for a deleted file: cancels the dirtiness of every page (after
+/// any write in flight ends: stable pages), so the pages leave without being written and their
+/// charge leaves the dirty limit. The file has no user left; a background pass that holds it
+/// may still be writing pages it started on.
+fn discard_dirty(c: &CacheInner, m: &Mapping) {
+    for index in m.wb.unwritten_from(0) {
+        if let Some(f) = m.pages.lookup(index) {
+            let f = f.lock();
+            if f.mapping() == m.id {
+                crate::mm::writeback::wait_stable(&f);
+                if crate::mm::writeback::cancel_dirty(&f, &m.wb, &c.dirty) {
+                    c.counters.inc(Event::DirtyDiscarded);
+                }
+            }
+        }
+    }
 }

@@ -141,6 +141,11 @@ cache_counters! {
         Revalidations => revalidations,
         /// Inodes evicted from the inode cache (with their pages).
         InodesEvicted => inodes_evicted,
+        /// Inodes of deleted files evicted at their last close (`i_nlink == 0`), counted in
+        /// `inodes_evicted` too.
+        DeletedInodesDropped => deleted_inodes_dropped,
+        /// Dirty pages dropped without being written because their file was deleted.
+        DirtyDiscarded => dirty_pages_discarded,
         /// `write_at` / `append` calls.
         WriteCalls => write_calls,
         /// Bytes written into the cache by callers.

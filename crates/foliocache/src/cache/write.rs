@@ -176,9 +176,6 @@ impl OpenOptions {
     }
 }
 
-/// The largest file size the write path accepts (`MAX_LFS_FILESIZE`: `off_t`'s range).
-const MAX_FILE_SIZE: u64 = i64::MAX as u64;
-
 impl CachedFile {
     /// `pwrite(2)`: copies `buf` into the file at `offset` through the cache, returning the
     /// bytes written: all of `buf` unless an error stops the write after some pages (the
@@ -256,9 +253,6 @@ impl CachedFile {
     /// resized at once.
     pub fn set_len(&self, size: u64) -> Result<(), CacheError> {
         let m = self.writable_mapping()?;
-        if size > MAX_FILE_SIZE {
-            return Err(too_large(&m, size));
-        }
         // A shrink cuts or zeroes the pages from the one holding the new end: none may be
         // latched.
         let _w = self.lock_for_write(&m, "set_len", |m| {
@@ -267,6 +261,14 @@ impl CachedFile {
         let writer = m.writer_backing()?;
         let old = m.size();
         let c = &self.cache;
+        if size > old {
+            // `inode_newsize_ok`: the file system's and the process's limits, before anything.
+            c.check_size_limit(&m, size)?;
+        }
+        // `filemap_invalidate_lock`, held until the backing is cut: a fill that read the
+        // backing between the size's publication below and the cut could cache bytes being
+        // cut, which a later grow would expose (and writeback save).
+        let invalidate = (size < old).then(|| m.invalidate_lock.write());
         if size < old {
             // ORDERING: Release; pairs with `Mapping::size`'s Acquire (module docs).
             m.size.store(size, Ordering::Release);
@@ -301,6 +303,7 @@ impl CachedFile {
         m.wb_seq.fetch_add(1, Ordering::SeqCst);
         writer.set_len(size).map_err(|e| m.write_error(size, e))?;
         m.disk_size.store(size, Ordering::Relaxed);
+        drop(invalidate);
         if size > old {
             // ORDERING: Release, as above.
             m.size.store(size, Ordering::Release);
@@ -368,13 +371,10 @@ impl CachedFile {
         if buf.is_empty() {
             return Ok(0);
         }
-        let end = pos
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE);
-        let Some(end) = end else {
-            return Err(too_large(m, pos.saturating_add(buf.len() as u64)));
-        };
         let c = &self.cache;
+        // `generic_write_check_limits`: refused at or past the limit, cut short at it.
+        let len = c.write_limit(m, pos, buf.len())?;
+        let end = pos + len as u64;
         c.counters.inc(Event::WriteCalls);
         let mut at = pos;
         while at < end {
@@ -460,15 +460,6 @@ impl Mapping {
     }
 }
 
-fn too_large(m: &Mapping, size: u64) -> CacheError {
-    CacheError::InvalidArgument {
-        what: format!(
-            "{} would reach {size} bytes, past the largest file size ({MAX_FILE_SIZE} bytes)",
-            m.path.display()
-        ),
-    }
-}
-
 /// One writeback pass over the pages `first..=last` of `m` (the file's writer backing), with
 /// its effects on the mapping: the backing's known size grows, and its attributes are ours.
 pub(crate) fn writeback_mapping(
@@ -504,7 +495,10 @@ pub(crate) fn writeback_mapping(
         c.counters.add(Event::WritebackWrites, out.writes);
         c.counters.add(Event::WritebackBytes, out.bytes);
     }
-    if let Some((_, e)) = &out.error {
+    if let Some((at, e)) = &out.error {
+        if e.raw_os_error() == Some(libc::EFBIG) {
+            c.note_efbig(m, *at);
+        }
         c.counters.inc(Event::WritebackErrors);
         c.sb_err.set(e.raw_os_error().unwrap_or(libc::EIO), &m.path);
     }
@@ -791,7 +785,8 @@ fn zero_cached_tail(
 }
 
 /// The pages of one file latched by [`FolioMut`] guards: a logical lock per page, kept apart
-/// from the folio lock.
+/// from the folio lock, owned by the guard (not by a thread: a guard may move to another
+/// thread, as it is `Send`).
 ///
 /// The kernel never returns to userspace with a folio locked, and its lock order puts folio
 /// locks inside `i_rwsem`. A guard is held across calls of its owner's choosing, so it must
@@ -799,15 +794,17 @@ fn zero_cached_tail(
 /// throttled into writing back the page it holds), sync the file, or wait for `i_rwsem` held
 /// by a writer that waits for the guard's page. So a guard holds a reference and an entry
 /// here instead. Entries are added under the file's `i_rwsem` ([`CachedFile::get_folio_mut`]),
-/// and every writer looks here under `i_rwsem` before it writes a page: a page latched by
-/// another thread is waited for with `i_rwsem` released, a page latched by the calling thread
-/// is an error (the call would wait for itself). Writeback, syncs and reclaim ignore latches:
-/// the guard changes a private copy, never the cached page.
+/// and every writer looks here under `i_rwsem` before it writes a page. A page latched through
+/// the same handle, or by a guard the calling thread made, is an error: whoever holds the
+/// handle holds the guard its borrow ties to it, so the call would (or, for a guard since moved
+/// to another thread, may) wait for itself. Any other latched page is waited for with
+/// `i_rwsem` released. Writeback, syncs and reclaim ignore latches: the guard changes a
+/// private copy, never the cached page.
 pub(crate) struct Latches {
     /// Entries in `held`, read without the mutex on every write: zero almost always.
     nr: AtomicUsize,
-    /// `(page index, thread that made the guard)`; a few entries at most.
-    held: crate::mm::sync::Mutex<Vec<(u64, std::thread::ThreadId)>>,
+    /// Who latched which page; a few entries at most.
+    held: crate::mm::sync::Mutex<Vec<Latch>>,
     released: crate::mm::sync::Condvar,
 }
 
@@ -820,10 +817,11 @@ impl Latches {
         }
     }
 
-    /// A latched page in `first..=last` (the calling thread's first, if it holds one there).
-    /// The caller holds `i_rwsem`, under which latches are added, so the answer stays true
-    /// until it lets go (one may be released meanwhile).
-    fn find(&self, first: u64, last: u64) -> Option<(u64, std::thread::ThreadId)> {
+    /// A latched page in `first..=last` (one the caller would wait for itself on first: made
+    /// through `handle` or by the calling thread). The caller holds `i_rwsem`, under which
+    /// latches are added, so the answer stays true until it lets go (one may be released
+    /// meanwhile).
+    fn find(&self, first: u64, last: u64, handle: u64) -> Option<(u64, bool)> {
         // ORDERING: Relaxed; entries are added under `i_rwsem`, which the caller holds, so
         // every entry added before is visible; a stale non-zero only costs the mutex.
         if self.nr.load(Ordering::Relaxed) == 0 {
@@ -832,9 +830,13 @@ impl Latches {
         let me = std::thread::current().id();
         let held = self.held.lock();
         let mut found = None;
-        for &(index, owner) in held.iter() {
-            if (first..=last).contains(&index) && (found.is_none() || owner == me) {
-                found = Some((index, owner));
+        for l in held.iter() {
+            if !(first..=last).contains(&l.index) {
+                continue;
+            }
+            let mine = l.handle == handle || l.thread == me;
+            if found.is_none() || mine {
+                found = Some((l.index, mine));
             }
         }
         found
@@ -847,17 +849,22 @@ impl Latches {
         self.nr.load(Ordering::Relaxed) != 0
     }
 
-    /// Latches `index` for the calling thread; the caller holds `i_rwsem` and found it free.
-    fn add(&self, index: u64) {
+    /// Latches `index` for a guard made through `handle` by the calling thread; the caller
+    /// holds `i_rwsem` and found it free.
+    fn add(&self, index: u64, handle: u64) {
         let mut held = self.held.lock();
-        held.push((index, std::thread::current().id()));
+        held.push(Latch {
+            index,
+            handle,
+            thread: std::thread::current().id(),
+        });
         self.nr.store(held.len(), Ordering::Relaxed);
     }
 
     /// Releases `index` and wakes the writers waiting for it.
     fn remove(&self, index: u64) {
         let mut held = self.held.lock();
-        if let Some(i) = held.iter().position(|&(x, _)| x == index) {
+        if let Some(i) = held.iter().position(|l| l.index == index) {
             held.swap_remove(i);
         }
         self.nr.store(held.len(), Ordering::Relaxed);
@@ -870,15 +877,24 @@ impl Latches {
         let held = self.held.lock();
         drop(
             self.released
-                .wait_while(held, |h| h.iter().any(|&(x, _)| x == index)),
+                .wait_while(held, |h| h.iter().any(|l| l.index == index)),
         );
     }
 }
 
+/// One latched page: its index, the handle its guard borrows (`CachedFile::id`), and the
+/// thread that made the guard.
+struct Latch {
+    index: u64,
+    handle: u64,
+    thread: std::thread::ThreadId,
+}
+
 impl CachedFile {
-    /// Takes the file's `i_rwsem` once no page of `first..=last` is latched by another
-    /// thread's [`FolioMut`] (waiting for those with `i_rwsem` released); a page latched by
-    /// the calling thread is an error, since the caller would wait for itself.
+    /// Takes the file's `i_rwsem` once no page of `first..=last` is latched by a
+    /// [`FolioMut`] of another handle and thread (waiting for those with `i_rwsem`
+    /// released); a page latched through this handle, or by a guard this thread made, is an
+    /// error, since the caller would wait for itself.
     fn lock_for_write<'m>(
         &self,
         m: &'m Mapping,
@@ -890,9 +906,9 @@ impl CachedFile {
             let Some((first, last)) = pages(m) else {
                 return Ok(w);
             };
-            match m.latches.find(first, last) {
+            match m.latches.find(first, last, self.id) {
                 None => return Ok(w),
-                Some((index, owner)) if owner == std::thread::current().id() => {
+                Some((index, true)) => {
                     return Err(latched_by_me(m, index, what));
                 }
                 Some((index, _)) => {
@@ -910,12 +926,12 @@ fn write_pages(pos: u64, len: usize) -> Option<(u64, u64)> {
     (len > 0).then(|| (pos >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT))
 }
 
-/// The error for a call that would wait for a [`FolioMut`] its own thread holds.
+/// The error for a call that would wait for a [`FolioMut`] its caller holds.
 fn latched_by_me(m: &Mapping, index: u64, what: &str) -> CacheError {
     CacheError::InvalidArgument {
         what: format!(
-            "{what} of {} would wait for page {index}, latched by a FolioMut this thread holds: \
-             write through the guard, or commit it first",
+            "{what} of {} would wait for page {index}, latched by a FolioMut of this handle or \
+             made by this thread: write through the guard, or commit it first",
             m.path.display()
         ),
     }
@@ -933,8 +949,11 @@ fn latched_by_me(m: &Mapping, index: u64, what: &str) -> CacheError {
 ///   committed or discarded. The latch is not the folio lock (none is held between calls, as
 ///   the kernel never returns to userspace with a page locked), so the guard's holder may
 ///   write other pages of the file, sync it, or be throttled at the dirty limit without
-///   waiting for itself. Writing the latched page itself, or latching it again, from the
-///   thread that made the guard is an error ([`CacheError::InvalidArgument`]), not a hang.
+///   waiting for itself. The latch belongs to the guard, wherever it moves (it is `Send`):
+///   writing the latched page, or latching it again, through the handle the guard borrows,
+///   or from the thread that made the guard, is an error ([`CacheError::InvalidArgument`]),
+///   not a hang. Through another handle, from another thread, the call waits for the
+///   commit.
 /// - The changes go to a private copy of the page, made when the guard is made, and replace
 ///   the page in the index when the guard commits (`replace_page_cache_folio`): readers never
 ///   see a half-updated page; they read the old bytes until the commit and the new ones after,
@@ -1009,7 +1028,7 @@ impl CachedFile {
             let pages = self.latch(&m, index)?;
             // Under `i_rwsem`: no writer of the page is between its look at the latches and
             // its write.
-            m.latches.add(index);
+            m.latches.add(index, self.id);
             drop(w);
             Ok(pages)
         });

@@ -225,6 +225,55 @@ impl<T: ?Sized> Mutex<T> {
     }
 }
 
+/// A reader-writer lock without poisoning, like [`Mutex`]: many shared holders or one
+/// exclusive holder (the kernel's `rw_semaphore`, e.g. `mapping->invalidate_lock`).
+#[derive(Debug, Default)]
+pub struct RwLock<T: ?Sized>(
+    #[cfg(not(loom))] std::sync::RwLock<T>,
+    #[cfg(loom)] loom::sync::RwLock<T>,
+);
+
+/// A shared hold of a [`RwLock`].
+#[cfg(not(loom))]
+pub type RwLockReadGuard<'a, T> = std::sync::RwLockReadGuard<'a, T>;
+/// A shared hold of a [`RwLock`].
+#[cfg(loom)]
+pub type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
+/// An exclusive hold of a [`RwLock`].
+#[cfg(not(loom))]
+pub type RwLockWriteGuard<'a, T> = std::sync::RwLockWriteGuard<'a, T>;
+/// An exclusive hold of a [`RwLock`].
+#[cfg(loom)]
+pub type RwLockWriteGuard<'a, T> = loom::sync::RwLockWriteGuard<'a, T>;
+
+impl<T> RwLock<T> {
+    /// Creates an unlocked lock holding `value`.
+    #[cfg(not(loom))]
+    pub const fn new(value: T) -> Self {
+        Self(std::sync::RwLock::new(value))
+    }
+
+    /// Creates an unlocked lock holding `value`.
+    #[cfg(loom)]
+    pub fn new(value: T) -> Self {
+        Self(loom::sync::RwLock::new(value))
+    }
+}
+
+impl<T: ?Sized> RwLock<T> {
+    /// Takes the lock shared, blocking while an exclusive holder has it (`down_read`).
+    #[inline]
+    pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the lock exclusively, blocking while anyone holds it (`down_write`).
+    #[inline]
+    pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// A condition variable paired with [`Mutex`]; waiting sleeps in the kernel, never spins.
 #[derive(Debug, Default)]
 pub struct Condvar(

@@ -21,7 +21,7 @@ use crate::backing::{self, Backing, RunError};
 use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
-use crate::mm::sync::{AtomicU64, Ordering};
+use crate::mm::sync::{AtomicU64, Ordering, RwLock};
 
 /// Where a window is read into and from: one file of one cache.
 pub(crate) struct RaTarget<'a> {
@@ -41,6 +41,12 @@ pub(crate) struct RaTarget<'a> {
     /// The largest folio order readahead may allocate for this file (0: pages only; the
     /// cache's maximum unless the file opted out, `mapping_large_folio_support`).
     pub(crate) max_order: u32,
+    /// `mapping->invalidate_lock`: held shared by a fill from before it inserts its folios
+    /// until their reads end, and exclusively by a truncation (`set_len`, revalidation) from
+    /// before it publishes the smaller size until the backing file is cut. So a fill never
+    /// reads the backing between a truncation's look at the cache and its cut of the file,
+    /// and the size a fill reads under it stays put (only writes, which grow it, move it).
+    pub(crate) invalidate: &'a RwLock<()>,
 }
 
 impl RaTarget<'_> {
@@ -102,6 +108,9 @@ impl RaProbe for IndexProbe<'_> {
 /// not uptodate), marks the lookahead page, reads every contiguous run with one backing read
 /// and unlocks the folios (uptodate, or removed and flagged on error).
 pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOutcome {
+    // `filemap_invalidate_lock_shared`, as `page_cache_ra_unbounded` takes it: no truncation
+    // runs between this window's insertions and the ends of its reads.
+    let _invalidate = t.invalidate.read();
     let mut out = RaOutcome::default();
     let mark = req.mark();
     if t.max_order > 0 && req.nr_to_read > 1 {
@@ -503,6 +512,9 @@ pub(crate) fn read_one<'a>(
         Ok(f) => lock_new(f),
         Err(_) => return Err(ReadOneError::OutOfMemory),
     };
+    // `filemap_create_folio` takes the invalidate lock shared around the insertion and the
+    // read, as readahead does (taken after the allocation: reclaim never waits for it).
+    let _invalidate = t.invalidate.read();
     let Ok(shadow) = t.pages.add_folio_shadow(&folio, index) else {
         // Another reader inserted it first.
         return Ok(None);

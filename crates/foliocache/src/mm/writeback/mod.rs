@@ -526,7 +526,8 @@ pub(crate) struct WbOutcome {
     pub(crate) writes: u64,
     /// Bytes written.
     pub(crate) bytes: u64,
-    /// The first error (already recorded in the error sequence).
+    /// The first error (already recorded in the error sequence), with the byte at which the
+    /// backing refused to go on (its run's bytes before it were written).
     pub(crate) error: Option<(u64, io::Error)>,
     /// The end of the furthest byte range written successfully (the backing file is at least
     /// this long now).
@@ -729,20 +730,27 @@ fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     // ORDERING: SeqCst; pairs with revalidation's loads around its `fstat` (cache::file).
     t.seq.fetch_add(1, Ordering::SeqCst);
-    let r = write_all_vectored(t.backing, &bufs, offset, &mut out.writes);
+    let mut written = 0usize;
+    let r = write_all_vectored(t.backing, &bufs, offset, &mut out.writes, &mut written);
     out.pages += run.folios.len() as u64;
+    // The bytes that reached the file count whether or not the rest of the run followed
+    // them: a run cut short (`EFBIG` at a size limit, `ENOSPC`) leaves them in the file, and
+    // a later fill must read them there, not take them for a hole of zeros.
+    if written > 0 {
+        out.bytes += written as u64;
+        out.end = out.end.max(offset + written as u64);
+        t.disk_size
+            .fetch_max(offset + written as u64, Ordering::Relaxed);
+    }
     let failed = match r {
         Ok(()) => {
-            out.bytes += total as u64;
-            out.end = out.end.max(offset + total as u64);
-            t.disk_size
-                .fetch_max(offset + total as u64, Ordering::Relaxed);
+            debug_assert_eq!(written, total);
             false
         }
         Err(e) => {
             t.wb.err.set(e.raw_os_error().unwrap_or(libc::EIO));
             if out.error.is_none() {
-                out.error = Some((offset, e));
+                out.error = Some((offset + written as u64, e));
             }
             true
         }
@@ -792,12 +800,14 @@ fn end_writeback(t: &WbTarget<'_>, folio: &FolioRef<'_>, kept: bool) {
 }
 
 /// Writes every byte of `bufs` at `offset`, continuing after short writes; a write of zero
-/// bytes is an error (`WriteZero`).
+/// bytes is an error (`WriteZero`). `written` counts the bytes the backing took, also when
+/// it then fails.
 fn write_all_vectored(
     backing: &dyn Backing,
     bufs: &[&[u8]],
     mut offset: u64,
     calls: &mut u64,
+    written: &mut usize,
 ) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
     let mut rest: &mut [IoSlice<'_>] = &mut slices;
@@ -821,6 +831,7 @@ fn write_all_vectored(
                     ));
                 }
                 offset += n as u64;
+                *written += n;
                 IoSlice::advance_slices(&mut rest, n);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
