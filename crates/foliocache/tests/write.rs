@@ -931,6 +931,45 @@ fn a_call_that_would_wait_for_its_own_guard_is_an_error() {
     assert_baseline(&c);
 }
 
+/// A guard moved to another thread (it is `Send`) is still its holder's: that thread's write of
+/// the latched page through the guard's handle is an error, not a hang. The latch used to
+/// record the thread that made the guard, and the new holder waited for a release only it
+/// could make.
+#[test]
+fn a_guard_moved_to_another_thread_is_still_its_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moved");
+    let c = Arc::new(cache(1 << 20));
+    let f = Arc::new(c.open_with(&path, &rw()).unwrap());
+    f.write_all_at(&content(2 * PAGE, 5), 0).unwrap();
+    let h = Arc::clone(&f);
+    within_a_minute("a moved guard's holder writes its page", move || {
+        let f = h;
+        let mut g = f.get_folio_mut(0).unwrap();
+        g[..5].copy_from_slice(b"moved");
+        let f = &f;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let r = f.write_all_at(b"x", 3);
+                assert!(
+                    matches!(r, Err(CacheError::InvalidArgument { .. })),
+                    "{r:?}"
+                );
+                g[5..7].copy_from_slice(b"!!");
+                g.commit();
+            })
+            .join()
+            .unwrap();
+        });
+    });
+    let mut buf = [0u8; 7];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"moved!!");
+    f.sync_data().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
 #[test]
 fn a_writer_waiting_for_a_latch_does_not_hold_the_file() {
     // Thread B writes page 0, latched by A, and waits; A then writes page 1 of the same file.

@@ -9,7 +9,8 @@
 //! | the file system's | `sb->s_maxbytes` | [`Mapping::max_bytes`]: from the file system's type at open ([`fs_max_bytes`]), lowered to the offset of any write the file system refused with `EFBIG` |
 //! | the process's | `RLIMIT_FSIZE` (with `SIGXFSZ`) | `CacheInner::fsize_limit`: read when the cache is made and again after each `EFBIG` |
 //!
-//! A write that starts at or past the limit fails at once with
+//! An offset or size past `off_t`'s range is an invalid argument (`EINVAL`, as the kernel
+//! answers a negative offset). A write that starts at or past the limit fails at once with
 //! [`CacheError::FileTooLarge`]; one that would cross it is cut short at it (the call returns
 //! fewer bytes, as `pwrite` does); a `set_len` past it fails. The kernel also sends
 //! `SIGXFSZ` when the process's limit is crossed; the cache sends no signal, it returns the
@@ -86,6 +87,17 @@ fn too_large(c: &CacheInner, m: &Mapping, size: u64, limit: u64) -> CacheError {
     }
 }
 
+/// An offset or size no `off_t` holds: `EINVAL` from the kernel (a negative offset), before
+/// any size limit is looked at.
+fn past_off_t(m: &Mapping, what: &str, at: u64) -> CacheError {
+    CacheError::InvalidArgument {
+        what: format!(
+            "{what} byte {at} of {}: past the largest offset a file has ({MAX_FILE_SIZE}, off_t's range)",
+            m.path.display()
+        ),
+    }
+}
+
 impl CacheInner {
     /// The largest size file `m` may reach now: the smallest of the three limits.
     pub(crate) fn size_limit(&self, m: &Mapping) -> u64 {
@@ -100,6 +112,9 @@ impl CacheInner {
 
     /// `inode_newsize_ok`: whether `m` may be given `size` bytes.
     pub(crate) fn check_size_limit(&self, m: &Mapping, size: u64) -> Result<(), CacheError> {
+        if size > MAX_FILE_SIZE {
+            return Err(past_off_t(m, "set_len to", size));
+        }
         let limit = self.size_limit(m);
         if size > limit {
             return Err(too_large(self, m, size, limit));
@@ -115,6 +130,9 @@ impl CacheInner {
         pos: u64,
         len: usize,
     ) -> Result<usize, CacheError> {
+        if pos > MAX_FILE_SIZE {
+            return Err(past_off_t(m, "a write at", pos));
+        }
         let limit = self.size_limit(m);
         if pos >= limit {
             return Err(too_large(self, m, pos.saturating_add(len as u64), limit));
