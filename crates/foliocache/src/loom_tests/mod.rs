@@ -24,5 +24,6 @@ mod percpu_ref;
 mod rcu;
 mod refcount;
 mod seqcount;
+mod truncate;
 mod workingset;
 mod write;

@@ -228,7 +228,7 @@ impl<T: ?Sized> Mutex<T> {
 /// A reader-writer lock without poisoning, like [`Mutex`]: many shared holders or one
 /// exclusive holder (the kernel's `rw_semaphore`, e.g. `mapping->invalidate_lock`).
 #[derive(Debug, Default)]
-pub struct RwLock<T: ?Sized>(
+pub struct RwLock<T>(
     #[cfg(not(loom))] std::sync::RwLock<T>,
     #[cfg(loom)] loom::sync::RwLock<T>,
 );
@@ -260,7 +260,7 @@ impl<T> RwLock<T> {
     }
 }
 
-impl<T: ?Sized> RwLock<T> {
+impl<T> RwLock<T> {
     /// Takes the lock shared, blocking while an exclusive holder has it (`down_read`).
     #[inline]
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
