@@ -224,3 +224,212 @@ fn threads_each_with_a_file_match_their_models() {
     let a = c.validate().unwrap();
     assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
 }
+
+/// The last steps, printed if a check fails (and the readers told to stop).
+struct Trail(std::collections::VecDeque<String>);
+
+impl Drop for Trail {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the steps before the failure: {:?}", self.0);
+        }
+    }
+}
+
+/// One inode of the model: its bytes.
+struct Inode {
+    bytes: Vec<u8>,
+}
+
+/// Several handles per file, renames over open files, deletions and whole-cache drops, all
+/// against a model keyed by inode (a handle keeps the file it opened, whatever its name
+/// becomes, as a descriptor does), while reader threads open the same names and read them
+/// (misses, readahead, large folios) during every truncation. The readers check only that
+/// their reads succeed; the model checks the bytes: a byte a truncation cut that came back
+/// (filled by a racing reader from the uncut file) shows in the main thread's reads of the
+/// range after a later grow, and on disk after a sync.
+#[test]
+fn handles_renames_drops_and_concurrent_readers_match_an_inode_model() {
+    const NAMES: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .dirty_ratios(30, 15)
+            .panic_on_bad_page(true),
+    )
+    .unwrap();
+    let names: Vec<_> = (0..NAMES)
+        .map(|i| dir.path().join(format!("n{i}")))
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let steps = if cfg!(debug_assertions) { 1500 } else { 8000 };
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (c, names, stop) = (&c, &names, &stop);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(1000 + t);
+                let mut buf = vec![0u8; 4 * PAGE];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // A name may be gone (renamed away, deleted) between look and open.
+                    let Ok(f) = c.open(&names[rng.random_range(0..NAMES)]) else {
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    for _ in 0..rng.random_range(1..20) {
+                        let off = rng.random_range(0..MAX_LEN as u64);
+                        let len = rng.random_range(1..buf.len());
+                        f.read_at(&mut buf[..len], off).unwrap();
+                    }
+                }
+            });
+        }
+        let mut rng = StdRng::seed_from_u64(0xD1FF_2222);
+        let mut inodes: Vec<Inode> = Vec::new();
+        // The inode each name leads to.
+        let mut paths: [Option<usize>; NAMES] = [None; NAMES];
+        // Open handles and the inode each keeps.
+        let mut handles: Vec<(CachedFile, usize)> = Vec::new();
+        let mut recent = Trail(std::collections::VecDeque::new());
+        for i in 0..steps {
+            let what = match rng.random_range(0..100) {
+                // Open a name (creating its file if it has none).
+                0..=9 if handles.len() < 6 => {
+                    let k = rng.random_range(0..NAMES);
+                    let f = c.open_with(&names[k], &rw()).unwrap();
+                    let ino = *paths[k].get_or_insert_with(|| {
+                        inodes.push(Inode { bytes: Vec::new() });
+                        inodes.len() - 1
+                    });
+                    assert_eq!(f.len(), inodes[ino].bytes.len() as u64, "open {k}");
+                    handles.push((f, ino));
+                    format!("open n{k} -> inode {ino}")
+                }
+                10..=14 if !handles.is_empty() => {
+                    let h = rng.random_range(0..handles.len());
+                    let (_, ino) = handles.swap_remove(h);
+                    format!("close a handle of inode {ino}")
+                }
+                // Rename one name over another (the target's file loses its name).
+                15..=18 => {
+                    let (a, b) = (rng.random_range(0..NAMES), rng.random_range(0..NAMES));
+                    if a == b || paths[a].is_none() {
+                        continue;
+                    }
+                    std::fs::rename(&names[a], &names[b]).unwrap();
+                    paths[b] = paths[a].take();
+                    format!("rename n{a} over n{b}")
+                }
+                19 => {
+                    let k = rng.random_range(0..NAMES);
+                    if paths[k].take().is_none() {
+                        continue;
+                    }
+                    std::fs::remove_file(&names[k]).unwrap();
+                    format!("delete n{k}")
+                }
+                20..=22 => {
+                    c.drop_caches();
+                    "drop caches".to_string()
+                }
+                _ if handles.is_empty() => continue,
+                // A step of the single-file test on one of the handles.
+                _ => {
+                    let h = rng.random_range(0..handles.len());
+                    let (f, ino) = &mut handles[h];
+                    let ino = *ino;
+                    let path = paths
+                        .iter()
+                        .position(|&p| p == Some(ino))
+                        .map(|k| names[k].clone());
+                    let what = inode_step(f, path.as_deref(), &mut inodes[ino].bytes, &mut rng);
+                    format!("{what} on inode {ino}")
+                }
+            };
+            // (No `validate` here: it wants a quiet cache, and the readers never stop.)
+            recent.0.push_back(format!("{i}: {what}"));
+            if recent.0.len() > 30 {
+                recent.0.pop_front();
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for (f, ino) in &handles {
+            let mut all = vec![0u8; f.len() as usize];
+            f.read_exact_at(&mut all, 0).unwrap();
+            assert_same(&all, &inodes[*ino].bytes, "a handle's file at the end");
+        }
+    });
+    c.sync_all().unwrap();
+    c.drop_caches();
+    let a = c.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0), "{:?}", c.stats());
+}
+
+/// A write, read, shrink-then-grow, set_len or sync through handle `f` of an inode whose
+/// bytes are `model`; `path` names the inode if it still has a name (a sync compares the file
+/// there with the model).
+fn inode_step(
+    f: &CachedFile,
+    path: Option<&std::path::Path>,
+    model: &mut Vec<u8>,
+    rng: &mut StdRng,
+) -> String {
+    match rng.random_range(0..100) {
+        0..=39 => {
+            let len = rng.random_range(1..3 * PAGE);
+            let off = rng.random_range(0..(MAX_LEN - len)) as u64;
+            let b: u8 = rng.random_range(1..=255);
+            let before = model.len();
+            f.write_all_at(&vec![b; len], off).unwrap();
+            let end = off as usize + len;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].fill(b);
+            let from = (off as usize).min(before);
+            let mut back = vec![0u8; end - from];
+            f.read_exact_at(&mut back, from as u64).unwrap();
+            assert_same(&back, &model[from..end], &format!("write {len} at {off}"));
+            format!("write {len} at {off}")
+        }
+        40..=64 => {
+            let off = rng.random_range(0..MAX_LEN as u64);
+            let mut buf = vec![0u8; rng.random_range(1..3 * PAGE)];
+            let n = f.read_at(&mut buf, off).unwrap();
+            let want = model
+                .get(off as usize..)
+                .map_or(&[][..], |t| &t[..t.len().min(buf.len())]);
+            assert_same(&buf[..n], want, &format!("read at {off}"));
+            format!("read at {off}")
+        }
+        // Shrink (the readers race its fills), then grow: the grown range reads as zeros.
+        65..=79 => {
+            let cut = rng.random_range(0..=model.len() as u64);
+            f.set_len(cut).unwrap();
+            model.truncate(cut as usize);
+            let grown = rng.random_range(cut..=MAX_LEN as u64);
+            f.set_len(grown).unwrap();
+            model.resize(grown as usize, 0);
+            let mut back = vec![0u8; (grown - cut) as usize];
+            f.read_exact_at(&mut back, cut).unwrap();
+            assert_same(
+                &back,
+                &model[cut as usize..],
+                &format!("cut to {cut}, grown to {grown}"),
+            );
+            format!("cut to {cut}, grow to {grown}")
+        }
+        80..=89 => {
+            f.sync_data().unwrap();
+            if let Some(p) = path {
+                assert_same(&std::fs::read(p).unwrap(), model, "the file after a sync");
+            }
+            "sync".to_string()
+        }
+        _ => {
+            let size = rng.random_range(0..MAX_LEN as u64);
+            f.set_len(size).unwrap();
+            model.resize(size as usize, 0);
+            format!("set_len {size}")
+        }
+    }
+}
