@@ -78,7 +78,16 @@
 //! **Durability.** A write is visible to every reader at once and reaches the file through a
 //! sync ([`CachedFile::sync_data`], [`CachedFile::sync_all`], [`CachedFile::sync_range`]),
 //! the background flusher, or a writer at the dirty limit. A writeback error is reported to
-//! every handle open when it happened, once, at its next sync.
+//! every handle open when it happened, once, at its next sync. A write past the file
+//! system's largest file size or `RLIMIT_FSIZE` fails at once ([`CacheError::FileTooLarge`]).
+//!
+//! **Deleted files.** A handle keeps its file after the file is deleted or renamed over, as a
+//! descriptor does. When the last handle of a file that has no name left closes, the cache
+//! drops the file at once: its pages, dirty ones included (there is nowhere to write them),
+//! and its descriptors, so the file system frees its blocks. A file deleted after its last
+//! handle closed keeps a descriptor in the inode cache until the cache prunes it
+//! ([`Config::unused_inodes`]) or [`FolioCache::drop_caches`] runs: the cache does not see
+//! unlinks.
 //!
 //! **Optional features.** `metrics`: `FolioCache::record_metrics` exports every counter
 //! through the [`metrics`](https://docs.rs/metrics) facade. `tracing`: spans over the slow

@@ -187,6 +187,11 @@ impl CachedFile {
     /// Writing past the end grows the file; the gap reads as zeros. A page the write covers
     /// whole is not read first; a partially written page not in the cache is.
     ///
+    /// The size limits are checked first, as the kernel's `generic_write_check_limits` does:
+    /// a write starting at or past the file system's largest file size or the process's
+    /// `RLIMIT_FSIZE` fails with [`CacheError::FileTooLarge`] (`EFBIG`; no `SIGXFSZ` is
+    /// sent), and one crossing it writes up to it and returns the shorter count.
+    ///
     /// ```
     /// use foliocache::{Config, FolioCache, OpenOptions};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -251,6 +256,14 @@ impl CachedFile {
     /// past the new end (dirty ones too: their data is cut) and zeroes the tail of the page
     /// that straddles it; growing makes the new bytes read as zeros. The backing file is
     /// resized at once.
+    ///
+    /// What concurrent readers see: the file before the call or after it, never bytes it cut
+    /// (a read that misses while a shrink is under way waits for the backing file to be cut,
+    /// as the kernel's fills wait on `invalidate_lock`; cached reads never wait). Once a sync
+    /// returns after this call, the new size is on disk too (the backing's `fdatasync` covers
+    /// a size change). A size past the file system's largest file size or the process's
+    /// `RLIMIT_FSIZE` fails with [`CacheError::FileTooLarge`]; one past `off_t`'s range
+    /// with [`CacheError::InvalidArgument`].
     pub fn set_len(&self, size: u64) -> Result<(), CacheError> {
         let m = self.writable_mapping()?;
         // A shrink cuts or zeroes the pages from the one holding the new end: none may be
@@ -323,7 +336,10 @@ impl CachedFile {
     ///
     /// After an error, assume every byte written since the last successful sync is lost and
     /// write it again ([`Config::writeback_errors`](super::Config::writeback_errors) says
-    /// whether the cache keeps failed pages dirty to retry them).
+    /// whether the cache keeps failed pages dirty to retry them). Bytes a failed writeback
+    /// did get into the file before the error (a run cut short at a size limit or a full
+    /// disk) are read from the file again once their pages leave the cache; the pages it
+    /// did not write read as the file holds them (a hole reads as zeros).
     pub fn sync_data(&self) -> Result<(), CacheError> {
         self.sync(0..u64::MAX, true)
     }
