@@ -50,6 +50,11 @@ pub enum Command {
     /// overwrites with a sync every 1,000 (B-tree pages) and 4 KiB appends with a sync every
     /// 64 KiB (a commit log).
     Write(crate::scenarios::write::Args),
+    /// Replacement policies on synthetic traces (issue 26): the real cache's miss ratio
+    /// against LRU, ARC, LIRS, S3-FIFO, W-TinyLFU, quick_cache, moka and Belady's optimum
+    /// on Zipf, scan, loop, moving-hot-set, two-tenant, burst and readahead-mix traces;
+    /// `--export DIR` writes the traces for libCacheSim instead.
+    Policy(crate::scenarios::policy::Args),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -101,6 +106,7 @@ fn common_of(cmd: &Command) -> Option<&CommonArgs> {
         Command::Lru(a) => Some(a.common()),
         Command::Peers(a) => Some(a.common()),
         Command::Write(a) => Some(a.common()),
+        Command::Policy(a) => Some(a.common()),
         Command::All(_) | Command::Validate { .. } => None,
     }
 }
@@ -119,6 +125,7 @@ fn run(cli: Cli) -> LabResult<i32> {
         Command::Lru(a) => Ok(exit_code(a.run()?)),
         Command::Peers(a) => Ok(exit_code(a.run()?)),
         Command::Write(a) => Ok(exit_code(a.run()?)),
+        Command::Policy(a) => Ok(exit_code(a.run()?)),
         Command::Validate { files, strict } => {
             let mut bad = 0;
             // Every file is checked and reported, a bad one does not hide the ones after it.

@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod harness;
+pub mod policy;
 pub mod published;
 pub mod scenarios;
 pub mod summary;

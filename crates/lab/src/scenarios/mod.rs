@@ -20,6 +20,7 @@
 //! | [`lru`] | 004 | short-lived files churned through a cache under reclaim: dead folios at LRU drain, lruvec lock acquisitions per folio, vanilla vs filtered (and add-as-active) |
 //! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
 //! | [`write`](mod@write) | — | the write path: the kernel's pwrite and fdatasync against foliocache on an SST flush, B-tree page updates and a commit log |
+//! | [`policy`] | — | miss ratios on synthetic traces: the real cache against reference replacement policies (LRU, ARC, LIRS, S3-FIFO, W-TinyLFU, Belady), quick_cache and moka |
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
@@ -28,6 +29,7 @@ pub mod files;
 pub mod hash;
 pub mod lru;
 pub mod peers;
+pub mod policy;
 pub mod pread;
 pub mod readseq;
 pub mod refcount;
@@ -128,6 +130,7 @@ pub const REGISTRY: &[Entry] = &[
     Entry::of::<lru::Args>(),
     Entry::of::<peers::Args>(),
     Entry::of::<write::Args>(),
+    Entry::of::<policy::Args>(),
 ];
 
 #[cfg(test)]
@@ -147,6 +150,7 @@ mod tests {
         lru::Args::defaults(&common).unwrap();
         peers::Args::defaults(&common).unwrap();
         write::Args::defaults(&common).unwrap();
+        policy::Args::defaults(&common).unwrap();
         let mut names: Vec<_> = REGISTRY.iter().map(|e| e.name).collect();
         names.sort_unstable();
         names.dedup();

@@ -192,37 +192,10 @@ pub fn perfect_lfu(trace: &[u32], half: usize, cap: usize) -> f64 {
     hits as f64 / (trace.len() - half).max(1) as f64
 }
 
-/// The hit ratio of `trace[half..]` under Belady's optimal replacement with `cap` blocks.
+/// The hit ratio of `trace[half..]` under Belady's optimal replacement with `cap` blocks
+/// ([`crate::policy::belady`]).
 pub fn belady(trace: &[u32], half: usize, cap: usize) -> f64 {
-    let cap = cap.max(1);
-    // next[i]: where trace[i] is read next (usize::MAX: never again).
-    let mut next = vec![usize::MAX; trace.len()];
-    let mut seen: HashMap<u32, usize> = HashMap::new();
-    for (i, &b) in trace.iter().enumerate().rev() {
-        if let Some(n) = seen.insert(b, i) {
-            next[i] = n;
-        }
-    }
-    // Cached blocks ordered by next use: the last is the victim.
-    let mut order: BTreeSet<(usize, u32)> = BTreeSet::new();
-    let mut cached: HashMap<u32, usize> = HashMap::new();
-    let mut hits = 0u64;
-    for (i, &b) in trace.iter().enumerate() {
-        if let Some(at) = cached.remove(&b) {
-            hits += u64::from(i >= half);
-            order.remove(&(at, b));
-        } else if order.len() == cap {
-            let &(far, v) = order.last().expect("a full cache has a last entry");
-            if far < next[i] {
-                continue;
-            }
-            order.pop_last();
-            cached.remove(&v);
-        }
-        order.insert((next[i], b));
-        cached.insert(b, next[i]);
-    }
-    hits as f64 / (trace.len() - half).max(1) as f64
+    crate::policy::belady::hit_ratio_after(trace, half, cap)
 }
 
 #[cfg(test)]
