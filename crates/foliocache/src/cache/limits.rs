@@ -42,6 +42,7 @@ pub(crate) fn rlimit_fsize() -> u64 {
     {
         return MAX_FILE_SIZE;
     }
+    #[allow(clippy::unnecessary_cast)] // `rlim_t` is not `u64` on every target
     (r.rlim_cur as u64).min(MAX_FILE_SIZE)
 }
 
