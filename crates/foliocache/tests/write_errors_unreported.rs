@@ -12,6 +12,18 @@ const PAGE: usize = 4096;
 #[test]
 fn the_next_opener_hears_of_an_error_no_handle_was_open_for() {
     let dir = tempfile::tempdir().unwrap();
+    // A dirty limit of 2 pages: the failing file's two dirty pages fill it.
+    // No flusher: the other file's writer at the limit is the one that writes it back.
+    let c = FolioCache::new(
+        Config::new(100 * PAGE)
+            .unused_inodes(0)
+            .dirty_ratios(2, 1)
+            .background_writeback(false),
+    )
+    .unwrap();
+    // The limit is lowered after the cache is made, which reads it then: the cache learns of
+    // it only from the refused writeback, the case this test is about (a cache made after
+    // refuses the write itself, `tests/size_limits.rs`).
     // SAFETY: plain libc calls; SIGXFSZ ignored so the failing write returns EFBIG instead of
     // killing the process.
     unsafe {
@@ -22,15 +34,6 @@ fn the_next_opener_hears_of_an_error_no_handle_was_open_for() {
         };
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
     }
-    // A dirty limit of 2 pages: the failing file's two dirty pages fill it.
-    // No flusher: the other file's writer at the limit is the one that writes it back.
-    let c = FolioCache::new(
-        Config::new(100 * PAGE)
-            .unused_inodes(0)
-            .dirty_ratios(2, 1)
-            .background_writeback(false),
-    )
-    .unwrap();
     let mut rw = OpenOptions::new();
     rw.write(true).create(true);
     let big = dir.path().join("big");
