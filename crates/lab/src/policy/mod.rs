@@ -17,6 +17,7 @@
 //! | [`tinylfu`] | W-TinyLFU | Einziger, Friedman & Manes, ACM TOS 2017; Caffeine |
 //! | [`belady`] | Belady's optimum (MIN) | Belady 1966; Mattson et al. 1970 |
 //! | [`crates`] | quick_cache and moka, driven as policies | their crates.io releases |
+//! | [`twolist`] | a model of foliocache's two lists, and a protected-set variant (issue 26's prototype) | `mm/vmscan.c`, `mm/workingset.c`; LIRS, CLOCK-Pro |
 //!
 //! The algorithms are written from the papers; where a paper leaves a parameter open (LIRS's
 //! HIR share and its bound on non-resident entries, S3-FIFO's queue ratios, W-TinyLFU's
@@ -33,6 +34,7 @@ pub mod lru;
 pub mod s3fifo;
 pub mod tinylfu;
 pub mod traces;
+pub mod twolist;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
