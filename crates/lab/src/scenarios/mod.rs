@@ -3,8 +3,9 @@
 //! Each scenario module has the same shape, which the [`Scenario`] trait states and the
 //! compiler checks: `Args`, its clap options with [`CommonArgs`] flattened in, implements
 //! [`Scenario`] (its name, the seed file it reproduces, one line on what it measures, and
-//! `run`: measure with the variants interleaved, print the seed-shaped table, write JSON and
-//! plot when asked ([`crate::harness::emit`]), return the report).
+//! `run`: fill a [`Bench`](crate::harness::Bench) with its measurement, the variants
+//! interleaved, then print the seed-shaped tables, write JSON and plot when asked and return
+//! the report).
 //!
 //! [`REGISTRY`], written by the one `scenarios!` list below, is everything else: the
 //! command line's subcommands ([`ScenarioCommand`], their options, `--help` text and order),

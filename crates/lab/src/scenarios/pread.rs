@@ -57,8 +57,7 @@ use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
 use crate::harness::{
-    emit, run_threads, seed_table, CommonArgs, Interleaver, LabResult, Progress, Report, Table,
-    CHECK_EVERY,
+    run_threads, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
 };
 
 /// The seed reproduced.
@@ -142,49 +141,33 @@ pub fn run(args: &Args) -> LabResult<Report> {
     }
     let misses_after_warmup: u64 = caches.iter().map(|(_, c, _)| c.stats().misses).sum();
 
-    let mut il = Interleaver::new();
-    let steps = (settings.threads.len() * settings.runs * VARIANTS.len()) as u64;
-    let progress = Progress::new(
-        "pread",
-        steps,
-        settings.duration * steps as u32,
-        settings.progress,
-    );
-    let mut wrong = 0u64;
-    for &n in &settings.threads {
-        progress.message(format!("{n} threads"));
-        il.rounds::<_, crate::harness::LabError>(
-            &VARIANTS,
-            settings.runs,
-            |il, v, _round| {
-                let (ops, bad) = if let Some((_, cache, _)) = caches.iter().find(|(c, _, _)| c == v)
-                {
-                    measure_foliocache(cache, &file, n, settings.pin, settings.duration, &expected)?
-                } else {
-                    measure_kernel(&file, n, settings.pin, settings.duration, &expected)?
-                };
-                wrong += bad;
-                il.add(v, n, "ops_per_sec", ops);
-                Ok(())
-            },
-            || progress.tick(),
-        )?;
-    }
-    progress.finish();
-
-    let mut report = Report::new(
+    let mut bench = Bench::new(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "read_size": args.read_size,
             "offset": 0,
             "dir": dir.display().to_string(),
             "file_bytes": file.size,
             "file_table": args.file_table.name(),
-        })),
+        }),
+        VARIANTS.len(),
     );
+    let mut wrong = 0u64;
     let none = Map::new();
-    report.add_rows(&il, &none);
+    bench.measure("", &VARIANTS, &none, |il, v, n, _round| {
+        let (ops, bad) = if let Some((_, cache, _)) = caches.iter().find(|(c, _, _)| c == v) {
+            measure_foliocache(cache, &file, n, settings.pin, settings.duration, &expected)?
+        } else {
+            measure_kernel(&file, n, settings.pin, settings.duration, &expected)?
+        };
+        wrong += bad;
+        il.add(v, n, "ops_per_sec", ops);
+        Ok(())
+    })?;
+
+    let report = &mut bench.report;
     for &n in &settings.threads {
         report.compare("cas-loop", "locked-bit", n, "ops_per_sec", &none);
         for v in &VARIANTS[..3] {
@@ -235,7 +218,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         ratios.row(cells);
     }
     let table = seed_table(
-        &report,
+        report,
         "ops_per_sec",
         "cas-loop",
         "locked-bit",
@@ -252,7 +235,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         ),
         ("foliocache against the kernel's pread".to_string(), ratios),
     ];
-    emit(report, &settings, &tables, Some(("ops_per_sec", &none)))
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &none)))
 }
 
 /// N threads, each with its own handle on the cached file, reading `expected.len()` bytes at

@@ -87,10 +87,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
-use crate::harness::{
-    emit, fmt_num, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress, Report,
-    Table,
-};
+use crate::harness::{fmt_num, seed_table, Bench, CommonArgs, LabResult, Report, Table};
 
 /// The seed reproduced.
 pub const SEED: &str = "001_1b60c5657c9329ae.txt";
@@ -218,17 +215,23 @@ pub fn run(args: &Args) -> LabResult<Report> {
     // Budget: every thread's region plus slack; the caches never need to evict.
     let budget = (max_threads as u64 * region + (8 << 20)) as usize;
 
-    let mut report = Report::new(
+    // Each measurement is one end-to-end pass and, for seed 001's variants, an insertion
+    // phase: about 6 ms per MiB streamed.
+    let steps = (layouts.len() * settings.threads.len() * settings.runs * VARIANTS.len()) as u64;
+    let mut bench = Bench::with_steps(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "value_size": args.value_size,
             "mib_per_thread": mib,
             "ra_pages": args.ra_pages,
             "dir": dir.display().to_string(),
             "layouts": layouts,
             "runs_are_cold_passes": true,
-        })),
+        }),
+        steps,
+        Duration::from_millis(mib * 6),
     );
     let mut tables = Vec::new();
     let mut wrong = 0u64;
@@ -236,14 +239,6 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let mut leftover = 0u64;
     let mut batched_lock_per_page: f64 = 0.0;
     let mut stats = Map::new();
-    let steps =
-        (layouts.len() * settings.threads.len() * settings.runs * VARIANTS.len() * 2) as u64;
-    let progress = Progress::new(
-        "readseq",
-        steps,
-        Duration::from_millis(steps * mib * 3),
-        settings.progress,
-    );
 
     for &lname in &layouts {
         let layout = if lname == "shared-file" {
@@ -301,52 +296,40 @@ pub fn run(args: &Args) -> LabResult<Report> {
             .populate()
             .map_err(|e| crate::lab_err!("faulting in the insertion arena: {e}"))?;
 
-        let mut il = Interleaver::new();
-        for &n in &settings.threads {
-            progress.message(format!("{lname}, {n} threads"));
-            il.rounds::<_, LabError>(
-                &VARIANTS,
-                settings.runs,
-                |il, v, _round| {
-                    let cache = &caches.iter().find(|(c, _)| c == v).expect("cache").1;
-                    let p = end_to_end(cache, &layout, n, args.value_size, settings.pin)?;
-                    wrong += p.wrong;
-                    il.add(v, n, "ops_per_sec", p.ops_per_sec);
-                    il.add(v, n, "p50_latency_ns", p.p50);
-                    il.add(v, n, "p75_latency_ns", p.p75);
-                    il.add(v, n, "p99_latency_ns", p.p99);
-                    il.add(v, n, "lock_acquisitions_per_page", p.lock_per_page);
-                    il.add(v, n, "refcount_ops_per_mib", p.refcount_ops_per_mib);
-                    il.add(v, n, "lru_entries_per_mib", p.lru_entries_per_mib);
-                    il.add(v, n, "index_lock_acquisitions_per_mib", p.locks_per_mib);
-                    if *v == "batched" && lname == "per-thread-file" {
-                        batched_lock_per_page = batched_lock_per_page.max(p.lock_per_page);
-                    }
-                    if !seed_variant(v) {
-                        return Ok(());
-                    }
-                    let (rate, locks) = insertion_phase(
-                        &insert_arena,
-                        lname == "shared-file",
-                        n,
-                        region,
-                        args.ra_pages,
-                        mode_of(v),
-                        settings.pin,
-                    );
-                    il.add(v, n, "insert_pages_per_sec", rate);
-                    il.add(v, n, "insert_lock_acquisitions_per_page", locks);
-                    Ok(())
-                },
-                || {
-                    progress.tick();
-                    progress.tick();
-                },
-            )?;
-        }
         let mut extra = Map::new();
         extra.insert("layout".into(), Value::String(lname.into()));
-        report.add_rows(&il, &extra);
+        bench.measure(lname, &VARIANTS, &extra, |il, v, n, _round| {
+            let cache = &caches.iter().find(|(c, _)| c == v).expect("cache").1;
+            let p = end_to_end(cache, &layout, n, args.value_size, settings.pin)?;
+            wrong += p.wrong;
+            il.add(v, n, "ops_per_sec", p.ops_per_sec);
+            il.add(v, n, "p50_latency_ns", p.p50);
+            il.add(v, n, "p75_latency_ns", p.p75);
+            il.add(v, n, "p99_latency_ns", p.p99);
+            il.add(v, n, "lock_acquisitions_per_page", p.lock_per_page);
+            il.add(v, n, "refcount_ops_per_mib", p.refcount_ops_per_mib);
+            il.add(v, n, "lru_entries_per_mib", p.lru_entries_per_mib);
+            il.add(v, n, "index_lock_acquisitions_per_mib", p.locks_per_mib);
+            if *v == "batched" && lname == "per-thread-file" {
+                batched_lock_per_page = batched_lock_per_page.max(p.lock_per_page);
+            }
+            if !seed_variant(v) {
+                return Ok(());
+            }
+            let (rate, locks) = insertion_phase(
+                &insert_arena,
+                lname == "shared-file",
+                n,
+                region,
+                args.ra_pages,
+                mode_of(v),
+                settings.pin,
+            );
+            il.add(v, n, "insert_pages_per_sec", rate);
+            il.add(v, n, "insert_lock_acquisitions_per_page", locks);
+            Ok(())
+        })?;
+        let report = &mut bench.report;
         for &n in &settings.threads {
             for metric in [
                 "ops_per_sec",
@@ -388,33 +371,33 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "readseq [{lname}] ops/s ({} B values, cold cache, all threads; seed 001's throughput)",
                 args.value_size
             ),
-            seed_table(&report, "ops_per_sec", "single", "batched", &[], &extra),
+            seed_table(report, "ops_per_sec", "single", "batched", &[], &extra),
         ));
         tables.push((
             format!("readseq [{lname}] insertion phase alone: pages inserted/s from preallocated folios"),
-            seed_table(&report, "insert_pages_per_sec", "single", "batched", &[], &extra),
+            seed_table(report, "insert_pages_per_sec", "single", "batched", &[], &extra),
         ));
         tables.push((
             format!(
                 "readseq [{lname}] seed 001 shape: read latency percentiles, before (single) and \
                  after (batched), reduction = (before - after) / before"
             ),
-            seed_latency_table(&report, &settings.threads, &extra),
+            seed_latency_table(report, &settings.threads, &extra),
         ));
         tables.push((
             format!(
                 "readseq [{lname}] read latency (ns) and index lock acquisitions per inserted page"
             ),
-            latency_table(&report, &settings.threads, &extra),
+            latency_table(report, &settings.threads, &extra),
         ));
         tables.push((
             format!(
                 "readseq [{lname}] large folios (large) against 4 KiB folios (order0), per MiB read"
             ),
-            large_table(&report, &settings.threads, &extra),
+            large_table(report, &settings.threads, &extra),
         ));
     }
-    progress.finish();
+    let report = &mut bench.report;
     report.stats = Some(Value::Object(stats));
     report.check("wrong_reads", wrong, wrong == 0);
     report.check("bad_page_events", bad_pages, bad_pages == 0);
@@ -427,16 +410,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             || !layouts.contains(&"per-thread-file")
             || batched_lock_per_page <= limit,
     );
-    let none = Map::new();
     let mut plot_extra = Map::new();
     plot_extra.insert("layout".into(), Value::String(layouts[0].into()));
-    let _ = none;
-    emit(
-        report,
-        &settings,
-        &tables,
-        Some(("ops_per_sec", &plot_extra)),
-    )
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &plot_extra)))
 }
 
 /// Seed 001's latency table, `#threads | percentile | latency (before) | latency (after) |

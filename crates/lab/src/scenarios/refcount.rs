@@ -26,9 +26,9 @@
 //! page cache) is the scenario `pread`, which uses the same strategies inside the cache.
 //!
 //! This module is the template for the others: `NAME`, `SEED`, `ABOUT`, `Args` flattening
-//! [`CommonArgs`], `run(&Args)`, `scenario!()` implementing [`super::Scenario`] with them,
-//! measurement with [`Interleaver::rounds`] and
-//! [`run_threads`], then rows, comparisons, checks, tables and [`emit`].
+//! [`CommonArgs`], `run(&Args)`, `scenario!()` implementing [`super::Scenario`] with them;
+//! in `run`, a [`Bench`] measured with one closure (one variant at one thread count, timed
+//! with [`run_threads`]), then comparisons, checks, tables and [`Bench::finish`].
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::Arc;
@@ -39,8 +39,7 @@ use foliocache::mm::sync::{AtomicU32, CachePadded, Ordering};
 use serde_json::{json, Map};
 
 use crate::harness::{
-    emit, fmt_num, run_threads, seed_table, CommonArgs, Interleaver, LabResult, Progress, Report,
-    Table, CHECK_EVERY,
+    fmt_num, run_threads, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
 };
 
 /// The seed this scenario reproduces.
@@ -164,59 +163,44 @@ super::scenario!();
 /// Runs the scenario: measures, prints both tables, writes JSON and plot if asked.
 pub fn run(args: &Args) -> LabResult<Report> {
     let settings = args.common.settings();
-    let mut report = Report::new(
+    let mut bench = Bench::new(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "variants": Primitive::ALL.map(Primitive::name),
             "pair": "try_get + put on one shared counter holding 1 reference",
-        })),
+        }),
+        Primitive::ALL.len(),
     );
-    let steps = (settings.threads.len() * settings.runs * Primitive::ALL.len()) as u64;
-    let progress = Progress::new(
-        NAME,
-        steps,
-        settings.duration * steps as u32,
-        settings.progress,
-    );
-    let mut il = Interleaver::new();
     let mut unbalanced = Vec::new();
     let mut failed_gets = 0u64;
     let mut total_pairs = 0u64;
-    for &threads in &settings.threads {
-        progress.message(format!("{threads} thread(s)"));
-        il.rounds::<_, crate::harness::LabError>(
-            &Primitive::ALL,
-            settings.runs,
-            |il, &p, _round| {
-                let counter = Arc::new(Counter::new(p));
-                let c = counter.clone();
-                let run = run_threads(threads, settings.pin, settings.duration, move |_, stop| {
-                    c.work(stop)
-                });
-                let pairs: u64 = run.results.iter().map(|r| r.0).sum();
-                failed_gets += run.results.iter().map(|r| r.1).sum::<u64>();
-                total_pairs += pairs;
-                let ops = run.rate(pairs);
-                il.add(p.name(), threads, "ops_per_sec", ops);
-                il.add(
-                    p.name(),
-                    threads,
-                    "ns_per_op",
-                    threads as f64 * 1e9 / ops.max(1e-9),
-                );
-                if counter.raw() != 1 {
-                    unbalanced.push(format!("{}@{threads}: {:#x}", p.name(), counter.raw()));
-                }
-                Ok(())
-            },
-            || progress.tick(),
-        )?;
-    }
-    progress.finish();
-
     let none = Map::new();
-    report.add_rows(&il, &none);
+    bench.measure("", &Primitive::ALL, &none, |il, &p, threads, _round| {
+        let counter = Arc::new(Counter::new(p));
+        let c = counter.clone();
+        let run = run_threads(threads, settings.pin, settings.duration, move |_, stop| {
+            c.work(stop)
+        });
+        let pairs: u64 = run.results.iter().map(|r| r.0).sum();
+        failed_gets += run.results.iter().map(|r| r.1).sum::<u64>();
+        total_pairs += pairs;
+        let ops = run.rate(pairs);
+        il.add(p.name(), threads, "ops_per_sec", ops);
+        il.add(
+            p.name(),
+            threads,
+            "ns_per_op",
+            threads as f64 * 1e9 / ops.max(1e-9),
+        );
+        if counter.raw() != 1 {
+            unbalanced.push(format!("{}@{threads}: {:#x}", p.name(), counter.raw()));
+        }
+        Ok(())
+    })?;
+
+    let report = &mut bench.report;
     for &threads in &settings.threads {
         for candidate in ["locked-bit", "optimistic"] {
             report.compare("cas-loop", candidate, threads, "ops_per_sec", &none);
@@ -243,14 +227,14 @@ pub fn run(args: &Args) -> LabResult<Report> {
                  (medians of {} runs of {:?})",
                 settings.runs, settings.duration
             ),
-            primitive_table(&report, &settings.threads),
+            primitive_table(report, &settings.threads),
         ),
         (
             "Seed 000 shape: get+put pairs per second (ops_per_sec), vanilla = cas-loop, \
              patched = locked-bit"
                 .to_string(),
             seed_table(
-                &report,
+                report,
                 "ops_per_sec",
                 "cas-loop",
                 "locked-bit",
@@ -259,7 +243,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             ),
         ),
     ];
-    emit(report, &settings, &tables, Some(("ops_per_sec", &none)))
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &none)))
 }
 
 /// `#threads | primitive | ns/op | ops/s | vs cas-loop (%)`, one line per primitive.
