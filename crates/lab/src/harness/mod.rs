@@ -44,7 +44,7 @@ pub use stats::{
     cpus_available, is_throughput, rates_beyond_cpus, Summary, RATE_CHECK, RATE_MIN_WINDOW,
     RATE_SLACK,
 };
-pub use table::{fmt_num, seed_table, Table};
+pub use table::{fmt_num, seed_order, seed_table, Table};
 
 /// An error that stops a scenario; printed to the user with its context.
 #[derive(Debug)]

@@ -78,7 +78,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::{json, Map, Value};
 
-use crate::harness::{fmt_num, seed_table, Bench, CommonArgs, LabError, LabResult, Report, Table};
+use crate::harness::{fmt_num, seed_order, seed_table, Bench, CommonArgs, LabError, LabResult, Report, Table};
 
 /// The seed this scenario reproduces.
 pub const SEED: &str = "002_c6097cf048dbb657.txt";
@@ -517,7 +517,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
 
     for &name in &benches {
         for t in &Tracking::ALL[1..] {
-            report.compare("none", t.name(), 1, "runtime_ms", &extra(name));
+            report.compare(VANILLA.name(), t.name(), 1, "runtime_ms", &extra(name));
         }
         for t in Tracking::ALL {
             report.compare(UNBATCHED, t.name(), 1, "runtime_ms", &extra(name));
@@ -527,7 +527,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
         for name in ANON_COW {
             for &threads in &settings.threads {
                 for t in &Tracking::ALL[1..] {
-                    report.compare("none", t.name(), threads, "pages_per_sec", &extra(name));
+                    report.compare(
+                        VANILLA.name(),
+                        t.name(),
+                        threads,
+                        "pages_per_sec",
+                        &extra(name),
+                    );
                 }
             }
         }
@@ -596,9 +602,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 seed_table(
                     report,
                     "pages_per_sec",
-                    "none",
-                    "rmap-id",
-                    &["rmap-id-noexcl", "mm-owner"],
+                    VANILLA.name(),
+                    PATCHED.name(),
+                    &seed_order(VANILLA, PATCHED)[2..]
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>(),
                     &extra(name),
                 ),
             ));
@@ -659,13 +668,47 @@ fn stats_json(t: &Tally, decisions: u64) -> Value {
 /// rmap batching; the library always batches, so the unbatched form is built here).
 pub const UNBATCHED: &str = "none-unbatched";
 
+/// The baseline of every comparison: batched, no sharer tracking.
+const VANILLA: Tracking = Tracking::None;
+
+/// The seed's patched tracking (rmap-id with its exclusive path).
+const PATCHED: Tracking = Tracking::RmapId {
+    exclusive_writer: true,
+};
+
 /// The seed's patch stage each variant stands for, in the seed's row order.
-const STAGES: [(&str, &str); 4] = [
-    ("none", "(batching alone, no stage)"),
-    ("rmap-id-noexcl", "batch (#14)"),
-    ("rmap-id", "exclusive (#17)"),
-    ("mm-owner", "(2025 mm-owner design)"),
+const STAGES: [(Tracking, &str); 4] = [
+    (VANILLA, "(batching alone, no stage)"),
+    (
+        Tracking::RmapId {
+            exclusive_writer: false,
+        },
+        "batch (#14)",
+    ),
+    (PATCHED, "exclusive (#17)"),
+    (Tracking::MmOwner, "(2025 mm-owner design)"),
 ];
+
+/// The stage of `t` in the seed, `-` for a tracking the seed did not have.
+fn stage_of(t: Tracking) -> &'static str {
+    STAGES
+        .iter()
+        .find(|(s, _)| *s == t)
+        .map_or("-", |(_, stage)| stage)
+}
+
+/// Every tracking in the seed's stage order, then any the library added since.
+fn stage_order() -> Vec<Tracking> {
+    STAGES
+        .iter()
+        .map(|(t, _)| *t)
+        .chain(
+            Tracking::ALL
+                .into_iter()
+                .filter(|t| !STAGES.iter().any(|(s, _)| s == t)),
+        )
+        .collect()
+}
 
 /// Seed 002's micro-benchmark table: `stage | variant | remap | munmap | ...`, each cell the %
 /// runtime change against [`UNBATCHED`] (negative = faster).
@@ -673,11 +716,11 @@ fn stage_table(report: &Report, benches: &[&str]) -> Table {
     let mut header = vec!["stage (seed)".to_string(), "variant".to_string()];
     header.extend(benches.iter().map(|b| b.to_string()));
     let mut t = Table::new(header);
-    for (v, stage) in STAGES {
-        let mut cells = vec![stage.to_string(), v.to_string()];
+    for v in stage_order() {
+        let mut cells = vec![stage_of(v).to_string(), v.name().to_string()];
         for b in benches {
             let get = |n: &str| report.row(n, 1, "runtime_ms", &extra(b)).map(|r| r.median);
-            cells.push(pct_change(get(UNBATCHED), get(v)));
+            cells.push(pct_change(get(UNBATCHED), get(v.name())));
         }
         t.row(cells);
     }
@@ -697,7 +740,7 @@ fn anon_cow_pct_table(report: &Report, threads: &[usize]) -> Table {
                         .row(name, n, "pages_per_sec", &extra(bench))
                         .map(|r| r.median)
                 };
-                cells.push(pct_change(get("none"), get(v.name())));
+                cells.push(pct_change(get(VANILLA.name()), get(v.name())));
             }
             t.row(cells);
         }
@@ -722,7 +765,7 @@ fn pct_table(report: &Report, benches: &[&str]) -> Table {
         let mut cells = vec![v.name().to_string()];
         for b in benches {
             let get = |n: &str| report.row(n, 1, "runtime_ms", &extra(b)).map(|r| r.median);
-            cells.push(match (get("none"), get(v.name())) {
+            cells.push(match (get(VANILLA.name()), get(v.name())) {
                 (Some(base), Some(c)) if base > 0.0 => format!("{:+.1}%", (c / base - 1.0) * 100.0),
                 _ => "-".into(),
             });

@@ -44,7 +44,7 @@ use foliocache::mm::filetable::{auto_buckets, FileTable, FileTableConfig, Sizing
 use serde_json::{json, Map, Value};
 
 use crate::harness::{
-    fmt_num, run_threads, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
+    fmt_num, run_threads, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
 };
 
 /// The seed this scenario reproduces.
@@ -56,6 +56,15 @@ pub const NAME: &str = "hash";
 /// One line for `all` and the summary.
 pub const ABOUT: &str = "file-table lookups under a table reference: immutable, atomic, percpu, \
 percpu-fast (perf bench futex hash), and resize completion time under full load";
+
+/// The seed's vanilla table reference (rcuref, v6.16).
+const VANILLA: TableRef = TableRef::Atomic;
+
+/// The seed's patched reference.
+const PATCHED: TableRef = TableRef::Percpu;
+
+/// The floor every reference is held to: no reference counting at all.
+const FLOOR: TableRef = TableRef::Immutable;
 
 /// Options of `foliocache-lab hash`.
 #[derive(ClapArgs, Debug, Clone)]
@@ -188,7 +197,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
     } else {
         args.files
     };
-    let resizable = [TableRef::Atomic, TableRef::Percpu, TableRef::PercpuFast];
+    // Every reference but the immutable one, which cannot resize.
+    let resizable: Vec<TableRef> = TableRef::ALL
+        .into_iter()
+        .filter(|&v| v != TableRef::Immutable)
+        .collect();
     let steps = (settings.threads.len()
         * settings.runs
         * (modes.len() * TableRef::ALL.len() + if args.no_resize { 0 } else { resizable.len() }))
@@ -240,8 +253,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
         })?;
         let report = &mut bench.report;
         for &threads in &settings.threads {
-            report.compare("immutable", "percpu", threads, "ops_per_sec", &extra);
-            report.compare("atomic", "percpu", threads, "ops_per_sec", &extra);
+            for base in [FLOOR, VANILLA] {
+                report.compare(base.name(), PATCHED.name(), threads, "ops_per_sec", &extra);
+            }
         }
         tables.push((
             format!(
@@ -256,15 +270,19 @@ pub fn run(args: &Args) -> LabResult<Report> {
         ));
         tables.push((
             format!(
-                "Seed 003 shape, buckets {}: vanilla = atomic (rcuref, v6.16), patched = percpu",
+                "Seed 003 shape, buckets {}: vanilla = {VANILLA} (rcuref, v6.16), patched = \
+                 {PATCHED}",
                 mode.label()
             ),
             seed_table(
                 report,
                 "ops_per_sec",
-                "atomic",
-                "percpu",
-                &["immutable", "percpu-fast"],
+                VANILLA.name(),
+                PATCHED.name(),
+                &seed_order(VANILLA, PATCHED)[2..]
+                    .iter()
+                    .map(|v| v.name())
+                    .collect::<Vec<_>>(),
                 &extra,
             ),
         ));
@@ -369,24 +387,21 @@ pub fn run(args: &Args) -> LabResult<Report> {
     bench.finish(&settings, &tables, Some(("ops_per_sec", &first)))
 }
 
-/// `#threads | immutable | atomic | gap | percpu | gap | percpu-fast | gap`.
+/// `#threads | immutable | atomic | gap | percpu | gap | percpu-fast | gap`: every reference
+/// of [`TableRef::ALL`], each after the first ([`FLOOR`]) with its gap to it.
 fn gap_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
-    let mut t = Table::new([
-        "#threads",
-        "immutable",
-        "atomic",
-        "gap (%)",
-        "percpu",
-        "gap (%)",
-        "percpu-fast",
-        "gap (%)",
-    ]);
+    let others: Vec<TableRef> = TableRef::ALL.into_iter().filter(|&v| v != FLOOR).collect();
+    let mut t = Table::new(
+        ["#threads", FLOOR.name()]
+            .into_iter()
+            .chain(others.iter().flat_map(|v| [v.name(), "gap (%)"])),
+    );
     for &n in threads {
         let get = |v: &str| report.row(v, n, "ops_per_sec", extra).map(|r| r.median);
-        let base = get("immutable");
+        let base = get(FLOOR.name());
         let mut cells = vec![n.to_string(), base.map_or("-".into(), fmt_num)];
-        for v in ["atomic", "percpu", "percpu-fast"] {
-            let x = get(v);
+        for v in &others {
+            let x = get(v.name());
             cells.push(x.map_or("-".into(), fmt_num));
             cells.push(match (x, base) {
                 (Some(x), Some(b)) if b > 0.0 => format!("{:+.1}", (x / b - 1.0) * 100.0),

@@ -56,7 +56,9 @@
 //!
 //! # Output
 //!
-//! - variants: `single` (vanilla), `batched` (the seed), `order0` and `large` (issue 14);
+//! - variants: `single` (vanilla), `batched` (the seed), that is every mode of the library's
+//!   `InsertMode::ALL` under its stable name, then `order0` and `large` (issue 14)
+//!   ([`Fill::all`]);
 //! - metrics: `ops_per_sec`, `p50_latency_ns`, `p75_latency_ns`, `p99_latency_ns`,
 //!   `lock_acquisitions_per_page`, `insert_pages_per_sec`,
 //!   `insert_lock_acquisitions_per_page`; every row and comparison has a `layout` field;
@@ -87,7 +89,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
-use crate::harness::{fmt_num, seed_table, Bench, CommonArgs, LabResult, Report, Table};
+use crate::harness::{fmt_num, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table};
 
 /// The seed reproduced.
 pub const SEED: &str = "001_1b60c5657c9329ae.txt";
@@ -99,17 +101,68 @@ pub const NAME: &str = "readseq";
 pub const ABOUT: &str = "db_bench readseq: threads stream 8 KiB values through a cold cache; \
 one-by-one vs batched readahead insertion, per-thread files and one shared file";
 
-/// Variant names: seed 001's (vanilla first), then issue 14's (baseline first).
-pub const VARIANTS: [&str; 4] = ["single", "batched", "order0", "large"];
+/// The seed's vanilla insertion (one index lock hold per page), the tables' "before".
+pub const VANILLA: InsertMode = InsertMode::Single;
 
-/// The variants that cache files in large folios.
-fn large_folios(variant: &str) -> bool {
-    variant == "large"
+/// The seed's batched insertion (one hold per window), "after"; also how issue 14's
+/// variants insert.
+pub const PATCHED: InsertMode = InsertMode::Batched;
+
+/// A variant: how readahead inserts its folios, and how large they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Seed 001's variants: an insertion mode of the library, 4 KiB folios; named by the mode.
+    Insert(InsertMode),
+    /// Issue 14's variants: [`PATCHED`] insertion with 4 KiB folios (`order0`, the baseline)
+    /// or large folios (`large`).
+    Folios {
+        /// Folios as large as the window and the alignment allow.
+        large: bool,
+    },
 }
 
-/// The variants whose insertion phase is measured (seed 001's).
-fn seed_variant(variant: &str) -> bool {
-    variant == "single" || variant == "batched"
+impl Fill {
+    /// Issue 14's baseline.
+    pub const ORDER0: Fill = Fill::Folios { large: false };
+    /// Issue 14's candidate.
+    pub const LARGE: Fill = Fill::Folios { large: true };
+
+    /// Every variant in table order: every mode of [`InsertMode::ALL`] (vanilla, then
+    /// patched, then any other, [`seed_order`]), then issue 14's baseline and candidate.
+    pub fn all() -> Vec<Fill> {
+        seed_order(VANILLA, PATCHED)
+            .into_iter()
+            .map(Fill::Insert)
+            .chain([Fill::ORDER0, Fill::LARGE])
+            .collect()
+    }
+
+    /// The stable name: the insertion mode's, `order0` or `large`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fill::Insert(m) => m.name(),
+            Fill::Folios { large: false } => "order0",
+            Fill::Folios { large: true } => "large",
+        }
+    }
+
+    /// How readahead inserts.
+    fn mode(self) -> InsertMode {
+        match self {
+            Fill::Insert(m) => m,
+            Fill::Folios { .. } => PATCHED,
+        }
+    }
+
+    /// Whether files are cached in large folios.
+    fn large_folios(self) -> bool {
+        self == Fill::LARGE
+    }
+
+    /// Whether its insertion phase is measured (seed 001's variants).
+    fn seed(self) -> bool {
+        matches!(self, Fill::Insert(_))
+    }
 }
 
 /// Layout names.
@@ -139,14 +192,6 @@ pub struct Args {
 }
 
 super::scenario!();
-
-fn mode_of(variant: &str) -> InsertMode {
-    if variant == "single" {
-        InsertMode::Single
-    } else {
-        InsertMode::Batched
-    }
-}
 
 /// The files of one layout, each thread's region in them.
 struct Layout {
@@ -217,7 +262,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
 
     // Each measurement is one end-to-end pass and, for seed 001's variants, an insertion
     // phase: about 6 ms per MiB streamed.
-    let steps = (layouts.len() * settings.threads.len() * settings.runs * VARIANTS.len()) as u64;
+    let variants = Fill::all();
+    let names: Vec<&str> = variants.iter().map(|v| v.name()).collect();
+    let steps = (layouts.len() * settings.threads.len() * settings.runs * variants.len()) as u64;
     let mut bench = Bench::with_steps(
         NAME,
         SEED,
@@ -261,18 +308,18 @@ pub fn run(args: &Args) -> LabResult<Report> {
         };
         // One cache per variant, its frames faulted in once so that page faults of the
         // arena's first touch are not measured.
-        let caches: Vec<(&str, FolioCache)> = VARIANTS
+        let caches: Vec<(Fill, FolioCache)> = variants
             .iter()
-            .map(|v| {
+            .map(|&v| {
                 let c = FolioCache::new(
                     Config::new(budget)
                         .experiment(
                             Experiment::new()
-                                .insert_mode(mode_of(v))
+                                .insert_mode(v.mode())
                                 .strategy(RefStrategy::LockedBit),
                         )
                         .readahead_pages(args.ra_pages)
-                        .max_folio_order(if large_folios(v) {
+                        .max_folio_order(if v.large_folios() {
                             foliocache::mm::folio::MAX_ORDER
                         } else {
                             0
@@ -282,7 +329,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 .map_err(|e| crate::lab_err!("{e}"))?;
                 c.populate()
                     .map_err(|e| crate::lab_err!("faulting in the budget: {e}"))?;
-                Ok((*v, c))
+                Ok((v, c))
             })
             .collect::<LabResult<_>>()?;
         let insert_arena = Arc::new(
@@ -298,8 +345,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
 
         let mut extra = Map::new();
         extra.insert("layout".into(), Value::String(lname.into()));
-        bench.measure(lname, &VARIANTS, &extra, |il, v, n, _round| {
-            let cache = &caches.iter().find(|(c, _)| c == v).expect("cache").1;
+        bench.measure(lname, &variants, &extra, |il, &fill, n, _round| {
+            let cache = &caches.iter().find(|(c, _)| *c == fill).expect("cache").1;
+            let v = fill.name();
             let p = end_to_end(cache, &layout, n, args.value_size, settings.pin)?;
             wrong += p.wrong;
             il.add(v, n, "ops_per_sec", p.ops_per_sec);
@@ -310,10 +358,10 @@ pub fn run(args: &Args) -> LabResult<Report> {
             il.add(v, n, "refcount_ops_per_mib", p.refcount_ops_per_mib);
             il.add(v, n, "lru_entries_per_mib", p.lru_entries_per_mib);
             il.add(v, n, "index_lock_acquisitions_per_mib", p.locks_per_mib);
-            if *v == "batched" && lname == "per-thread-file" {
+            if fill == Fill::Insert(PATCHED) && lname == "per-thread-file" {
                 batched_lock_per_page = batched_lock_per_page.max(p.lock_per_page);
             }
-            if !seed_variant(v) {
+            if !fill.seed() {
                 return Ok(());
             }
             let (rate, locks) = insertion_phase(
@@ -322,7 +370,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 n,
                 region,
                 args.ra_pages,
-                mode_of(v),
+                fill.mode(),
                 settings.pin,
             );
             il.add(v, n, "insert_pages_per_sec", rate);
@@ -338,7 +386,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "p99_latency_ns",
                 "insert_pages_per_sec",
             ] {
-                report.compare("single", "batched", n, metric, &extra);
+                report.compare(VANILLA.name(), PATCHED.name(), n, metric, &extra);
             }
             for metric in [
                 "ops_per_sec",
@@ -348,7 +396,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "lru_entries_per_mib",
                 "index_lock_acquisitions_per_mib",
             ] {
-                report.compare("order0", "large", n, metric, &extra);
+                report.compare(Fill::ORDER0.name(), Fill::LARGE.name(), n, metric, &extra);
             }
         }
         for (v, c) in &caches {
@@ -360,7 +408,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             let s = c.stats();
             bad_pages += s.bad_pages;
             leftover += s.allocated_pages;
-            stats.insert(format!("{lname}/{v}"), cache_stats_json(c));
+            stats.insert(format!("{lname}/{}", v.name()), cache_stats_json(c));
         }
         let ia = insert_arena.stats();
         bad_pages += ia.bad_pages;
@@ -371,16 +419,30 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "readseq [{lname}] ops/s ({} B values, cold cache, all threads; seed 001's throughput)",
                 args.value_size
             ),
-            seed_table(report, "ops_per_sec", "single", "batched", &[], &extra),
+            seed_table(
+                report,
+                "ops_per_sec",
+                VANILLA.name(),
+                PATCHED.name(),
+                &names[2..InsertMode::ALL.len()],
+                &extra,
+            ),
         ));
         tables.push((
             format!("readseq [{lname}] insertion phase alone: pages inserted/s from preallocated folios"),
-            seed_table(report, "insert_pages_per_sec", "single", "batched", &[], &extra),
+            seed_table(
+                report,
+                "insert_pages_per_sec",
+                VANILLA.name(),
+                PATCHED.name(),
+                &names[2..InsertMode::ALL.len()],
+                &extra,
+            ),
         ));
         tables.push((
             format!(
-                "readseq [{lname}] seed 001 shape: read latency percentiles, before (single) and \
-                 after (batched), reduction = (before - after) / before"
+                "readseq [{lname}] seed 001 shape: read latency percentiles, before ({VANILLA}) \
+                 and after ({PATCHED}), reduction = (before - after) / before"
             ),
             seed_latency_table(report, &settings.threads, &extra),
         ));
@@ -388,7 +450,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             format!(
                 "readseq [{lname}] read latency (ns) and index lock acquisitions per inserted page"
             ),
-            latency_table(report, &settings.threads, &extra),
+            latency_table(report, &settings.threads, &names, &extra),
         ));
         tables.push((
             format!(
@@ -421,11 +483,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
 /// batching made reads faster), as the seed reports it.
 fn seed_latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
     let mut t = Table::new([
-        "#threads",
-        "percentile",
-        "latency before (single, ns)",
-        "latency after (batched, ns)",
-        "reduction (%)",
+        "#threads".to_string(),
+        "percentile".to_string(),
+        format!("latency before ({VANILLA}, ns)"),
+        format!("latency after ({PATCHED}, ns)"),
+        "reduction (%)".to_string(),
     ]);
     for &n in threads {
         for (name, metric) in [
@@ -434,7 +496,7 @@ fn seed_latency_table(report: &Report, threads: &[usize], extra: &Map<String, Va
             ("P99", "p99_latency_ns"),
         ] {
             let get = |v: &str| report.row(v, n, metric, extra).map(|r| r.median);
-            let (before, after) = (get("single"), get("batched"));
+            let (before, after) = (get(VANILLA.name()), get(PATCHED.name()));
             t.row([
                 n.to_string(),
                 name.to_string(),
@@ -461,7 +523,7 @@ fn large_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -
     medians_table(
         report,
         threads,
-        &["order0", "large"],
+        &[Fill::ORDER0.name(), Fill::LARGE.name()],
         extra,
         &[
             ("ops/s", "ops_per_sec"),
@@ -474,11 +536,16 @@ fn large_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -
 }
 
 /// `#threads | variant | p50 | p75 | p99 | lock/page` for one layout.
-fn latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
+fn latency_table(
+    report: &Report,
+    threads: &[usize],
+    variants: &[&str],
+    extra: &Map<String, Value>,
+) -> Table {
     medians_table(
         report,
         threads,
-        &VARIANTS,
+        variants,
         extra,
         &[
             ("p50 (ns)", "p50_latency_ns"),
@@ -758,12 +825,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_variants_are_the_librarys_modes_then_issue_14s() {
+        let names: Vec<_> = Fill::all().into_iter().map(Fill::name).collect();
+        assert_eq!(names, ["single", "batched", "order0", "large"]);
+        for m in InsertMode::ALL {
+            assert!(names.contains(&m.name()), "{m} is measured");
+            assert_eq!(Fill::Insert(m).mode(), m);
+        }
+        assert!(Fill::LARGE.large_folios() && !Fill::ORDER0.large_folios());
+    }
+
+    #[test]
     fn the_latency_table_has_the_seeds_reduction_column() {
         let mut report = Report::new(NAME, SEED, json!({}));
         let mut il = crate::harness::Interleaver::new();
         for (v, p50, p99) in [
-            ("single", 6150.0, 507_950.0),
-            ("batched", 2220.0, 348_540.0),
+            (VANILLA.name(), 6150.0, 507_950.0),
+            (PATCHED.name(), 2220.0, 348_540.0),
         ] {
             il.add(v, 32, "p50_latency_ns", p50);
             il.add(v, 32, "p99_latency_ns", p99);

@@ -39,7 +39,7 @@ use foliocache::mm::sync::{AtomicU32, CachePadded, Ordering};
 use serde_json::{json, Map};
 
 use crate::harness::{
-    fmt_num, run_threads, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
+    fmt_num, run_threads, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
 };
 
 /// The seed this scenario reproduces.
@@ -69,13 +69,19 @@ enum Primitive {
     Ref(RefStrategy),
 }
 
+/// The seed's vanilla strategy, the tables' baseline.
+const VANILLA: RefStrategy = RefStrategy::CasLoop;
+
+/// The seed's patched strategy.
+const PATCHED: RefStrategy = RefStrategy::LockedBit;
+
 impl Primitive {
-    const ALL: [Primitive; 4] = [
-        Primitive::FetchAdd,
-        Primitive::Ref(RefStrategy::CasLoop),
-        Primitive::Ref(RefStrategy::Optimistic),
-        Primitive::Ref(RefStrategy::LockedBit),
-    ];
+    /// The floor, then every strategy of [`RefStrategy::ALL`] in its order.
+    fn all() -> Vec<Primitive> {
+        std::iter::once(Primitive::FetchAdd)
+            .chain(RefStrategy::ALL.into_iter().map(Primitive::Ref))
+            .collect()
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -163,21 +169,22 @@ super::scenario!();
 /// Runs the scenario: measures, prints both tables, writes JSON and plot if asked.
 pub fn run(args: &Args) -> LabResult<Report> {
     let settings = args.common.settings();
+    let primitives = Primitive::all();
     let mut bench = Bench::new(
         NAME,
         SEED,
         &settings,
         json!({
-            "variants": Primitive::ALL.map(Primitive::name),
+            "variants": primitives.iter().map(|p| p.name()).collect::<Vec<_>>(),
             "pair": "try_get + put on one shared counter holding 1 reference",
         }),
-        Primitive::ALL.len(),
+        primitives.len(),
     );
     let mut unbalanced = Vec::new();
     let mut failed_gets = 0u64;
     let mut total_pairs = 0u64;
     let none = Map::new();
-    bench.measure("", &Primitive::ALL, &none, |il, &p, threads, _round| {
+    bench.measure("", &primitives, &none, |il, &p, threads, _round| {
         let counter = Arc::new(Counter::new(p));
         let c = counter.clone();
         let run = run_threads(threads, settings.pin, settings.duration, move |_, stop| {
@@ -201,9 +208,17 @@ pub fn run(args: &Args) -> LabResult<Report> {
     })?;
 
     let report = &mut bench.report;
+    // Every strategy against vanilla, the seed's patch first.
+    let strategies = seed_order(VANILLA, PATCHED);
     for &threads in &settings.threads {
-        for candidate in ["locked-bit", "optimistic"] {
-            report.compare("cas-loop", candidate, threads, "ops_per_sec", &none);
+        for candidate in &strategies[1..] {
+            report.compare(
+                VANILLA.name(),
+                candidate.name(),
+                threads,
+                "ops_per_sec",
+                &none,
+            );
         }
     }
     report.check(
@@ -230,15 +245,16 @@ pub fn run(args: &Args) -> LabResult<Report> {
             primitive_table(report, &settings.threads),
         ),
         (
-            "Seed 000 shape: get+put pairs per second (ops_per_sec), vanilla = cas-loop, \
-             patched = locked-bit"
-                .to_string(),
+            format!(
+                "Seed 000 shape: get+put pairs per second (ops_per_sec), vanilla = {VANILLA}, \
+                 patched = {PATCHED}"
+            ),
             seed_table(
                 report,
                 "ops_per_sec",
-                "cas-loop",
-                "locked-bit",
-                &["optimistic"],
+                VANILLA.name(),
+                PATCHED.name(),
+                &strategies[2..].iter().map(|s| s.name()).collect::<Vec<_>>(),
                 &none,
             ),
         ),
@@ -249,12 +265,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
 /// `#threads | primitive | ns/op | ops/s | vs cas-loop (%)`, one line per primitive.
 fn primitive_table(report: &Report, threads: &[usize]) -> Table {
     let none = Map::new();
-    let mut t = Table::new(["#threads", "primitive", "ns/op", "ops/s", "vs cas-loop (%)"]);
+    let vs = format!("vs {VANILLA} (%)");
+    let mut t = Table::new(["#threads", "primitive", "ns/op", "ops/s", vs.as_str()]);
     for &n in threads {
         let base = report
-            .row("cas-loop", n, "ops_per_sec", &none)
+            .row(VANILLA.name(), n, "ops_per_sec", &none)
             .map(|r| r.median);
-        for p in Primitive::ALL {
+        for p in Primitive::all() {
             let ns = report
                 .row(p.name(), n, "ns_per_op", &none)
                 .map(|r| r.median);
@@ -285,7 +302,7 @@ mod tests {
 
     #[test]
     fn names_are_the_strategies() {
-        let names = Primitive::ALL.map(Primitive::name);
+        let names: Vec<_> = Primitive::all().into_iter().map(Primitive::name).collect();
         assert_eq!(names, ["fetch-add", "cas-loop", "optimistic", "locked-bit"]);
         for s in RefStrategy::ALL {
             assert!(names.contains(&s.name()));
