@@ -15,14 +15,21 @@
 //! # Adding a scenario
 //!
 //! 1. Copy [`refcount`], the reference example, to `src/scenarios/NAME.rs` (or
-//!    `NAME/mod.rs`): set `NAME`, `SEED`, `ABOUT`, its `Args` and `run`, keep
-//!    `super::scenario!();`. Take the variants of a library mechanism from its
-//!    [`foliocache::Variant`] list (`ALL`, `name`, `from_name`), never as strings.
-//! 2. Add `NAME` to the `scenarios!` list at the end of this module's code, where `all` should run it.
+//!    `NAME/mod.rs`): set `NAME`, `SEED`, `ABOUT` (also its `--help` line), its `Args` and
+//!    `run`, and keep `super::scenario!();`. In `run`, open a
+//!    [`Bench`](crate::harness::Bench) and give its `measure` one closure that measures one
+//!    variant at one thread count and records the samples; the bench runs the interleaved
+//!    rounds (variants × threads × runs), shows the progress line and adds the rows of
+//!    medians. Add the comparisons, checks and tables, then `Bench::finish`.
+//! 2. Take the variants of a library mechanism from its [`foliocache::Variant`] list
+//!    (`ALL`, `name`, `from_name`), never as strings;
+//!    [`seed_order`](crate::harness::seed_order) puts the seed's vanilla and patched first.
+//! 3. Add `NAME` to the `scenarios!` list at the end of this module's code, where `all`
+//!    should run it.
 //!
-//! That is all: `foliocache-lab NAME --help`, `all`, `all --only NAME` and the summary
-//! follow, and the tests below check its defaults parse. Each module's documentation lists
-//! its stable variant, metric and check names (`docs/LAB-RESULTS.md`).
+//! That is all: `foliocache-lab NAME`, its `--help`, `all`, `all --only NAME` and the summary
+//! follow, and the test below checks that its defaults parse. Document its stable variant,
+//! metric and check names in its module (`docs/LAB-RESULTS.md`).
 
 use std::fmt;
 
