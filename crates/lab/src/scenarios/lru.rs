@@ -104,13 +104,15 @@ struct Variant {
     add_as_active: bool,
 }
 
+/// The library's filters under their own names; the add-as-active ones are the lab's
+/// (the filter's name and `-active`).
 const VANILLA: Variant = Variant {
-    name: "vanilla",
+    name: DrainFilter::Vanilla.name(),
     filter: DrainFilter::Vanilla,
     add_as_active: false,
 };
 const FILTERED: Variant = Variant {
-    name: "filtered",
+    name: DrainFilter::Filtered.name(),
     filter: DrainFilter::Filtered,
     add_as_active: false,
 };
@@ -279,7 +281,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let report = &mut bench.report;
     for &threads in &settings.threads {
         for metric in ["lock_acquisitions_per_folio", "ops_per_sec"] {
-            report.compare("vanilla", "filtered", threads, metric, &none);
+            report.compare(VANILLA.name, FILTERED.name, threads, metric, &none);
         }
     }
     report.check("bad_page_events", json!(bad_pages), bad_pages == 0);
@@ -317,10 +319,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     }
     report.stats = Some(json!({ "folios_queued_total": queued_total }));
 
-    let mut others = vec!["filtered-active"];
-    if args.with_naive {
-        others.push("naive-active");
-    }
+    let others: Vec<&str> = variants[2..].iter().map(|v| v.name).collect();
     let tables = vec![
         (
             format!(
@@ -343,8 +342,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
             seed_table(
                 report,
                 "ops_per_sec",
-                "vanilla",
-                "filtered",
+                VANILLA.name,
+                FILTERED.name,
                 &others,
                 &none,
             ),
