@@ -1,4 +1,5 @@
-//! Command-line front end: one subcommand per scenario, plus `all` and `validate`.
+//! Command-line front end: one subcommand per scenario (from the scenario registry,
+//! [`crate::scenarios::REGISTRY`]), plus `all` and `validate`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -6,7 +7,7 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 
 use crate::harness::{CommonArgs, LabResult, Report};
-use crate::scenarios::{Scenario, REGISTRY};
+use crate::scenarios::{Entry, ScenarioCommand, REGISTRY};
 use crate::summary::RunInfo;
 
 /// The foliocache lab: reproduces the seed patch threads' experiments, the kernel's vanilla
@@ -24,37 +25,10 @@ pub struct Cli {
 pub enum Command {
     /// Run every scenario (quick mode unless --full) and write a report directory.
     All(AllArgs),
-    /// Seed 000: get+put pairs on one shared folio count (fetch-add, cas-loop, optimistic,
-    /// locked-bit), Pedro Falcato's microbenchmark, and the seed's table.
-    Refcount(crate::scenarios::refcount::Args),
-    /// Seed 000's pread benchmark: foliocache (each refcount strategy) against the kernel.
-    Pread(crate::scenarios::pread::Args),
-    /// Seed 001's db_bench readseq: one-by-one against batched readahead insertion.
-    Readseq(crate::scenarios::readseq::Args),
-    /// Seed 002: fork / copy-on-write micro benchmarks (remap, munmap, fork, cow, cow-byte,
-    /// cow-reuse, cow-reuse-byte, pte-dontneed) and concurrent anon-cow, with the sharer
-    /// trackings none, rmap-id (with and without the exclusive seqcount path) and mm-owner.
-    Cow(crate::scenarios::cow::Args),
-    /// Seed 003: file-table lookups under a table reference (immutable, atomic, percpu,
-    /// percpu-fast), `perf bench futex hash`, and resize completion time under full load.
-    Hash(crate::scenarios::hash::Args),
-    /// Seed 004: short-lived files churned through a cache under reclaim; dead folios at LRU
-    /// drain and lruvec lock acquisitions per folio, vanilla against the drain-time filter
-    /// (and the filter with add-as-active, the condition of the seed's bad pages).
-    Lru(crate::scenarios::lru::Args),
-    /// foliocache against what a storage engine would use instead (quick_cache, moka, the
-    /// kernel's pread and mmap): 4 KiB Zipf block reads of a file 4x the cache budget.
-    Peers(crate::scenarios::peers::Args),
-    /// The write path (no seed): the kernel's buffered I/O (pwrite, fdatasync) against
-    /// foliocache on 1 MiB writes of a new file with one sync (an SST flush), 4 KiB Zipf
-    /// overwrites with a sync every 1,000 (B-tree pages) and 4 KiB appends with a sync every
-    /// 64 KiB (a commit log).
-    Write(crate::scenarios::write::Args),
-    /// Replacement policies on synthetic traces (issue 26): the real cache's miss ratio
-    /// against LRU, ARC, LIRS, S3-FIFO, W-TinyLFU, quick_cache, moka and Belady's optimum
-    /// on Zipf, scan, loop, moving-hot-set, two-tenant, burst and readahead-mix traces;
-    /// `--export DIR` writes the traces for libCacheSim instead.
-    Policy(crate::scenarios::policy::Args),
+    /// The scenarios, one subcommand each, from the registry
+    /// ([`crate::scenarios::REGISTRY`]).
+    #[command(flatten)]
+    Scenario(ScenarioCommand),
     /// Check a JSON result file against the `foliocache-lab/1` schema rules.
     Validate {
         /// Result files to check.
@@ -95,37 +69,13 @@ pub fn main() -> i32 {
     }
 }
 
-/// The common options of a scenario subcommand (`None` for `all` and `validate`).
-fn common_of(cmd: &Command) -> Option<&CommonArgs> {
-    match cmd {
-        Command::Refcount(a) => Some(a.common()),
-        Command::Pread(a) => Some(a.common()),
-        Command::Readseq(a) => Some(a.common()),
-        Command::Cow(a) => Some(a.common()),
-        Command::Hash(a) => Some(a.common()),
-        Command::Lru(a) => Some(a.common()),
-        Command::Peers(a) => Some(a.common()),
-        Command::Write(a) => Some(a.common()),
-        Command::Policy(a) => Some(a.common()),
-        Command::All(_) | Command::Validate { .. } => None,
-    }
-}
-
 fn run(cli: Cli) -> LabResult<i32> {
-    if let Some(common) = common_of(&cli.command) {
-        common.check().map_err(crate::harness::LabError)?;
-    }
     match cli.command {
         Command::All(a) => run_all(&a),
-        Command::Refcount(a) => Ok(exit_code(a.run()?)),
-        Command::Pread(a) => Ok(exit_code(a.run()?)),
-        Command::Readseq(a) => Ok(exit_code(a.run()?)),
-        Command::Cow(a) => Ok(exit_code(a.run()?)),
-        Command::Hash(a) => Ok(exit_code(a.run()?)),
-        Command::Lru(a) => Ok(exit_code(a.run()?)),
-        Command::Peers(a) => Ok(exit_code(a.run()?)),
-        Command::Write(a) => Ok(exit_code(a.run()?)),
-        Command::Policy(a) => Ok(exit_code(a.run()?)),
+        Command::Scenario(s) => {
+            s.common.check().map_err(crate::harness::LabError)?;
+            Ok(exit_code(s.run()?))
+        }
         Command::Validate { files, strict } => {
             let mut bad = 0;
             // Every file is checked and reported, a bad one does not hide the ones after it.
@@ -176,7 +126,7 @@ fn exit_code(report: Report) -> i32 {
 
 fn run_all(a: &AllArgs) -> LabResult<i32> {
     for name in &a.only {
-        if !REGISTRY.iter().any(|e| e.name == name) {
+        if Entry::find(name).is_none() {
             let names: Vec<_> = REGISTRY.iter().map(|e| e.name).collect();
             return Err(crate::lab_err!(
                 "unknown scenario `{name}` (have: {})",

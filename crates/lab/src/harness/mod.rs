@@ -2,6 +2,9 @@
 //!
 //! A scenario is a function from its options to a [`Report`]. The harness gives it:
 //!
+//! - [`Bench`]: the measurement skeleton every scenario fills in: the report, the progress
+//!   line, interleaved rounds of variants × thread counts × runs, a row of medians per
+//!   (variant, threads, metric), and at the end the tables, JSON and plot ([`emit`]);
 //! - [`CommonArgs`]: the options every scenario takes (`--threads`, `--duration`, `--runs`,
 //!   `--quick`, `--json`, `--no-pin`, `--no-plot`) and their parsing;
 //! - [`run_threads`]: N threads pinned to CPUs, all spawned and parked before the clock
@@ -20,6 +23,7 @@
 //!   failing a throughput row faster than the CPUs available can go.
 
 mod args;
+mod bench;
 mod plot_svg;
 mod progress;
 mod report;
@@ -31,6 +35,7 @@ pub use args::{
     check_writable, parse_duration, parse_runs, parse_threads, CommonArgs, Settings, MAX_DURATION,
     MAX_RUNS,
 };
+pub use bench::Bench;
 pub use plot_svg::{esc, figure, plot, Unit};
 pub use progress::Progress;
 pub use report::{Check, Comparison, Machine, Report, Row, SCHEMA};
@@ -39,7 +44,7 @@ pub use stats::{
     cpus_available, is_throughput, rates_beyond_cpus, Summary, RATE_CHECK, RATE_MIN_WINDOW,
     RATE_SLACK,
 };
-pub use table::{fmt_num, seed_table, Table};
+pub use table::{fmt_num, seed_order, seed_table, Table};
 
 /// An error that stops a scenario; printed to the user with its context.
 #[derive(Debug)]

@@ -1,5 +1,6 @@
 //! Human tables, aligned in columns, and the seed's table shape.
 
+use foliocache::Variant;
 use serde_json::{Map, Value};
 
 use super::Report;
@@ -93,6 +94,21 @@ pub fn fmt_num(v: f64) -> String {
     }
 }
 
+/// The variants of a library mechanism in the order of the seed's table: `vanilla`,
+/// `patched`, then the others of [`Variant::ALL`] in their order. A variant the library adds
+/// joins the lab's loops, comparisons and columns from here without a lab edit.
+pub fn seed_order<V: Variant + PartialEq>(vanilla: V, patched: V) -> Vec<V> {
+    [vanilla, patched]
+        .into_iter()
+        .chain(
+            V::ALL
+                .iter()
+                .copied()
+                .filter(|v| *v != vanilla && *v != patched),
+        )
+        .collect()
+}
+
 /// The seed's table: `#threads | <baseline> | <patched> | boost (%) | <others...>` for one
 /// metric, one line per thread count, medians. `others` are extra variant columns (e.g.
 /// `optimistic`, `kernel-pread`), each followed by nothing (their comparisons live in JSON).
@@ -145,7 +161,24 @@ pub fn seed_table(
 
 #[cfg(test)]
 mod tests {
+    use foliocache::mm::filetable::TableRef;
+
     use super::*;
+
+    #[test]
+    fn seed_order_puts_vanilla_and_patched_first_then_the_rest_of_all() {
+        let order = seed_order(TableRef::Atomic, TableRef::Percpu);
+        assert_eq!(
+            order,
+            [
+                TableRef::Atomic,
+                TableRef::Percpu,
+                TableRef::Immutable,
+                TableRef::PercpuFast
+            ]
+        );
+        assert_eq!(order.len(), TableRef::ALL.len());
+    }
 
     #[test]
     fn renders_aligned() {

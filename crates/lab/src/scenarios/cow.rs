@@ -78,10 +78,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::{json, Map, Value};
 
-use crate::harness::{
-    emit, fmt_num, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress, Report,
-    Table,
-};
+use crate::harness::{fmt_num, seed_order, seed_table, Bench, CommonArgs, LabError, LabResult, Report, Table};
 
 /// The seed this scenario reproduces.
 pub const SEED: &str = "002_c6097cf048dbb657.txt";
@@ -435,23 +432,19 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let chunk = vec![0xa5u8; folio];
 
     let (cal_excl, cal_shared) = foliocache::mm::seqcount::calibrate(20_000, 5);
-    let mut report = Report::new(
-        NAME,
-        SEED,
-        settings.params(json!({
-            "size_bytes": size,
-            "order": order,
-            "pmd_mapped": order == foliocache::mm::space::PMD_ORDER,
-            "benchmarks": benches,
-            "variants": Tracking::ALL.map(|t| t.name()),
-            "part1_baseline": UNBATCHED,
-            "exclusive_path_calibration": {
-                "exclusive_ns_per_20k_sections": cal_excl as u64,
-                "shared_ns_per_20k_sections": cal_shared as u64,
-                "exclusive_pays_off": foliocache::mm::seqcount::exclusive_path_pays_off(),
-            },
-        })),
-    );
+    let params = json!({
+        "size_bytes": size,
+        "order": order,
+        "pmd_mapped": order == foliocache::mm::space::PMD_ORDER,
+        "benchmarks": benches,
+        "variants": Tracking::ALL.map(|t| t.name()),
+        "part1_baseline": UNBATCHED,
+        "exclusive_path_calibration": {
+            "exclusive_ns_per_20k_sections": cal_excl as u64,
+            "shared_ns_per_20k_sections": cal_shared as u64,
+            "exclusive_pays_off": foliocache::mm::seqcount::exclusive_path_pays_off(),
+        },
+    });
 
     let mut tally = Tally::default();
     // Oracle-mode verification first (small, every decision checked).
@@ -483,73 +476,64 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let steps = (settings.runs
         * ((families.len() + 1) * benches.len() + families.len() * part2 * settings.threads.len()))
         as u64;
-    let progress = Progress::new(
+    let mut bench = Bench::with_steps(
         NAME,
+        SEED,
+        &settings,
+        params,
         steps,
-        Duration::from_millis(steps * (size as u64 >> 20).max(1) * 2),
-        settings.progress,
+        Duration::from_millis((size as u64 >> 20).max(1) * 2),
     );
 
     // Part 1 adds the unbatched baseline (the `none` family, actions run page by page).
     let part1: Vec<(&str, bool, &Spaces)> = std::iter::once((UNBATCHED, true, &families[0].1))
         .chain(families.iter().map(|(t, f)| (t.name(), false, f)))
         .collect();
-    for &bench in &benches {
-        progress.message(bench.to_string());
-        let mut il = Interleaver::new();
-        il.rounds::<_, LabError>(
-            &part1,
-            settings.runs,
-            |il, &(name, unbatched, fam), _| {
-                // The short actions are repeated on fresh memory and the sample is the best
-                // of them: on a shared machine a millisecond action is often preempted, and
-                // the fastest repetition is the one that measured the action alone.
-                let reps = repetitions(bench, settings.quick);
-                let mut best = Duration::MAX;
-                for _ in 0..reps {
-                    best = best.min(sample(fam, bench, &load, unbatched, &mut tally)?);
-                }
-                il.add(name, 1, "runtime_ms", best.as_secs_f64() * 1e3);
-                Ok(())
-            },
-            || progress.tick(),
-        )?;
-        report.add_rows(&il, &extra(bench));
+    for &name in &benches {
+        bench.measure_at(name, &[1], &part1, &extra(name), |il, &(v, unbatched, fam), _, _| {
+            // The short actions are repeated on fresh memory and the sample is the best of
+            // them: on a shared machine a millisecond action is often preempted, and the
+            // fastest repetition is the one that measured the action alone.
+            let reps = repetitions(name, settings.quick);
+            let mut best = Duration::MAX;
+            for _ in 0..reps {
+                best = best.min(sample(fam, name, &load, unbatched, &mut tally)?);
+            }
+            il.add(v, 1, "runtime_ms", best.as_secs_f64() * 1e3);
+            Ok(())
+        })?;
     }
     if !args.no_anon_cow {
-        for (i, bench) in ANON_COW.iter().enumerate() {
-            let mut il = Interleaver::new();
-            for &threads in &settings.threads {
-                progress.message(format!("{bench}, {threads} thread(s)"));
-                il.rounds::<_, LabError>(
-                    &families,
-                    settings.runs,
-                    |il, (t, fam), _| {
-                        let pps = anon_cow(fam, &load, threads, i == 1, settings.pin, &mut tally)?;
-                        il.add(t.name(), threads, "pages_per_sec", pps);
-                        Ok(())
-                    },
-                    || progress.tick(),
-                )?;
-            }
-            report.add_rows(&il, &extra(bench));
+        for (i, name) in ANON_COW.iter().enumerate() {
+            bench.measure(name, &families, &extra(name), |il, (t, fam), threads, _| {
+                let pps = anon_cow(fam, &load, threads, i == 1, settings.pin, &mut tally)?;
+                il.add(t.name(), threads, "pages_per_sec", pps);
+                Ok(())
+            })?;
         }
     }
-    progress.finish();
 
-    for &bench in &benches {
+    let report = &mut bench.report;
+
+    for &name in &benches {
         for t in &Tracking::ALL[1..] {
-            report.compare("none", t.name(), 1, "runtime_ms", &extra(bench));
+            report.compare(VANILLA.name(), t.name(), 1, "runtime_ms", &extra(name));
         }
         for t in Tracking::ALL {
-            report.compare(UNBATCHED, t.name(), 1, "runtime_ms", &extra(bench));
+            report.compare(UNBATCHED, t.name(), 1, "runtime_ms", &extra(name));
         }
     }
     if !args.no_anon_cow {
-        for bench in ANON_COW {
+        for name in ANON_COW {
             for &threads in &settings.threads {
                 for t in &Tracking::ALL[1..] {
-                    report.compare("none", t.name(), threads, "pages_per_sec", &extra(bench));
+                    report.compare(
+                        VANILLA.name(),
+                        t.name(),
+                        threads,
+                        "pages_per_sec",
+                        &extra(name),
+                    );
                 }
             }
         }
@@ -593,15 +577,15 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 size >> 20,
                 settings.runs
             ),
-            stage_table(&report, &benches),
+            stage_table(report, &benches),
         ),
         (
             "% change in runtime against `none` (batched, no sharer tracking)".to_string(),
-            pct_table(&report, &benches),
+            pct_table(report, &benches),
         ),
         (
             "Runtimes (ms, medians)".to_string(),
-            ms_table(&report, &benches),
+            ms_table(report, &benches),
         ),
     ];
     if !args.no_anon_cow {
@@ -610,18 +594,21 @@ pub fn run(args: &Args) -> LabResult<Report> {
              (positive = more pages/s), seq and rand; the seed's baseline had no batching, but \
              a COW fault is per page in every variant, so `none` is that baseline here"
                 .to_string(),
-            anon_cow_pct_table(&report, &settings.threads),
+            anon_cow_pct_table(report, &settings.threads),
         ));
-        for bench in ANON_COW {
+        for name in ANON_COW {
             tables.push((
-                format!("{bench}: pages COW-faulted per second, one child per thread"),
+                format!("{name}: pages COW-faulted per second, one child per thread"),
                 seed_table(
-                    &report,
+                    report,
                     "pages_per_sec",
-                    "none",
-                    "rmap-id",
-                    &["rmap-id-noexcl", "mm-owner"],
-                    &extra(bench),
+                    VANILLA.name(),
+                    PATCHED.name(),
+                    &seed_order(VANILLA, PATCHED)[2..]
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>(),
+                    &extra(name),
                 ),
             ));
         }
@@ -630,7 +617,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     // axis; their table is the seed's).
     let plot_rows = extra(ANON_COW[0]);
     let plot = (!args.no_anon_cow).then_some(("pages_per_sec", &plot_rows));
-    emit(report, &settings, &tables, plot)
+    bench.finish(&settings, &tables, plot)
 }
 
 /// How many times one sample repeats the timed action (each on freshly set-up memory), the
@@ -681,13 +668,47 @@ fn stats_json(t: &Tally, decisions: u64) -> Value {
 /// rmap batching; the library always batches, so the unbatched form is built here).
 pub const UNBATCHED: &str = "none-unbatched";
 
+/// The baseline of every comparison: batched, no sharer tracking.
+const VANILLA: Tracking = Tracking::None;
+
+/// The seed's patched tracking (rmap-id with its exclusive path).
+const PATCHED: Tracking = Tracking::RmapId {
+    exclusive_writer: true,
+};
+
 /// The seed's patch stage each variant stands for, in the seed's row order.
-const STAGES: [(&str, &str); 4] = [
-    ("none", "(batching alone, no stage)"),
-    ("rmap-id-noexcl", "batch (#14)"),
-    ("rmap-id", "exclusive (#17)"),
-    ("mm-owner", "(2025 mm-owner design)"),
+const STAGES: [(Tracking, &str); 4] = [
+    (VANILLA, "(batching alone, no stage)"),
+    (
+        Tracking::RmapId {
+            exclusive_writer: false,
+        },
+        "batch (#14)",
+    ),
+    (PATCHED, "exclusive (#17)"),
+    (Tracking::MmOwner, "(2025 mm-owner design)"),
 ];
+
+/// The stage of `t` in the seed, `-` for a tracking the seed did not have.
+fn stage_of(t: Tracking) -> &'static str {
+    STAGES
+        .iter()
+        .find(|(s, _)| *s == t)
+        .map_or("-", |(_, stage)| stage)
+}
+
+/// Every tracking in the seed's stage order, then any the library added since.
+fn stage_order() -> Vec<Tracking> {
+    STAGES
+        .iter()
+        .map(|(t, _)| *t)
+        .chain(
+            Tracking::ALL
+                .into_iter()
+                .filter(|t| !STAGES.iter().any(|(s, _)| s == t)),
+        )
+        .collect()
+}
 
 /// Seed 002's micro-benchmark table: `stage | variant | remap | munmap | ...`, each cell the %
 /// runtime change against [`UNBATCHED`] (negative = faster).
@@ -695,11 +716,11 @@ fn stage_table(report: &Report, benches: &[&str]) -> Table {
     let mut header = vec!["stage (seed)".to_string(), "variant".to_string()];
     header.extend(benches.iter().map(|b| b.to_string()));
     let mut t = Table::new(header);
-    for (v, stage) in STAGES {
-        let mut cells = vec![stage.to_string(), v.to_string()];
+    for v in stage_order() {
+        let mut cells = vec![stage_of(v).to_string(), v.name().to_string()];
         for b in benches {
             let get = |n: &str| report.row(n, 1, "runtime_ms", &extra(b)).map(|r| r.median);
-            cells.push(pct_change(get(UNBATCHED), get(v)));
+            cells.push(pct_change(get(UNBATCHED), get(v.name())));
         }
         t.row(cells);
     }
@@ -719,7 +740,7 @@ fn anon_cow_pct_table(report: &Report, threads: &[usize]) -> Table {
                         .row(name, n, "pages_per_sec", &extra(bench))
                         .map(|r| r.median)
                 };
-                cells.push(pct_change(get("none"), get(v.name())));
+                cells.push(pct_change(get(VANILLA.name()), get(v.name())));
             }
             t.row(cells);
         }
@@ -744,7 +765,7 @@ fn pct_table(report: &Report, benches: &[&str]) -> Table {
         let mut cells = vec![v.name().to_string()];
         for b in benches {
             let get = |n: &str| report.row(n, 1, "runtime_ms", &extra(b)).map(|r| r.median);
-            cells.push(match (get("none"), get(v.name())) {
+            cells.push(match (get(VANILLA.name()), get(v.name())) {
                 (Some(base), Some(c)) if base > 0.0 => format!("{:+.1}%", (c / base - 1.0) * 100.0),
                 _ => "-".into(),
             });

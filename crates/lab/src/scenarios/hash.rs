@@ -44,8 +44,7 @@ use foliocache::mm::filetable::{auto_buckets, FileTable, FileTableConfig, Sizing
 use serde_json::{json, Map, Value};
 
 use crate::harness::{
-    emit, fmt_num, run_threads, seed_table, CommonArgs, Interleaver, LabResult, Progress, Report,
-    Table, CHECK_EVERY,
+    fmt_num, run_threads, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
 };
 
 /// The seed this scenario reproduces.
@@ -57,6 +56,15 @@ pub const NAME: &str = "hash";
 /// One line for `all` and the summary.
 pub const ABOUT: &str = "file-table lookups under a table reference: immutable, atomic, percpu, \
 percpu-fast (perf bench futex hash), and resize completion time under full load";
+
+/// The seed's vanilla table reference (rcuref, v6.16).
+const VANILLA: TableRef = TableRef::Atomic;
+
+/// The seed's patched reference.
+const PATCHED: TableRef = TableRef::Percpu;
+
+/// The floor every reference is held to: no reference counting at all.
+const FLOOR: TableRef = TableRef::Immutable;
 
 /// Options of `foliocache-lab hash`.
 #[derive(ClapArgs, Debug, Clone)]
@@ -189,27 +197,28 @@ pub fn run(args: &Args) -> LabResult<Report> {
     } else {
         args.files
     };
-    let mut report = Report::new(
+    // Every reference but the immutable one, which cannot resize.
+    let resizable: Vec<TableRef> = TableRef::ALL
+        .into_iter()
+        .filter(|&v| v != TableRef::Immutable)
+        .collect();
+    let steps = (settings.threads.len()
+        * settings.runs
+        * (modes.len() * TableRef::ALL.len() + if args.no_resize { 0 } else { resizable.len() }))
+        as u64;
+    let mut bench = Bench::with_steps(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "variants": TableRef::ALL.map(TableRef::name),
             "buckets": modes.iter().map(|m| m.label()).collect::<Vec<_>>(),
             "files_per_thread": files,
             "op": "get table ref, hash, lock bucket, find + check value, unlock, put",
             "resize_pause_ms": 2,
-        })),
-    );
-    let resizable = [TableRef::Atomic, TableRef::Percpu, TableRef::PercpuFast];
-    let steps = (settings.threads.len()
-        * settings.runs
-        * (modes.len() * TableRef::ALL.len() + if args.no_resize { 0 } else { resizable.len() }))
-        as u64;
-    let progress = Progress::new(
-        NAME,
+        }),
         steps,
-        settings.duration * steps as u32,
-        settings.progress,
+        settings.duration,
     );
 
     let mut lost_total = 0u64;
@@ -220,40 +229,33 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let (mut lookups, mut resizes, mut retries) = (0u64, 0u64, 0u64);
     // Part 1: throughput per bucket mode.
     for &mode in &modes {
-        let mut il = Interleaver::new();
-        for &threads in &settings.threads {
-            progress.message(format!("buckets {}, {threads} thread(s)", mode.label()));
-            il.rounds::<_, crate::harness::LabError>(
-                &TableRef::ALL,
-                settings.runs,
-                |il, &v, _| {
-                    let t = build(v, mode, threads, files);
-                    if mode == Buckets::Auto && v != TableRef::Immutable {
-                        let want = auto_buckets(threads, threads * files as usize);
-                        if t.buckets() != want {
-                            auto_bad.push(format!("{}@{threads}: {}", v.name(), t.buckets()));
-                        }
-                    }
-                    let t2 = t.clone();
-                    let run = run_threads(threads, settings.pin, settings.duration, move |i, s| {
-                        worker(&t2, i, files, s)
-                    });
-                    let n: u64 = run.results.iter().map(|r| r.0).sum();
-                    lost_total += run.results.iter().map(|r| r.1).sum::<u64>();
-                    (lookups, resizes, retries) =
-                        (lookups + n, resizes + t.resizes(), retries + t.retries());
-                    il.add(v.name(), threads, "ops_per_sec", run.rate(n));
-                    Ok(())
-                },
-                || progress.tick(),
-            )?;
-        }
         let mut extra = Map::new();
         extra.insert("buckets".into(), Value::from(mode.label()));
-        report.add_rows(&il, &extra);
+        let label = format!("buckets {}", mode.label());
+        bench.measure(&label, &TableRef::ALL, &extra, |il, &v, threads, _| {
+            let t = build(v, mode, threads, files);
+            if mode == Buckets::Auto && v != TableRef::Immutable {
+                let want = auto_buckets(threads, threads * files as usize);
+                if t.buckets() != want {
+                    auto_bad.push(format!("{}@{threads}: {}", v.name(), t.buckets()));
+                }
+            }
+            let t2 = t.clone();
+            let run = run_threads(threads, settings.pin, settings.duration, move |i, s| {
+                worker(&t2, i, files, s)
+            });
+            let n: u64 = run.results.iter().map(|r| r.0).sum();
+            lost_total += run.results.iter().map(|r| r.1).sum::<u64>();
+            (lookups, resizes, retries) =
+                (lookups + n, resizes + t.resizes(), retries + t.retries());
+            il.add(v.name(), threads, "ops_per_sec", run.rate(n));
+            Ok(())
+        })?;
+        let report = &mut bench.report;
         for &threads in &settings.threads {
-            report.compare("immutable", "percpu", threads, "ops_per_sec", &extra);
-            report.compare("atomic", "percpu", threads, "ops_per_sec", &extra);
+            for base in [FLOOR, VANILLA] {
+                report.compare(base.name(), PATCHED.name(), threads, "ops_per_sec", &extra);
+            }
         }
         tables.push((
             format!(
@@ -264,19 +266,23 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 settings.runs,
                 settings.duration
             ),
-            gap_table(&report, &settings.threads, &extra),
+            gap_table(report, &settings.threads, &extra),
         ));
         tables.push((
             format!(
-                "Seed 003 shape, buckets {}: vanilla = atomic (rcuref, v6.16), patched = percpu",
+                "Seed 003 shape, buckets {}: vanilla = {VANILLA} (rcuref, v6.16), patched = \
+                 {PATCHED}",
                 mode.label()
             ),
             seed_table(
-                &report,
+                report,
                 "ops_per_sec",
-                "atomic",
-                "percpu",
-                &["immutable", "percpu-fast"],
+                VANILLA.name(),
+                PATCHED.name(),
+                &seed_order(VANILLA, PATCHED)[2..]
+                    .iter()
+                    .map(|v| v.name())
+                    .collect::<Vec<_>>(),
                 &extra,
             ),
         ));
@@ -285,71 +291,62 @@ pub fn run(args: &Args) -> LabResult<Report> {
     // Part 2: resize under full load.
     let mut resize_fail = Vec::new();
     if !args.no_resize {
-        let mut il = Interleaver::new();
-        for &threads in &settings.threads {
-            progress.message(format!("resize under load, {threads} thread(s)"));
-            il.rounds::<_, crate::harness::LabError>(
-                &resizable,
-                settings.runs,
-                |il, &v, _| {
-                    let t = build(v, Buckets::Auto, threads, files);
-                    let small = t.buckets();
-                    let stop = Arc::new(AtomicBool::new(false));
-                    let (t3, stop3) = (t.clone(), stop.clone());
-                    let resizer = std::thread::spawn(move || {
-                        let mut times = Vec::new();
-                        let mut i = 0usize;
-                        while !stop3.load(Ordering::Relaxed) {
-                            let to = if i % 2 == 0 { small * 4 } else { small };
-                            let s = t3.resize(to).expect("resizable variant");
-                            times.push(s.total.as_secs_f64() * 1e3);
-                            i += 1;
-                            std::thread::sleep(Duration::from_millis(2));
-                        }
-                        times
-                    });
-                    let t2 = t.clone();
-                    let run = run_threads(threads, settings.pin, settings.duration, move |i, s| {
-                        worker(&t2, i, files, s)
-                    });
-                    stop.store(true, Ordering::Relaxed);
-                    let mut times = resizer.join().expect("resizer thread");
-                    let n: u64 = run.results.iter().map(|r| r.0).sum();
-                    lost_total += run.results.iter().map(|r| r.1).sum::<u64>();
-                    (lookups, resizes, retries) =
-                        (lookups + n, resizes + t.resizes(), retries + t.retries());
-                    let entries =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.validate()));
-                    if times.is_empty() || entries.ok() != Some(threads * files as usize) {
-                        resize_fail.push(format!("{}@{threads}", v.name()));
-                    }
-                    il.add(v.name(), threads, "resizes", times.len() as f64);
-                    il.add(
-                        v.name(),
-                        threads,
-                        "resize_p50_ms",
-                        quantile(&mut times, 0.5),
-                    );
-                    il.add(
-                        v.name(),
-                        threads,
-                        "resize_p99_ms",
-                        quantile(&mut times, 0.99),
-                    );
-                    il.add(v.name(), threads, "ops_per_sec", run.rate(n));
-                    Ok(())
-                },
-                || progress.tick(),
-            )?;
-        }
         let mut extra = Map::new();
         extra.insert("part".into(), Value::from("resize-under-load"));
-        report.add_rows(&il, &extra);
+        bench.measure("resize under load", &resizable, &extra, |il, &v, threads, _| {
+            let t = build(v, Buckets::Auto, threads, files);
+            let small = t.buckets();
+            let stop = Arc::new(AtomicBool::new(false));
+            let (t3, stop3) = (t.clone(), stop.clone());
+            let resizer = std::thread::spawn(move || {
+                let mut times = Vec::new();
+                let mut i = 0usize;
+                while !stop3.load(Ordering::Relaxed) {
+                    let to = if i % 2 == 0 { small * 4 } else { small };
+                    let s = t3.resize(to).expect("resizable variant");
+                    times.push(s.total.as_secs_f64() * 1e3);
+                    i += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                times
+            });
+            let t2 = t.clone();
+            let run = run_threads(threads, settings.pin, settings.duration, move |i, s| {
+                worker(&t2, i, files, s)
+            });
+            stop.store(true, Ordering::Relaxed);
+            let mut times = resizer.join().expect("resizer thread");
+            let n: u64 = run.results.iter().map(|r| r.0).sum();
+            lost_total += run.results.iter().map(|r| r.1).sum::<u64>();
+            (lookups, resizes, retries) =
+                (lookups + n, resizes + t.resizes(), retries + t.retries());
+            let entries =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.validate()));
+            if times.is_empty() || entries.ok() != Some(threads * files as usize) {
+                resize_fail.push(format!("{}@{threads}", v.name()));
+            }
+            il.add(v.name(), threads, "resizes", times.len() as f64);
+            il.add(
+                v.name(),
+                threads,
+                "resize_p50_ms",
+                quantile(&mut times, 0.5),
+            );
+            il.add(
+                v.name(),
+                threads,
+                "resize_p99_ms",
+                quantile(&mut times, 0.99),
+            );
+            il.add(v.name(), threads, "ops_per_sec", run.rate(n));
+            Ok(())
+        })?;
+        let report = &mut bench.report;
         tables.push((
             "Resize under full load: the table alternates between the auto size and 4x, 2 ms \
              apart, while every thread looks up; completion = call to publish"
                 .to_string(),
-            resize_table(&report, &settings.threads, &resizable, &extra),
+            resize_table(report, &settings.threads, &resizable, &extra),
         ));
         report.check(
             "resize_completed",
@@ -363,7 +360,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             );
         }
     }
-    progress.finish();
+    let report = &mut bench.report;
     report.check("lookups_lost", json!(lost_total), lost_total == 0);
     report.check(
         "auto_size_reached",
@@ -387,27 +384,24 @@ pub fn run(args: &Args) -> LabResult<Report> {
         );
         m
     };
-    emit(report, &settings, &tables, Some(("ops_per_sec", &first)))
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &first)))
 }
 
-/// `#threads | immutable | atomic | gap | percpu | gap | percpu-fast | gap`.
+/// `#threads | immutable | atomic | gap | percpu | gap | percpu-fast | gap`: every reference
+/// of [`TableRef::ALL`], each after the first ([`FLOOR`]) with its gap to it.
 fn gap_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
-    let mut t = Table::new([
-        "#threads",
-        "immutable",
-        "atomic",
-        "gap (%)",
-        "percpu",
-        "gap (%)",
-        "percpu-fast",
-        "gap (%)",
-    ]);
+    let others: Vec<TableRef> = TableRef::ALL.into_iter().filter(|&v| v != FLOOR).collect();
+    let mut t = Table::new(
+        ["#threads", FLOOR.name()]
+            .into_iter()
+            .chain(others.iter().flat_map(|v| [v.name(), "gap (%)"])),
+    );
     for &n in threads {
         let get = |v: &str| report.row(v, n, "ops_per_sec", extra).map(|r| r.median);
-        let base = get("immutable");
+        let base = get(FLOOR.name());
         let mut cells = vec![n.to_string(), base.map_or("-".into(), fmt_num)];
-        for v in ["atomic", "percpu", "percpu-fast"] {
-            let x = get(v);
+        for v in &others {
+            let x = get(v.name());
             cells.push(x.map_or("-".into(), fmt_num));
             cells.push(match (x, base) {
                 (Some(x), Some(b)) if b > 0.0 => format!("{:+.1}", (x / b - 1.0) * 100.0),

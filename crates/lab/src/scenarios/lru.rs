@@ -49,8 +49,8 @@ use foliocache::{CachedFile, Config, FolioCache};
 use serde_json::{json, Map};
 
 use crate::harness::{
-    emit, fmt_num, run_threads, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress,
-    Report, Table, CHECK_EVERY,
+    fmt_num, run_threads, seed_table, Bench, CommonArgs, LabResult, Report, Table,
+    CHECK_EVERY,
 };
 
 /// The seed this scenario reproduces.
@@ -104,13 +104,15 @@ struct Variant {
     add_as_active: bool,
 }
 
+/// The library's filters under their own names; the add-as-active ones are the lab's
+/// (the filter's name and `-active`).
 const VANILLA: Variant = Variant {
-    name: "vanilla",
+    name: DrainFilter::Vanilla.name(),
     filter: DrainFilter::Vanilla,
     add_as_active: false,
 };
 const FILTERED: Variant = Variant {
-    name: "filtered",
+    name: DrainFilter::Filtered.name(),
     filter: DrainFilter::Filtered,
     add_as_active: false,
 };
@@ -185,10 +187,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
     if args.with_naive {
         variants.push(NAIVE_ACTIVE);
     }
-    let mut report = Report::new(
+    let mut bench = Bench::new(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "variants": variants.iter().map(|v| v.name).collect::<Vec<_>>(),
             "budget_bytes": w.budget,
             "hot_files": w.hot_files,
@@ -198,103 +201,87 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "short_every": w.short_every,
             "background_reclaim": w.background,
             "backing": "memory",
-        })),
+        }),
+        variants.len(),
     );
     let hot_data: Vec<Arc<MemBacking>> = (0..w.hot_files)
         .map(|k| Arc::new(MemBacking(pattern(w.hot_file_bytes, k as u8))))
         .collect();
     let short_data = Arc::new(MemBacking(pattern(w.short_pages * PAGE, 0xa5)));
 
-    let steps = (settings.threads.len() * settings.runs * variants.len()) as u64;
-    let progress = Progress::new(
-        NAME,
-        steps,
-        settings.duration * steps as u32,
-        settings.progress,
-    );
-    let mut il = Interleaver::new();
     let mut bad_pages = 0u64;
     let mut naive_bad_pages = 0u64;
     let mut accounting_failures = Vec::new();
     let mut queued_total: Map<String, serde_json::Value> = Map::new();
     // (dead folios linked, folios drained) over every filtered run.
     let mut filtered_dead = (0u64, 0u64);
-    for &threads in &settings.threads {
-        progress.message(format!("{threads} thread(s)"));
-        il.rounds::<_, LabError>(
-            &variants,
-            settings.runs,
-            |il, v, _round| {
-                let m = measure(*v, threads, &w, &hot_data, &short_data, &settings)?;
-                let secs = m.secs.max(1e-9);
-                il.add(v.name, threads, "ops_per_sec", m.ops as f64 / secs);
-                il.add(
-                    v.name,
-                    threads,
-                    "folios_added_per_sec",
-                    m.lru.queued as f64 / secs,
-                );
-                il.add(v.name, threads, "dead_pct", m.lru.dead_pct());
-                // The seed's headline counts are per minute; the run's rates, scaled.
-                let per_min = |n: u64| n as f64 * 60.0 / secs;
-                il.add(
-                    v.name,
-                    threads,
-                    "dead_folios_per_min",
-                    per_min(m.lru.dead_inserted),
-                );
-                il.add(v.name, threads, "folios_per_min", per_min(m.lru.drained));
-                il.add(
-                    v.name,
-                    threads,
-                    "lock_acquisitions_per_min",
-                    per_min(m.lru.lock_acquisitions),
-                );
-                il.add(
-                    v.name,
-                    threads,
-                    "lock_acquisitions_per_folio",
-                    m.lru.lock_acquisitions_per_folio(),
-                );
-                il.add(
-                    v.name,
-                    threads,
-                    "reclaim_scanned_per_sec",
-                    m.lru.scanned as f64 / secs,
-                );
-                il.add(
-                    v.name,
-                    threads,
-                    "alloc_stalls_per_sec",
-                    m.lru.alloc_stalls as f64 / secs,
-                );
-                il.add(v.name, threads, "bad_page_events", m.bad_pages as f64);
-                let total = queued_total.entry(v.name.to_string()).or_insert(json!(0));
-                *total = json!(total.as_u64().unwrap_or(0) + m.lru.queued);
-                if v.filter == DrainFilter::Naive {
-                    naive_bad_pages += m.bad_pages;
-                } else {
-                    bad_pages += m.bad_pages;
-                }
-                if v.filter == DrainFilter::Filtered {
-                    filtered_dead.0 += m.lru.dead_inserted;
-                    filtered_dead.1 += m.lru.drained;
-                }
-                if let Err(e) = m.accounting {
-                    accounting_failures.push(format!("{}@{threads}: {e}", v.name));
-                }
-                Ok(())
-            },
-            || progress.tick(),
-        )?;
-    }
-    progress.finish();
-
     let none = Map::new();
-    report.add_rows(&il, &none);
+    bench.measure("", &variants, &none, |il, v, threads, _round| {
+        let m = measure(*v, threads, &w, &hot_data, &short_data, &settings)?;
+        let secs = m.secs.max(1e-9);
+        il.add(v.name, threads, "ops_per_sec", m.ops as f64 / secs);
+        il.add(
+            v.name,
+            threads,
+            "folios_added_per_sec",
+            m.lru.queued as f64 / secs,
+        );
+        il.add(v.name, threads, "dead_pct", m.lru.dead_pct());
+        // The seed's headline counts are per minute; the run's rates, scaled.
+        let per_min = |n: u64| n as f64 * 60.0 / secs;
+        il.add(
+            v.name,
+            threads,
+            "dead_folios_per_min",
+            per_min(m.lru.dead_inserted),
+        );
+        il.add(v.name, threads, "folios_per_min", per_min(m.lru.drained));
+        il.add(
+            v.name,
+            threads,
+            "lock_acquisitions_per_min",
+            per_min(m.lru.lock_acquisitions),
+        );
+        il.add(
+            v.name,
+            threads,
+            "lock_acquisitions_per_folio",
+            m.lru.lock_acquisitions_per_folio(),
+        );
+        il.add(
+            v.name,
+            threads,
+            "reclaim_scanned_per_sec",
+            m.lru.scanned as f64 / secs,
+        );
+        il.add(
+            v.name,
+            threads,
+            "alloc_stalls_per_sec",
+            m.lru.alloc_stalls as f64 / secs,
+        );
+        il.add(v.name, threads, "bad_page_events", m.bad_pages as f64);
+        let total = queued_total.entry(v.name.to_string()).or_insert(json!(0));
+        *total = json!(total.as_u64().unwrap_or(0) + m.lru.queued);
+        if v.filter == DrainFilter::Naive {
+            naive_bad_pages += m.bad_pages;
+        } else {
+            bad_pages += m.bad_pages;
+        }
+        if v.filter == DrainFilter::Filtered {
+            filtered_dead.0 += m.lru.dead_inserted;
+            filtered_dead.1 += m.lru.drained;
+        }
+        if let Err(e) = m.accounting {
+            accounting_failures.push(format!("{}@{threads}: {e}", v.name));
+        }
+        Ok(())
+    })?;
+
+    let report = &mut bench.report;
     for &threads in &settings.threads {
         for metric in ["lock_acquisitions_per_folio", "ops_per_sec"] {
-            report.compare("vanilla", "filtered", threads, metric, &none);
+            report.compare(VANILLA.name, FILTERED.name, threads, metric, &none);
         }
     }
     report.check("bad_page_events", json!(bad_pages), bad_pages == 0);
@@ -332,10 +319,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     }
     report.stats = Some(json!({ "folios_queued_total": queued_total }));
 
-    let mut others = vec!["filtered-active"];
-    if args.with_naive {
-        others.push("naive-active");
-    }
+    let others: Vec<&str> = variants[2..].iter().map(|v| v.name).collect();
     let tables = vec![
         (
             format!(
@@ -344,7 +328,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                  the variant's folios/min, minus the variant's acquisitions/min",
                 settings.runs, settings.duration
             ),
-            seed_lru_table(&report, &settings.threads, &variants),
+            seed_lru_table(report, &settings.threads, &variants),
         ),
         (
             format!(
@@ -356,20 +340,20 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 (w.hot_files * w.hot_file_bytes) as f64 / w.budget as f64
             ),
             seed_table(
-                &report,
+                report,
                 "ops_per_sec",
-                "vanilla",
-                "filtered",
+                VANILLA.name,
+                FILTERED.name,
                 &others,
                 &none,
             ),
         ),
         (
             "LRU costs per variant (medians)".to_string(),
-            cost_table(&report, &settings.threads, &variants),
+            cost_table(report, &settings.threads, &variants),
         ),
     ];
-    emit(report, &settings, &tables, Some(("ops_per_sec", &none)))
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &none)))
 }
 
 /// Seed 004's headline table, `#threads | variant | dead folios/min | total folios/min |

@@ -3,41 +3,43 @@
 //! Each scenario module has the same shape, which the [`Scenario`] trait states and the
 //! compiler checks: `Args`, its clap options with [`CommonArgs`] flattened in, implements
 //! [`Scenario`] (its name, the seed file it reproduces, one line on what it measures, and
-//! `run`: measure with the variants interleaved, print the seed-shaped table, write JSON and
-//! plot when asked ([`crate::harness::emit`]), return the report).
+//! `run`: fill a [`Bench`](crate::harness::Bench) with its measurement, the variants
+//! interleaved, then print the seed-shaped tables, write JSON and plot when asked and return
+//! the report).
 //!
-//! [`REGISTRY`] lists them for `foliocache-lab all`, each run with its command line's
-//! defaults ([`Scenario::defaults`]). [`refcount`] is the reference example of this shape;
-//! copy it to start a new scenario.
+//! [`REGISTRY`], written by the one `scenarios!` list below, is everything else: the
+//! command line's subcommands ([`ScenarioCommand`], their options, `--help` text and order),
+//! the order in which `foliocache-lab all` runs them, each with its command line's defaults
+//! ([`Scenario::defaults`]), and the names `all --only` and the summary know.
 //!
-//! | scenario | seed | measures |
-//! |---|---|---|
-//! | [`refcount`] | 000 | get+put pairs on one shared folio count, four primitives |
-//! | [`pread`] | 000 | the seed's benchmark: 64-byte reads at offset 0 of one file, foliocache (each refcount strategy) against the kernel's `pread` |
-//! | [`readseq`] | 001 | db_bench `readseq`: cold sequential 8 KiB reads, one-by-one vs batched readahead insertion, two layouts |
-//! | [`cow`] | 002 | fork / copy-on-write micro benchmarks and concurrent anon-cow, four sharer trackings |
-//! | [`hash`] | 003 | file-table lookups under a table reference, resize under load |
-//! | [`lru`] | 004 | short-lived files churned through a cache under reclaim: dead folios at LRU drain, lruvec lock acquisitions per folio, vanilla vs filtered (and add-as-active) |
-//! | [`peers`] | — | foliocache against quick_cache, moka, kernel pread and mmap on Zipf block reads |
-//! | [`write`](mod@write) | — | the write path: the kernel's pwrite and fdatasync against foliocache on an SST flush, B-tree page updates and a commit log |
-//! | [`policy`] | — | miss ratios on synthetic traces: the real cache against reference replacement policies (LRU, ARC, LIRS, S3-FIFO, W-TinyLFU, Belady), quick_cache and moka |
+//! # Adding a scenario
+//!
+//! 1. Copy [`refcount`], the reference example, to `src/scenarios/NAME.rs` (or
+//!    `NAME/mod.rs`): set `NAME`, `SEED`, `ABOUT` (also its `--help` line), its `Args` and
+//!    `run`, and keep `super::scenario!();`. In `run`, open a
+//!    [`Bench`](crate::harness::Bench) and give its `measure` one closure that measures one
+//!    variant at one thread count and records the samples; the bench runs the interleaved
+//!    rounds (variants × threads × runs), shows the progress line and adds the rows of
+//!    medians. Add the comparisons, checks and tables, then `Bench::finish`.
+//! 2. Take the variants of a library mechanism from its [`foliocache::Variant`] list
+//!    (`ALL`, `name`, `from_name`), never as strings;
+//!    [`seed_order`](crate::harness::seed_order) puts the seed's vanilla and patched first.
+//! 3. Add `NAME` to the `scenarios!` list at the end of this module's code, where `all`
+//!    should run it.
+//!
+//! That is all: `foliocache-lab NAME`, its `--help`, `all`, `all --only NAME` and the summary
+//! follow, and the test below checks that its defaults parse. Document its stable variant,
+//! metric and check names in its module (`docs/LAB-RESULTS.md`).
+
+use std::fmt;
 
 use crate::harness::{CommonArgs, LabResult, Report};
 
-pub mod cow;
 pub mod files;
-pub mod hash;
-pub mod lru;
-pub mod peers;
-pub mod policy;
-pub mod pread;
-pub mod readseq;
-pub mod refcount;
-pub mod write;
 
 /// A lab scenario: its options (`Args`, a clap `Args` with [`CommonArgs`] flattened in) and
 /// how it runs.
-pub trait Scenario: clap::Args + clap::FromArgMatches + Sized {
+pub trait Scenario: clap::Args + clap::FromArgMatches + Sized + 'static {
     /// Subcommand name.
     const NAME: &'static str;
     /// Seed file reproduced (`"-"` for none).
@@ -54,10 +56,23 @@ pub trait Scenario: clap::Args + clap::FromArgMatches + Sized {
     /// Measures, prints the scenario's tables, writes JSON and plot if asked.
     fn run(&self) -> LabResult<Report>;
 
+    /// The subcommand: its name, options and `--help` text.
+    fn command() -> clap::Command {
+        Self::augment_args(clap::Command::new(Self::NAME))
+            .about(Self::ABOUT)
+            .long_about(format!(
+                "{}.\n\nSeed: {}. Variant, metric and check names: the documentation of \
+                 `foliocache_lab::scenarios::{}`.",
+                Self::ABOUT,
+                Self::SEED,
+                Self::NAME
+            ))
+    }
+
     /// The options as the command line gives them with no scenario option, `common` in
     /// place of the common ones: what `all` runs.
     fn defaults(common: &CommonArgs) -> LabResult<Self> {
-        let cmd = Self::augment_args(clap::Command::new(Self::NAME).no_binary_name(true));
+        let cmd = Self::command().no_binary_name(true);
         let bad = |e: clap::Error| crate::lab_err!("{}: default options: {e}", Self::NAME);
         let matches = cmd
             .try_get_matches_from(std::iter::empty::<String>())
@@ -92,7 +107,9 @@ macro_rules! scenario {
 }
 pub(crate) use scenario;
 
-/// A scenario as `all` runs it: name, seed, and a runner taking only the common options.
+/// A scenario as the command line and `all` see it: its name, seed and summary, and what
+/// to build its subcommand, parse its options and run it with, all from its [`Scenario`]
+/// implementation ([`Entry::of`]).
 pub struct Entry {
     /// Subcommand name.
     pub name: &'static str,
@@ -102,6 +119,10 @@ pub struct Entry {
     pub about: &'static str,
     /// Runs it with every scenario-specific option at its default ([`Scenario::defaults`]).
     pub run: fn(&CommonArgs) -> LabResult<Report>,
+    /// Its subcommand ([`Scenario::command`]).
+    pub command: fn() -> clap::Command,
+    /// Its options parsed from its subcommand's matches, ready to run.
+    parse: fn(&clap::ArgMatches) -> Result<ScenarioCommand, clap::Error>,
 }
 
 impl Entry {
@@ -112,7 +133,14 @@ impl Entry {
             seed: S::SEED,
             about: S::ABOUT,
             run: run_defaults::<S>,
+            command: S::command,
+            parse: parse::<S>,
         }
+    }
+
+    /// The entry named `name`.
+    pub fn find(name: &str) -> Option<&'static Entry> {
+        REGISTRY.iter().find(|e| e.name == name)
     }
 }
 
@@ -120,18 +148,92 @@ fn run_defaults<S: Scenario>(common: &CommonArgs) -> LabResult<Report> {
     S::defaults(common)?.run()
 }
 
-/// Every scenario, in the order `all` runs them.
-pub const REGISTRY: &[Entry] = &[
-    Entry::of::<refcount::Args>(),
-    Entry::of::<pread::Args>(),
-    Entry::of::<readseq::Args>(),
-    Entry::of::<cow::Args>(),
-    Entry::of::<hash::Args>(),
-    Entry::of::<lru::Args>(),
-    Entry::of::<peers::Args>(),
-    Entry::of::<write::Args>(),
-    Entry::of::<policy::Args>(),
-];
+fn parse<S: Scenario>(matches: &clap::ArgMatches) -> Result<ScenarioCommand, clap::Error> {
+    let args = S::from_arg_matches(matches)?;
+    Ok(ScenarioCommand {
+        name: S::NAME,
+        common: args.common().clone(),
+        run: Box::new(move || args.run()),
+    })
+}
+
+/// A scenario subcommand as parsed from the command line, ready to run: the CLI's
+/// `#[command(flatten)]` part, one subcommand per [`REGISTRY`] entry.
+pub struct ScenarioCommand {
+    /// The scenario's name.
+    pub name: &'static str,
+    /// Its common options, to check before the run ([`CommonArgs::check`]).
+    pub common: CommonArgs,
+    run: Box<dyn FnOnce() -> LabResult<Report>>,
+}
+
+impl ScenarioCommand {
+    /// Measures, prints the tables, writes JSON and plot if asked.
+    pub fn run(self) -> LabResult<Report> {
+        (self.run)()
+    }
+}
+
+impl fmt::Debug for ScenarioCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScenarioCommand")
+            .field("name", &self.name)
+            .field("common", &self.common)
+            .finish_non_exhaustive()
+    }
+}
+
+impl clap::FromArgMatches for ScenarioCommand {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let (name, sub) = matches.subcommand().ok_or_else(|| {
+            clap::Error::raw(
+                clap::error::ErrorKind::MissingSubcommand,
+                "a scenario is required",
+            )
+        })?;
+        let entry = Entry::find(name).ok_or_else(|| {
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidSubcommand,
+                format!("no scenario `{name}`"),
+            )
+        })?;
+        (entry.parse)(sub)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Subcommand for ScenarioCommand {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        REGISTRY
+            .iter()
+            .fold(cmd, |cmd, e| cmd.subcommand((e.command)()))
+    }
+
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_subcommands(cmd)
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        Entry::find(name).is_some()
+    }
+}
+
+/// The scenario list: declares each scenario's module and lists it in [`REGISTRY`], in the
+/// order `all` runs them and `--help` lists them.
+macro_rules! scenarios {
+    ($($name:ident),+ $(,)?) => {
+        $(pub mod $name;)+
+
+        /// Every scenario, in the order `all` runs them.
+        pub const REGISTRY: &[Entry] = &[$(Entry::of::<$name::Args>()),+];
+    };
+}
+
+scenarios![refcount, pread, readseq, cow, hash, lru, peers, write, policy];
 
 #[cfg(test)]
 mod tests {
@@ -142,15 +244,14 @@ mod tests {
     #[test]
     fn every_scenario_has_defaults_for_all() {
         let common = CommonArgs::default();
-        refcount::Args::defaults(&common).unwrap();
-        pread::Args::defaults(&common).unwrap();
-        readseq::Args::defaults(&common).unwrap();
+        for e in REGISTRY {
+            let cmd = (e.command)().no_binary_name(true);
+            let matches = cmd
+                .try_get_matches_from(std::iter::empty::<String>())
+                .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+            (e.parse)(&matches).unwrap_or_else(|err| panic!("{}: {err}", e.name));
+        }
         assert_eq!(cow::Args::defaults(&common).unwrap().order, 9);
-        hash::Args::defaults(&common).unwrap();
-        lru::Args::defaults(&common).unwrap();
-        peers::Args::defaults(&common).unwrap();
-        write::Args::defaults(&common).unwrap();
-        policy::Args::defaults(&common).unwrap();
         let mut names: Vec<_> = REGISTRY.iter().map(|e| e.name).collect();
         names.sort_unstable();
         names.dedup();

@@ -53,7 +53,7 @@ use clap::Args as ClapArgs;
 use foliocache::{Config, FolioCache};
 use serde_json::{json, Map, Value};
 
-use crate::harness::{emit, CommonArgs, LabResult, Progress, Report, Row, Table};
+use crate::harness::{Bench, CommonArgs, LabResult, Report, Row, Table};
 use crate::policy::traces::{Size, Spec, Trace};
 use crate::policy::{Kind, Outcome};
 use crate::scenarios::peers::workload;
@@ -161,10 +161,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
         experiment.reference_on_fill,
         experiment.add_as_active
     );
-    let mut report = Report::new(
+    // One step per trace, about a second each.
+    let mut bench = Bench::with_steps(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "size": size.name(),
             "file_blocks": spec.blocks,
             "capacity_blocks": spec.capacity,
@@ -175,7 +177,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "foliocache_policy": policy_text,
             "foliocache_config": "Config::block_cache(capacity * 4096); foliocache-readahead: \
                                   the same with readahead_pages(32)",
-        })),
+        }),
+        traces.len() as u64,
+        std::time::Duration::from_secs(1),
     );
     println!(
         "policy: {} traces of {} reads over {} blocks of 4 KiB ({} MiB), capacity {} blocks \
@@ -188,19 +192,13 @@ pub fn run(args: &Args) -> LabResult<Report> {
         spec.capacity * 4 / 1024,
         args.seed
     );
-    let progress = Progress::new(
-        NAME,
-        traces.len() as u64,
-        std::time::Duration::from_secs(traces.len() as u64),
-        settings.progress,
-    );
     let mut tables = Vec::new();
     let mut all: Vec<(String, Vec<Cell>)> = Vec::new();
     let (mut uncounted, mut over_cap, mut below_floor) = (Vec::new(), Vec::new(), Vec::new());
     let mut max_pages = 0u64;
     for &t in &traces {
         let name = t.name();
-        progress.message(name.clone());
+        bench.message(name.clone());
         let start = Instant::now();
         let trace = t.generate(&spec, args.seed);
         let mut cells = Vec::new();
@@ -250,7 +248,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         extra.insert("trace".into(), json!(name));
         for c in &cells {
             let v = c.outcome.miss_pct();
-            report.rows.push(Row {
+            bench.report.rows.push(Row {
                 variant: c.variant.clone(),
                 threads: 1,
                 metric: METRIC.into(),
@@ -263,7 +261,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         }
         let best = best_online(&cells);
         if let Some(b) = &best {
-            report.compare(&b.variant, "foliocache", 1, METRIC, &extra);
+            bench.report.compare(&b.variant, "foliocache", 1, METRIC, &extra);
         }
         tables.push((
             format!(
@@ -280,9 +278,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
             ),
         ));
         all.push((name, cells));
-        progress.tick();
+        bench.tick();
     }
-    progress.finish();
     tables.push((
         format!(
             "Summary: miss ratio (%) by trace, every contender; capacity {} blocks of a {}-block \
@@ -292,6 +289,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         summary_table(&all),
     ));
     let cap = spec.capacity as u64;
+    let report = &mut bench.report;
     report.check(
         "foliocache_reads_counted",
         uncounted.len(),
@@ -316,7 +314,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     {
         eprintln!("policy: {e}");
     }
-    let report = emit(report, &settings, &tables, None)?;
+    let report = bench.finish(&settings, &tables, None)?;
     if let (Some(json_path), true) = (&settings.json, settings.plot) {
         let svg = json_path.with_extension("svg");
         std::fs::write(&svg, summary_svg(&all, &spec))

@@ -21,6 +21,10 @@
 //! | `optimistic` | the same with Torvalds' "assume the count is 1" CAS |
 //! | `kernel-pread` | `pread(2)` on the same file: the kernel's own page cache, syscall included |
 //!
+//! The foliocache variants are every strategy of the library's `RefStrategy::ALL`, under
+//! its stable name ([`Reader::all`]): a strategy the library adds is measured, compared with
+//! the kernel and shown in both tables without an edit here.
+//!
 //! The variants are interleaved (A B C D A B C D ...) in one process. A foliocache hit makes
 //! no system call (RCU section, index lookup, speculative reference, re-check, copy, put;
 //! the handle keeps its mapping, so a read does not resolve it in the cache's file table
@@ -57,8 +61,7 @@ use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
 use crate::harness::{
-    emit, run_threads, seed_table, CommonArgs, Interleaver, LabResult, Progress, Report, Table,
-    CHECK_EVERY,
+    run_threads, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
 };
 
 /// The seed reproduced.
@@ -71,8 +74,43 @@ pub const NAME: &str = "pread";
 pub const ABOUT: &str = "64-byte pread at offset 0 of one tmpfs file, N pinned threads: \
 foliocache with each refcount strategy against the kernel's pread";
 
-/// Variant names, in table order.
-pub const VARIANTS: [&str; 4] = ["cas-loop", "locked-bit", "optimistic", "kernel-pread"];
+/// The seed's vanilla refcount strategy, the tables' baseline.
+pub const VANILLA: RefStrategy = RefStrategy::CasLoop;
+
+/// The seed's patched strategy.
+pub const PATCHED: RefStrategy = RefStrategy::LockedBit;
+
+/// The kernel's `pread`, the variant beside the library's strategies.
+pub const KERNEL: &str = "kernel-pread";
+
+/// A variant: a whole foliocache with one refcount strategy, or the kernel's `pread`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reader {
+    /// `CachedFile::read_at` on a cache whose folios use this strategy.
+    Foliocache(RefStrategy),
+    /// `pread(2)` on the same file.
+    Kernel,
+}
+
+impl Reader {
+    /// Every variant, in table order: every strategy of [`RefStrategy::ALL`], the seed's
+    /// vanilla and patched first ([`seed_order`]), then the kernel.
+    pub fn all() -> Vec<Reader> {
+        seed_order(VANILLA, PATCHED)
+            .into_iter()
+            .map(Reader::Foliocache)
+            .chain([Reader::Kernel])
+            .collect()
+    }
+
+    /// The variant's stable name: the strategy's, or [`KERNEL`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Reader::Foliocache(s) => s.name(),
+            Reader::Kernel => KERNEL,
+        }
+    }
+}
 
 /// Options of `pread`.
 #[derive(clap::Args, Debug, Clone)]
@@ -98,16 +136,6 @@ fn parse_table_ref(s: &str) -> Result<TableRef, String> {
 
 super::scenario!();
 
-/// The foliocache variant of a refcount strategy.
-fn strategy_of(variant: &str) -> Option<RefStrategy> {
-    match variant {
-        "cas-loop" => Some(RefStrategy::CasLoop),
-        "locked-bit" => Some(RefStrategy::LockedBit),
-        "optimistic" => Some(RefStrategy::Optimistic),
-        _ => None,
-    }
-}
-
 /// Runs the scenario.
 pub fn run(args: &Args) -> LabResult<Report> {
     let settings = args.common.settings();
@@ -123,9 +151,10 @@ pub fn run(args: &Args) -> LabResult<Report> {
 
     // One warm cache per strategy, reused by every round (the file stays cached, as the
     // seed's tmpfs file stays in the page cache).
+    let variants = Reader::all();
+    let strategies = seed_order(VANILLA, PATCHED);
     let mut caches = Vec::new();
-    for v in &VARIANTS[..3] {
-        let s = strategy_of(v).expect("foliocache variant");
+    for &s in &strategies {
         let cache = FolioCache::new(
             Config::new(1 << 20)
                 .experiment(Experiment::new().strategy(s).file_table(args.file_table))
@@ -138,57 +167,42 @@ pub fn run(args: &Args) -> LabResult<Report> {
         let mut buf = vec![0u8; args.read_size];
         f.read_at(&mut buf, 0).map_err(|e| crate::lab_err!("{e}"))?;
         // `f` stays open until the end: closing a file's last handle drops its pages.
-        caches.push((*v, cache, Some(f)));
+        caches.push((s.name(), cache, Some(f)));
     }
     let misses_after_warmup: u64 = caches.iter().map(|(_, c, _)| c.stats().misses).sum();
 
-    let mut il = Interleaver::new();
-    let steps = (settings.threads.len() * settings.runs * VARIANTS.len()) as u64;
-    let progress = Progress::new(
-        "pread",
-        steps,
-        settings.duration * steps as u32,
-        settings.progress,
-    );
-    let mut wrong = 0u64;
-    for &n in &settings.threads {
-        progress.message(format!("{n} threads"));
-        il.rounds::<_, crate::harness::LabError>(
-            &VARIANTS,
-            settings.runs,
-            |il, v, _round| {
-                let (ops, bad) = if let Some((_, cache, _)) = caches.iter().find(|(c, _, _)| c == v)
-                {
-                    measure_foliocache(cache, &file, n, settings.pin, settings.duration, &expected)?
-                } else {
-                    measure_kernel(&file, n, settings.pin, settings.duration, &expected)?
-                };
-                wrong += bad;
-                il.add(v, n, "ops_per_sec", ops);
-                Ok(())
-            },
-            || progress.tick(),
-        )?;
-    }
-    progress.finish();
-
-    let mut report = Report::new(
+    let mut bench = Bench::new(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "read_size": args.read_size,
             "offset": 0,
             "dir": dir.display().to_string(),
             "file_bytes": file.size,
             "file_table": args.file_table.name(),
-        })),
+        }),
+        variants.len(),
     );
+    let mut wrong = 0u64;
     let none = Map::new();
-    report.add_rows(&il, &none);
+    bench.measure("", &variants, &none, |il, &v, n, _round| {
+        let (ops, bad) = match caches.iter().find(|(c, _, _)| *c == v.name()) {
+            Some((_, cache, _)) => {
+                measure_foliocache(cache, &file, n, settings.pin, settings.duration, &expected)?
+            }
+            None => measure_kernel(&file, n, settings.pin, settings.duration, &expected)?,
+        };
+        wrong += bad;
+        il.add(v.name(), n, "ops_per_sec", ops);
+        Ok(())
+    })?;
+
+    let report = &mut bench.report;
     for &n in &settings.threads {
-        report.compare("cas-loop", "locked-bit", n, "ops_per_sec", &none);
-        for v in &VARIANTS[..3] {
-            report.compare("kernel-pread", v, n, "ops_per_sec", &none);
+        report.compare(VANILLA.name(), PATCHED.name(), n, "ops_per_sec", &none);
+        for s in &strategies {
+            report.compare(KERNEL, s.name(), n, "ops_per_sec", &none);
         }
     }
 
@@ -196,7 +210,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         caches.iter().map(|(_, c, _)| c.stats().misses).sum::<u64>() - misses_after_warmup;
     let mut stats = Map::new();
     for (v, c, _) in &caches {
-        stats.insert((*v).to_string(), cache_stats_json(c));
+        stats.insert(v.to_string(), cache_stats_json(c));
     }
     // Close the last handles, and drain the LRU's per-CPU batches (folios truncated while
     // queued there are freed at the drain): each cache must then hold no folio any more.
@@ -217,29 +231,28 @@ pub fn run(args: &Args) -> LabResult<Report> {
     report.check("accounting_baseline", leftover, leftover == 0);
     report.check("foliocache_misses", misses, misses == 0);
 
-    let mut ratios = Table::new([
-        "#threads",
-        "cas-loop / kernel",
-        "locked-bit / kernel",
-        "optimistic / kernel",
-    ]);
+    let mut ratios = Table::new(
+        std::iter::once("#threads".to_string())
+            .chain(strategies.iter().map(|s| format!("{s} / kernel"))),
+    );
     for &n in &settings.threads {
         let mut cells = vec![n.to_string()];
-        for v in &VARIANTS[..3] {
+        for s in &strategies {
             let r = report
                 .comparisons
                 .iter()
-                .find(|c| c.candidate == *v && c.baseline == "kernel-pread" && c.threads == n);
+                .find(|c| c.candidate == s.name() && c.baseline == KERNEL && c.threads == n);
             cells.push(r.map_or("-".into(), |c| format!("{:.1}x", c.ratio)));
         }
         ratios.row(cells);
     }
+    let others: Vec<&str> = variants[2..].iter().map(|v| v.name()).collect();
     let table = seed_table(
-        &report,
+        report,
         "ops_per_sec",
-        "cas-loop",
-        "locked-bit",
-        &["optimistic", "kernel-pread"],
+        VANILLA.name(),
+        PATCHED.name(),
+        &others,
         &none,
     );
     let tables = vec![
@@ -252,7 +265,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         ),
         ("foliocache against the kernel's pread".to_string(), ratios),
     ];
-    emit(report, &settings, &tables, Some(("ops_per_sec", &none)))
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &none)))
 }
 
 /// N threads, each with its own handle on the cached file, reading `expected.len()` bytes at
@@ -331,4 +344,19 @@ fn finish(run: crate::harness::ThreadRun<(u64, u64)>) -> (f64, u64) {
     let ops: u64 = run.results.iter().map(|r| r.0).sum();
     let bad: u64 = run.results.iter().map(|r| r.1).sum();
     (run.rate(ops), bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variants_are_the_librarys_strategies_then_the_kernel() {
+        let names: Vec<_> = Reader::all().into_iter().map(Reader::name).collect();
+        assert_eq!(names, ["cas-loop", "locked-bit", "optimistic", "kernel-pread"]);
+        assert_eq!(names.len(), RefStrategy::ALL.len() + 1);
+        for s in RefStrategy::ALL {
+            assert!(names.contains(&s.name()), "{s} is measured");
+        }
+    }
 }

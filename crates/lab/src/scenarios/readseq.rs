@@ -56,7 +56,9 @@
 //!
 //! # Output
 //!
-//! - variants: `single` (vanilla), `batched` (the seed), `order0` and `large` (issue 14);
+//! - variants: `single` (vanilla), `batched` (the seed), that is every mode of the library's
+//!   `InsertMode::ALL` under its stable name, then `order0` and `large` (issue 14)
+//!   ([`Fill::all`]);
 //! - metrics: `ops_per_sec`, `p50_latency_ns`, `p75_latency_ns`, `p99_latency_ns`,
 //!   `lock_acquisitions_per_page`, `insert_pages_per_sec`,
 //!   `insert_lock_acquisitions_per_page`; every row and comparison has a `layout` field;
@@ -87,10 +89,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
-use crate::harness::{
-    emit, fmt_num, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress, Report,
-    Table,
-};
+use crate::harness::{fmt_num, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table};
 
 /// The seed reproduced.
 pub const SEED: &str = "001_1b60c5657c9329ae.txt";
@@ -102,17 +101,68 @@ pub const NAME: &str = "readseq";
 pub const ABOUT: &str = "db_bench readseq: threads stream 8 KiB values through a cold cache; \
 one-by-one vs batched readahead insertion, per-thread files and one shared file";
 
-/// Variant names: seed 001's (vanilla first), then issue 14's (baseline first).
-pub const VARIANTS: [&str; 4] = ["single", "batched", "order0", "large"];
+/// The seed's vanilla insertion (one index lock hold per page), the tables' "before".
+pub const VANILLA: InsertMode = InsertMode::Single;
 
-/// The variants that cache files in large folios.
-fn large_folios(variant: &str) -> bool {
-    variant == "large"
+/// The seed's batched insertion (one hold per window), "after"; also how issue 14's
+/// variants insert.
+pub const PATCHED: InsertMode = InsertMode::Batched;
+
+/// A variant: how readahead inserts its folios, and how large they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Seed 001's variants: an insertion mode of the library, 4 KiB folios; named by the mode.
+    Insert(InsertMode),
+    /// Issue 14's variants: [`PATCHED`] insertion with 4 KiB folios (`order0`, the baseline)
+    /// or large folios (`large`).
+    Folios {
+        /// Folios as large as the window and the alignment allow.
+        large: bool,
+    },
 }
 
-/// The variants whose insertion phase is measured (seed 001's).
-fn seed_variant(variant: &str) -> bool {
-    variant == "single" || variant == "batched"
+impl Fill {
+    /// Issue 14's baseline.
+    pub const ORDER0: Fill = Fill::Folios { large: false };
+    /// Issue 14's candidate.
+    pub const LARGE: Fill = Fill::Folios { large: true };
+
+    /// Every variant in table order: every mode of [`InsertMode::ALL`] (vanilla, then
+    /// patched, then any other, [`seed_order`]), then issue 14's baseline and candidate.
+    pub fn all() -> Vec<Fill> {
+        seed_order(VANILLA, PATCHED)
+            .into_iter()
+            .map(Fill::Insert)
+            .chain([Fill::ORDER0, Fill::LARGE])
+            .collect()
+    }
+
+    /// The stable name: the insertion mode's, `order0` or `large`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fill::Insert(m) => m.name(),
+            Fill::Folios { large: false } => "order0",
+            Fill::Folios { large: true } => "large",
+        }
+    }
+
+    /// How readahead inserts.
+    fn mode(self) -> InsertMode {
+        match self {
+            Fill::Insert(m) => m,
+            Fill::Folios { .. } => PATCHED,
+        }
+    }
+
+    /// Whether files are cached in large folios.
+    fn large_folios(self) -> bool {
+        self == Fill::LARGE
+    }
+
+    /// Whether its insertion phase is measured (seed 001's variants).
+    fn seed(self) -> bool {
+        matches!(self, Fill::Insert(_))
+    }
 }
 
 /// Layout names.
@@ -142,14 +192,6 @@ pub struct Args {
 }
 
 super::scenario!();
-
-fn mode_of(variant: &str) -> InsertMode {
-    if variant == "single" {
-        InsertMode::Single
-    } else {
-        InsertMode::Batched
-    }
-}
 
 /// The files of one layout, each thread's region in them.
 struct Layout {
@@ -218,17 +260,25 @@ pub fn run(args: &Args) -> LabResult<Report> {
     // Budget: every thread's region plus slack; the caches never need to evict.
     let budget = (max_threads as u64 * region + (8 << 20)) as usize;
 
-    let mut report = Report::new(
+    // Each measurement is one end-to-end pass and, for seed 001's variants, an insertion
+    // phase: about 6 ms per MiB streamed.
+    let variants = Fill::all();
+    let names: Vec<&str> = variants.iter().map(|v| v.name()).collect();
+    let steps = (layouts.len() * settings.threads.len() * settings.runs * variants.len()) as u64;
+    let mut bench = Bench::with_steps(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "value_size": args.value_size,
             "mib_per_thread": mib,
             "ra_pages": args.ra_pages,
             "dir": dir.display().to_string(),
             "layouts": layouts,
             "runs_are_cold_passes": true,
-        })),
+        }),
+        steps,
+        Duration::from_millis(mib * 6),
     );
     let mut tables = Vec::new();
     let mut wrong = 0u64;
@@ -236,14 +286,6 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let mut leftover = 0u64;
     let mut batched_lock_per_page: f64 = 0.0;
     let mut stats = Map::new();
-    let steps =
-        (layouts.len() * settings.threads.len() * settings.runs * VARIANTS.len() * 2) as u64;
-    let progress = Progress::new(
-        "readseq",
-        steps,
-        Duration::from_millis(steps * mib * 3),
-        settings.progress,
-    );
 
     for &lname in &layouts {
         let layout = if lname == "shared-file" {
@@ -266,18 +308,18 @@ pub fn run(args: &Args) -> LabResult<Report> {
         };
         // One cache per variant, its frames faulted in once so that page faults of the
         // arena's first touch are not measured.
-        let caches: Vec<(&str, FolioCache)> = VARIANTS
+        let caches: Vec<(Fill, FolioCache)> = variants
             .iter()
-            .map(|v| {
+            .map(|&v| {
                 let c = FolioCache::new(
                     Config::new(budget)
                         .experiment(
                             Experiment::new()
-                                .insert_mode(mode_of(v))
+                                .insert_mode(v.mode())
                                 .strategy(RefStrategy::LockedBit),
                         )
                         .readahead_pages(args.ra_pages)
-                        .max_folio_order(if large_folios(v) {
+                        .max_folio_order(if v.large_folios() {
                             foliocache::mm::folio::MAX_ORDER
                         } else {
                             0
@@ -287,7 +329,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 .map_err(|e| crate::lab_err!("{e}"))?;
                 c.populate()
                     .map_err(|e| crate::lab_err!("faulting in the budget: {e}"))?;
-                Ok((*v, c))
+                Ok((v, c))
             })
             .collect::<LabResult<_>>()?;
         let insert_arena = Arc::new(
@@ -301,52 +343,41 @@ pub fn run(args: &Args) -> LabResult<Report> {
             .populate()
             .map_err(|e| crate::lab_err!("faulting in the insertion arena: {e}"))?;
 
-        let mut il = Interleaver::new();
-        for &n in &settings.threads {
-            progress.message(format!("{lname}, {n} threads"));
-            il.rounds::<_, LabError>(
-                &VARIANTS,
-                settings.runs,
-                |il, v, _round| {
-                    let cache = &caches.iter().find(|(c, _)| c == v).expect("cache").1;
-                    let p = end_to_end(cache, &layout, n, args.value_size, settings.pin)?;
-                    wrong += p.wrong;
-                    il.add(v, n, "ops_per_sec", p.ops_per_sec);
-                    il.add(v, n, "p50_latency_ns", p.p50);
-                    il.add(v, n, "p75_latency_ns", p.p75);
-                    il.add(v, n, "p99_latency_ns", p.p99);
-                    il.add(v, n, "lock_acquisitions_per_page", p.lock_per_page);
-                    il.add(v, n, "refcount_ops_per_mib", p.refcount_ops_per_mib);
-                    il.add(v, n, "lru_entries_per_mib", p.lru_entries_per_mib);
-                    il.add(v, n, "index_lock_acquisitions_per_mib", p.locks_per_mib);
-                    if *v == "batched" && lname == "per-thread-file" {
-                        batched_lock_per_page = batched_lock_per_page.max(p.lock_per_page);
-                    }
-                    if !seed_variant(v) {
-                        return Ok(());
-                    }
-                    let (rate, locks) = insertion_phase(
-                        &insert_arena,
-                        lname == "shared-file",
-                        n,
-                        region,
-                        args.ra_pages,
-                        mode_of(v),
-                        settings.pin,
-                    );
-                    il.add(v, n, "insert_pages_per_sec", rate);
-                    il.add(v, n, "insert_lock_acquisitions_per_page", locks);
-                    Ok(())
-                },
-                || {
-                    progress.tick();
-                    progress.tick();
-                },
-            )?;
-        }
         let mut extra = Map::new();
         extra.insert("layout".into(), Value::String(lname.into()));
-        report.add_rows(&il, &extra);
+        bench.measure(lname, &variants, &extra, |il, &fill, n, _round| {
+            let cache = &caches.iter().find(|(c, _)| *c == fill).expect("cache").1;
+            let v = fill.name();
+            let p = end_to_end(cache, &layout, n, args.value_size, settings.pin)?;
+            wrong += p.wrong;
+            il.add(v, n, "ops_per_sec", p.ops_per_sec);
+            il.add(v, n, "p50_latency_ns", p.p50);
+            il.add(v, n, "p75_latency_ns", p.p75);
+            il.add(v, n, "p99_latency_ns", p.p99);
+            il.add(v, n, "lock_acquisitions_per_page", p.lock_per_page);
+            il.add(v, n, "refcount_ops_per_mib", p.refcount_ops_per_mib);
+            il.add(v, n, "lru_entries_per_mib", p.lru_entries_per_mib);
+            il.add(v, n, "index_lock_acquisitions_per_mib", p.locks_per_mib);
+            if fill == Fill::Insert(PATCHED) && lname == "per-thread-file" {
+                batched_lock_per_page = batched_lock_per_page.max(p.lock_per_page);
+            }
+            if !fill.seed() {
+                return Ok(());
+            }
+            let (rate, locks) = insertion_phase(
+                &insert_arena,
+                lname == "shared-file",
+                n,
+                region,
+                args.ra_pages,
+                fill.mode(),
+                settings.pin,
+            );
+            il.add(v, n, "insert_pages_per_sec", rate);
+            il.add(v, n, "insert_lock_acquisitions_per_page", locks);
+            Ok(())
+        })?;
+        let report = &mut bench.report;
         for &n in &settings.threads {
             for metric in [
                 "ops_per_sec",
@@ -355,7 +386,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "p99_latency_ns",
                 "insert_pages_per_sec",
             ] {
-                report.compare("single", "batched", n, metric, &extra);
+                report.compare(VANILLA.name(), PATCHED.name(), n, metric, &extra);
             }
             for metric in [
                 "ops_per_sec",
@@ -365,7 +396,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "lru_entries_per_mib",
                 "index_lock_acquisitions_per_mib",
             ] {
-                report.compare("order0", "large", n, metric, &extra);
+                report.compare(Fill::ORDER0.name(), Fill::LARGE.name(), n, metric, &extra);
             }
         }
         for (v, c) in &caches {
@@ -377,7 +408,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             let s = c.stats();
             bad_pages += s.bad_pages;
             leftover += s.allocated_pages;
-            stats.insert(format!("{lname}/{v}"), cache_stats_json(c));
+            stats.insert(format!("{lname}/{}", v.name()), cache_stats_json(c));
         }
         let ia = insert_arena.stats();
         bad_pages += ia.bad_pages;
@@ -388,33 +419,47 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 "readseq [{lname}] ops/s ({} B values, cold cache, all threads; seed 001's throughput)",
                 args.value_size
             ),
-            seed_table(&report, "ops_per_sec", "single", "batched", &[], &extra),
+            seed_table(
+                report,
+                "ops_per_sec",
+                VANILLA.name(),
+                PATCHED.name(),
+                &names[2..InsertMode::ALL.len()],
+                &extra,
+            ),
         ));
         tables.push((
             format!("readseq [{lname}] insertion phase alone: pages inserted/s from preallocated folios"),
-            seed_table(&report, "insert_pages_per_sec", "single", "batched", &[], &extra),
+            seed_table(
+                report,
+                "insert_pages_per_sec",
+                VANILLA.name(),
+                PATCHED.name(),
+                &names[2..InsertMode::ALL.len()],
+                &extra,
+            ),
         ));
         tables.push((
             format!(
-                "readseq [{lname}] seed 001 shape: read latency percentiles, before (single) and \
-                 after (batched), reduction = (before - after) / before"
+                "readseq [{lname}] seed 001 shape: read latency percentiles, before ({VANILLA}) \
+                 and after ({PATCHED}), reduction = (before - after) / before"
             ),
-            seed_latency_table(&report, &settings.threads, &extra),
+            seed_latency_table(report, &settings.threads, &extra),
         ));
         tables.push((
             format!(
                 "readseq [{lname}] read latency (ns) and index lock acquisitions per inserted page"
             ),
-            latency_table(&report, &settings.threads, &extra),
+            latency_table(report, &settings.threads, &names, &extra),
         ));
         tables.push((
             format!(
                 "readseq [{lname}] large folios (large) against 4 KiB folios (order0), per MiB read"
             ),
-            large_table(&report, &settings.threads, &extra),
+            large_table(report, &settings.threads, &extra),
         ));
     }
-    progress.finish();
+    let report = &mut bench.report;
     report.stats = Some(Value::Object(stats));
     report.check("wrong_reads", wrong, wrong == 0);
     report.check("bad_page_events", bad_pages, bad_pages == 0);
@@ -427,16 +472,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             || !layouts.contains(&"per-thread-file")
             || batched_lock_per_page <= limit,
     );
-    let none = Map::new();
     let mut plot_extra = Map::new();
     plot_extra.insert("layout".into(), Value::String(layouts[0].into()));
-    let _ = none;
-    emit(
-        report,
-        &settings,
-        &tables,
-        Some(("ops_per_sec", &plot_extra)),
-    )
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &plot_extra)))
 }
 
 /// Seed 001's latency table, `#threads | percentile | latency (before) | latency (after) |
@@ -445,11 +483,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
 /// batching made reads faster), as the seed reports it.
 fn seed_latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
     let mut t = Table::new([
-        "#threads",
-        "percentile",
-        "latency before (single, ns)",
-        "latency after (batched, ns)",
-        "reduction (%)",
+        "#threads".to_string(),
+        "percentile".to_string(),
+        format!("latency before ({VANILLA}, ns)"),
+        format!("latency after ({PATCHED}, ns)"),
+        "reduction (%)".to_string(),
     ]);
     for &n in threads {
         for (name, metric) in [
@@ -458,7 +496,7 @@ fn seed_latency_table(report: &Report, threads: &[usize], extra: &Map<String, Va
             ("P99", "p99_latency_ns"),
         ] {
             let get = |v: &str| report.row(v, n, metric, extra).map(|r| r.median);
-            let (before, after) = (get("single"), get("batched"));
+            let (before, after) = (get(VANILLA.name()), get(PATCHED.name()));
             t.row([
                 n.to_string(),
                 name.to_string(),
@@ -485,7 +523,7 @@ fn large_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -
     medians_table(
         report,
         threads,
-        &["order0", "large"],
+        &[Fill::ORDER0.name(), Fill::LARGE.name()],
         extra,
         &[
             ("ops/s", "ops_per_sec"),
@@ -498,11 +536,16 @@ fn large_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -
 }
 
 /// `#threads | variant | p50 | p75 | p99 | lock/page` for one layout.
-fn latency_table(report: &Report, threads: &[usize], extra: &Map<String, Value>) -> Table {
+fn latency_table(
+    report: &Report,
+    threads: &[usize],
+    variants: &[&str],
+    extra: &Map<String, Value>,
+) -> Table {
     medians_table(
         report,
         threads,
-        &VARIANTS,
+        variants,
         extra,
         &[
             ("p50 (ns)", "p50_latency_ns"),
@@ -782,12 +825,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_variants_are_the_librarys_modes_then_issue_14s() {
+        let names: Vec<_> = Fill::all().into_iter().map(Fill::name).collect();
+        assert_eq!(names, ["single", "batched", "order0", "large"]);
+        for m in InsertMode::ALL {
+            assert!(names.contains(&m.name()), "{m} is measured");
+            assert_eq!(Fill::Insert(m).mode(), m);
+        }
+        assert!(Fill::LARGE.large_folios() && !Fill::ORDER0.large_folios());
+    }
+
+    #[test]
     fn the_latency_table_has_the_seeds_reduction_column() {
         let mut report = Report::new(NAME, SEED, json!({}));
         let mut il = crate::harness::Interleaver::new();
         for (v, p50, p99) in [
-            ("single", 6150.0, 507_950.0),
-            ("batched", 2220.0, 348_540.0),
+            (VANILLA.name(), 6150.0, 507_950.0),
+            (PATCHED.name(), 2220.0, 348_540.0),
         ] {
             il.add(v, 32, "p50_latency_ns", p50);
             il.add(v, 32, "p99_latency_ns", p99);

@@ -26,9 +26,9 @@
 //! page cache) is the scenario `pread`, which uses the same strategies inside the cache.
 //!
 //! This module is the template for the others: `NAME`, `SEED`, `ABOUT`, `Args` flattening
-//! [`CommonArgs`], `run(&Args)`, `scenario!()` implementing [`super::Scenario`] with them,
-//! measurement with [`Interleaver::rounds`] and
-//! [`run_threads`], then rows, comparisons, checks, tables and [`emit`].
+//! [`CommonArgs`], `run(&Args)`, `scenario!()` implementing [`super::Scenario`] with them;
+//! in `run`, a [`Bench`] measured with one closure (one variant at one thread count, timed
+//! with [`run_threads`]), then comparisons, checks, tables and [`Bench::finish`].
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::Arc;
@@ -39,8 +39,7 @@ use foliocache::mm::sync::{AtomicU32, CachePadded, Ordering};
 use serde_json::{json, Map};
 
 use crate::harness::{
-    emit, fmt_num, run_threads, seed_table, CommonArgs, Interleaver, LabResult, Progress, Report,
-    Table, CHECK_EVERY,
+    fmt_num, run_threads, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
 };
 
 /// The seed this scenario reproduces.
@@ -70,13 +69,19 @@ enum Primitive {
     Ref(RefStrategy),
 }
 
+/// The seed's vanilla strategy, the tables' baseline.
+const VANILLA: RefStrategy = RefStrategy::CasLoop;
+
+/// The seed's patched strategy.
+const PATCHED: RefStrategy = RefStrategy::LockedBit;
+
 impl Primitive {
-    const ALL: [Primitive; 4] = [
-        Primitive::FetchAdd,
-        Primitive::Ref(RefStrategy::CasLoop),
-        Primitive::Ref(RefStrategy::Optimistic),
-        Primitive::Ref(RefStrategy::LockedBit),
-    ];
+    /// The floor, then every strategy of [`RefStrategy::ALL`] in its order.
+    fn all() -> Vec<Primitive> {
+        std::iter::once(Primitive::FetchAdd)
+            .chain(RefStrategy::ALL.into_iter().map(Primitive::Ref))
+            .collect()
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -164,62 +169,56 @@ super::scenario!();
 /// Runs the scenario: measures, prints both tables, writes JSON and plot if asked.
 pub fn run(args: &Args) -> LabResult<Report> {
     let settings = args.common.settings();
-    let mut report = Report::new(
+    let primitives = Primitive::all();
+    let mut bench = Bench::new(
         NAME,
         SEED,
-        settings.params(json!({
-            "variants": Primitive::ALL.map(Primitive::name),
+        &settings,
+        json!({
+            "variants": primitives.iter().map(|p| p.name()).collect::<Vec<_>>(),
             "pair": "try_get + put on one shared counter holding 1 reference",
-        })),
+        }),
+        primitives.len(),
     );
-    let steps = (settings.threads.len() * settings.runs * Primitive::ALL.len()) as u64;
-    let progress = Progress::new(
-        NAME,
-        steps,
-        settings.duration * steps as u32,
-        settings.progress,
-    );
-    let mut il = Interleaver::new();
     let mut unbalanced = Vec::new();
     let mut failed_gets = 0u64;
     let mut total_pairs = 0u64;
-    for &threads in &settings.threads {
-        progress.message(format!("{threads} thread(s)"));
-        il.rounds::<_, crate::harness::LabError>(
-            &Primitive::ALL,
-            settings.runs,
-            |il, &p, _round| {
-                let counter = Arc::new(Counter::new(p));
-                let c = counter.clone();
-                let run = run_threads(threads, settings.pin, settings.duration, move |_, stop| {
-                    c.work(stop)
-                });
-                let pairs: u64 = run.results.iter().map(|r| r.0).sum();
-                failed_gets += run.results.iter().map(|r| r.1).sum::<u64>();
-                total_pairs += pairs;
-                let ops = run.rate(pairs);
-                il.add(p.name(), threads, "ops_per_sec", ops);
-                il.add(
-                    p.name(),
-                    threads,
-                    "ns_per_op",
-                    threads as f64 * 1e9 / ops.max(1e-9),
-                );
-                if counter.raw() != 1 {
-                    unbalanced.push(format!("{}@{threads}: {:#x}", p.name(), counter.raw()));
-                }
-                Ok(())
-            },
-            || progress.tick(),
-        )?;
-    }
-    progress.finish();
-
     let none = Map::new();
-    report.add_rows(&il, &none);
+    bench.measure("", &primitives, &none, |il, &p, threads, _round| {
+        let counter = Arc::new(Counter::new(p));
+        let c = counter.clone();
+        let run = run_threads(threads, settings.pin, settings.duration, move |_, stop| {
+            c.work(stop)
+        });
+        let pairs: u64 = run.results.iter().map(|r| r.0).sum();
+        failed_gets += run.results.iter().map(|r| r.1).sum::<u64>();
+        total_pairs += pairs;
+        let ops = run.rate(pairs);
+        il.add(p.name(), threads, "ops_per_sec", ops);
+        il.add(
+            p.name(),
+            threads,
+            "ns_per_op",
+            threads as f64 * 1e9 / ops.max(1e-9),
+        );
+        if counter.raw() != 1 {
+            unbalanced.push(format!("{}@{threads}: {:#x}", p.name(), counter.raw()));
+        }
+        Ok(())
+    })?;
+
+    let report = &mut bench.report;
+    // Every strategy against vanilla, the seed's patch first.
+    let strategies = seed_order(VANILLA, PATCHED);
     for &threads in &settings.threads {
-        for candidate in ["locked-bit", "optimistic"] {
-            report.compare("cas-loop", candidate, threads, "ops_per_sec", &none);
+        for candidate in &strategies[1..] {
+            report.compare(
+                VANILLA.name(),
+                candidate.name(),
+                threads,
+                "ops_per_sec",
+                &none,
+            );
         }
     }
     report.check(
@@ -243,34 +242,36 @@ pub fn run(args: &Args) -> LabResult<Report> {
                  (medians of {} runs of {:?})",
                 settings.runs, settings.duration
             ),
-            primitive_table(&report, &settings.threads),
+            primitive_table(report, &settings.threads),
         ),
         (
-            "Seed 000 shape: get+put pairs per second (ops_per_sec), vanilla = cas-loop, \
-             patched = locked-bit"
-                .to_string(),
+            format!(
+                "Seed 000 shape: get+put pairs per second (ops_per_sec), vanilla = {VANILLA}, \
+                 patched = {PATCHED}"
+            ),
             seed_table(
-                &report,
+                report,
                 "ops_per_sec",
-                "cas-loop",
-                "locked-bit",
-                &["optimistic"],
+                VANILLA.name(),
+                PATCHED.name(),
+                &strategies[2..].iter().map(|s| s.name()).collect::<Vec<_>>(),
                 &none,
             ),
         ),
     ];
-    emit(report, &settings, &tables, Some(("ops_per_sec", &none)))
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &none)))
 }
 
 /// `#threads | primitive | ns/op | ops/s | vs cas-loop (%)`, one line per primitive.
 fn primitive_table(report: &Report, threads: &[usize]) -> Table {
     let none = Map::new();
-    let mut t = Table::new(["#threads", "primitive", "ns/op", "ops/s", "vs cas-loop (%)"]);
+    let vs = format!("vs {VANILLA} (%)");
+    let mut t = Table::new(["#threads", "primitive", "ns/op", "ops/s", vs.as_str()]);
     for &n in threads {
         let base = report
-            .row("cas-loop", n, "ops_per_sec", &none)
+            .row(VANILLA.name(), n, "ops_per_sec", &none)
             .map(|r| r.median);
-        for p in Primitive::ALL {
+        for p in Primitive::all() {
             let ns = report
                 .row(p.name(), n, "ns_per_op", &none)
                 .map(|r| r.median);
@@ -301,7 +302,7 @@ mod tests {
 
     #[test]
     fn names_are_the_strategies() {
-        let names = Primitive::ALL.map(Primitive::name);
+        let names: Vec<_> = Primitive::all().into_iter().map(Primitive::name).collect();
         assert_eq!(names, ["fetch-add", "cas-loop", "optimistic", "locked-bit"]);
         for s in RefStrategy::ALL {
             assert!(names.contains(&s.name()));

@@ -102,8 +102,8 @@ use serde_json::{json, Map, Value};
 use super::files::{default_dir, vmstat_json};
 use super::peers::workload::{self, Mix};
 use crate::harness::{
-    emit, fmt_num, run_threads, seed_table, CommonArgs, Interleaver, LabError, LabResult, Progress,
-    Report, Settings, Table,
+    fmt_num, run_threads, seed_table, Bench, CommonArgs, LabResult, Report, Settings,
+    Table,
 };
 
 /// Not a seed: the write path is issue 13's question, no seed thread measured it.
@@ -287,10 +287,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
         .dirty_limit_pages;
     let trace_len: usize = if settings.quick { 1 << 16 } else { 1 << 20 };
 
-    let mut report = Report::new(
+    let mut bench = Bench::new(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "variants": VARIANTS,
             "workloads": workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
             "dir": base.display().to_string(),
@@ -311,7 +312,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "sharing": "seqwrite: a file per thread; randwrite and wal: one file shared by the threads",
             "syscalls_counted_at": "kernel: the workers' calls; foliocache: a counting wrapper around FileBacking",
             "latency_sampling": format!("1 operation in {LATENCY_EVERY} at random (seqwrite: every write); the operation that ends a batch includes its sync"),
-        })),
+        }),
+        workloads.len() * VARIANTS.len(),
     );
     println!(
         "write: files in {} ({fs}{}); foliocache: Config::block_cache, budget {} MiB, dirty \
@@ -331,51 +333,35 @@ pub fn run(args: &Args) -> LabResult<Report> {
          (its fresh cache's memory touched before each window); same files, same filesystem"
     );
 
-    let steps = (workloads.len() * settings.threads.len() * settings.runs * VARIANTS.len()) as u64;
-    let progress = Progress::new(
-        NAME,
-        steps,
-        settings.duration * steps as u32,
-        settings.progress,
-    );
     let mut totals = Totals::default();
     let mut stats = Map::new();
     let mut tables = Vec::new();
     for &w in &workloads {
         let ctx = Ctx::new(w, tmp.path(), sizes, args.skew, trace_len, &config)?;
-        let mut il = Interleaver::new();
-        for &n in &settings.threads {
-            progress.message(format!("{} {n} thread(s)", w.name()));
-            il.rounds::<_, LabError>(
-                &VARIANTS,
-                settings.runs,
-                |il, &v, round| {
-                    let s = measure(&ctx, v, n, round, &settings)?;
-                    il.add(v, n, "ops_per_sec", s.ops_per_sec);
-                    il.add(v, n, "mb_per_sec", s.mb_per_sec);
-                    il.add(v, n, "p50_latency_ns", s.p50_ns);
-                    il.add(v, n, "p99_latency_ns", s.p99_ns);
-                    il.add(v, n, "syscalls_per_op", s.syscalls_per_op);
-                    il.add(v, n, "backing_bytes_per_byte", s.amplification);
-                    if let Some(c) = &s.cache {
-                        il.add(v, n, "dirty_high_water_pages", c.high_water as f64);
-                        totals.add_cache(c, dirty_limit);
-                        stats.insert(w.name().to_string(), c.vmstat.clone());
-                    }
-                    totals.wrong += s.wrong;
-                    totals.verified += s.verified;
-                    totals.errors.extend(
-                        s.errors
-                            .into_iter()
-                            .map(|e| format!("{} {v}: {e}", w.name())),
-                    );
-                    Ok(())
-                },
-                || progress.tick(),
-            )?;
-        }
         let extra = workload_extra(w);
-        report.add_rows(&il, &extra);
+        bench.measure(w.name(), &VARIANTS, &extra, |il, &v, n, round| {
+            let s = measure(&ctx, v, n, round, &settings)?;
+            il.add(v, n, "ops_per_sec", s.ops_per_sec);
+            il.add(v, n, "mb_per_sec", s.mb_per_sec);
+            il.add(v, n, "p50_latency_ns", s.p50_ns);
+            il.add(v, n, "p99_latency_ns", s.p99_ns);
+            il.add(v, n, "syscalls_per_op", s.syscalls_per_op);
+            il.add(v, n, "backing_bytes_per_byte", s.amplification);
+            if let Some(c) = &s.cache {
+                il.add(v, n, "dirty_high_water_pages", c.high_water as f64);
+                totals.add_cache(c, dirty_limit);
+                stats.insert(w.name().to_string(), c.vmstat.clone());
+            }
+            totals.wrong += s.wrong;
+            totals.verified += s.verified;
+            totals.errors.extend(
+                s.errors
+                    .into_iter()
+                    .map(|e| format!("{} {v}: {e}", w.name())),
+            );
+            Ok(())
+        })?;
+        let report = &mut bench.report;
         for &n in &settings.threads {
             report.compare("kernel", "foliocache", n, "ops_per_sec", &extra);
         }
@@ -386,7 +372,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 w.name(),
                 describe(w, sizes, args.skew)
             ),
-            seed_table(&report, "ops_per_sec", "kernel", "foliocache", &[], &extra),
+            seed_table(report, "ops_per_sec", "kernel", "foliocache", &[], &extra),
         ));
         tables.push((
             format!(
@@ -395,11 +381,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 w.name(),
                 settings.runs
             ),
-            detail_table(&report, &settings.threads, &extra, dirty_limit),
+            detail_table(report, &settings.threads, &extra, dirty_limit),
         ));
     }
-    progress.finish();
     drop(tmp);
+    let report = &mut bench.report;
 
     tables.push((
         format!(
@@ -415,7 +401,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 String::new()
             }
         ),
-        target_table(&report, &workloads, &settings.threads),
+        target_table(report, &workloads, &settings.threads),
     ));
 
     report.check(
@@ -449,12 +435,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         workloads[0]
     };
     let plot_extra = workload_extra(plotted);
-    emit(
-        report,
-        &settings,
-        &tables,
-        Some(("ops_per_sec", &plot_extra)),
-    )
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &plot_extra)))
 }
 
 /// The foliocache variant's configuration.

@@ -94,8 +94,8 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use crate::harness::{
-    emit, fmt_num, parse_duration, run_threads, seed_table, CommonArgs, Interleaver, LabResult,
-    Progress, Report, Settings, Table, CHECK_EVERY,
+    fmt_num, parse_duration, run_threads, seed_table, Bench, CommonArgs, LabResult, Report,
+    Settings, Table, CHECK_EVERY,
 };
 use contenders::{Kind, Reader};
 use probes::{machine_memory, rss_bytes, thread_cpu_ns, trim_heap, RssSampler};
@@ -367,10 +367,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let trace_len: usize = if settings.quick { 1 << 16 } else { 1 << 20 };
     let budget_mib = setup.budget_bytes() as f64 / (1 << 20) as f64;
     let file_mib = setup.blocks as f64 * block() as f64 / (1 << 20) as f64;
-    let mut report = Report::new(
+    let steps = (args.mix.len() * settings.threads.len() * settings.runs * kinds.len()) as u64;
+    let mut bench = Bench::with_steps(
         NAME,
         SEED,
-        settings.params(json!({
+        &settings,
+        json!({
             "variants": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
             "mixes": args.mix.iter().map(|m| m.name()).collect::<Vec<_>>(),
             "skew": args.skew,
@@ -388,7 +390,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "trace_halves": "the warm-up replays the first trace_len reads of a thread's trace, the measurement the next trace_len",
             "machine_budget": "kernel-pread and mmap use the kernel page cache: their budget is the machine's memory",
             "latency_sampling": format!("1 read in {LATENCY_EVERY}"),
-        })),
+        }),
+        steps,
+        settings.duration + warmup,
     );
     println!(
         "peers: {} file of {file_mib:.0} MiB ({} blocks of {} KiB), budget {budget_mib:.1} MiB \
@@ -421,13 +425,6 @@ pub fn run(args: &Args) -> LabResult<Report> {
         },
     );
 
-    let steps = (args.mix.len() * settings.threads.len() * settings.runs * kinds.len()) as u64;
-    let progress = Progress::new(
-        NAME,
-        steps,
-        (settings.duration + warmup) * steps as u32,
-        settings.progress,
-    );
     let (mut bad, mut verified, mut errors) = (0u64, 0u64, Vec::<String>::new());
     // The last measurement's counters of each contender that has them, by name.
     let mut stats = Map::new();
@@ -448,34 +445,25 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 })
                 .collect(),
         ));
-        let mut il = Interleaver::new();
-        for &threads in &settings.threads {
-            progress.message(format!("{} {threads} thread(s)", mix.name()));
-            il.rounds::<_, crate::harness::LabError>(
-                &kinds,
-                settings.runs,
-                |il, &kind, _round| {
-                    let s = measure(kind, &setup, &traces, threads, &settings, warmup)?;
-                    let name = kind.name();
-                    il.add(name, threads, "ops_per_sec", s.ops_per_sec);
-                    il.add(name, threads, "ops_per_cpu_sec", s.ops_per_cpu_sec);
-                    il.add(name, threads, "hit_ratio", s.hit_ratio);
-                    il.add(name, threads, "p50_latency_ns", s.p50_ns);
-                    il.add(name, threads, "p99_latency_ns", s.p99_ns);
-                    il.add(name, threads, "rss_growth_bytes", s.rss_growth);
-                    bad += s.bad;
-                    verified += s.verified;
-                    errors.extend(s.errors.into_iter().map(|e| format!("{name}: {e}")));
-                    if let Some(v) = s.stats {
-                        stats.insert(name.to_string(), v);
-                    }
-                    Ok(())
-                },
-                || progress.tick(),
-            )?;
-        }
         let extra = mix_extra(mix);
-        report.add_rows(&il, &extra);
+        bench.measure(mix.name(), &kinds, &extra, |il, &kind, threads, _round| {
+            let s = measure(kind, &setup, &traces, threads, &settings, warmup)?;
+            let name = kind.name();
+            il.add(name, threads, "ops_per_sec", s.ops_per_sec);
+            il.add(name, threads, "ops_per_cpu_sec", s.ops_per_cpu_sec);
+            il.add(name, threads, "hit_ratio", s.hit_ratio);
+            il.add(name, threads, "p50_latency_ns", s.p50_ns);
+            il.add(name, threads, "p99_latency_ns", s.p99_ns);
+            il.add(name, threads, "rss_growth_bytes", s.rss_growth);
+            bad += s.bad;
+            verified += s.verified;
+            errors.extend(s.errors.into_iter().map(|e| format!("{name}: {e}")));
+            if let Some(v) = s.stats {
+                stats.insert(name.to_string(), v);
+            }
+            Ok(())
+        })?;
+        let report = &mut bench.report;
         for &threads in &settings.threads {
             // Like for like: each peer against the foliocache read that does the same work.
             for &k in &kinds {
@@ -505,7 +493,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 settings.duration,
                 warmup
             ),
-            contender_table(&report, &kinds, &settings.threads, &extra, budget_mib),
+            contender_table(report, &kinds, &settings.threads, &extra, budget_mib),
         ));
         tables.push((
             format!(
@@ -514,7 +502,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 mix.name()
             ),
             seed_table(
-                &report,
+                report,
                 "ops_per_sec",
                 "quick_cache",
                 "foliocache",
@@ -547,17 +535,17 @@ pub fn run(args: &Args) -> LabResult<Report> {
                         ""
                     }
                 ),
-                target_table(&report, mix, &settings.threads, &extra),
+                target_table(report, mix, &settings.threads, &extra),
             ));
         }
     }
     if !args.no_sweep && !args.sweep_skews.is_empty() {
-        progress.message("hit-ratio sweep".to_string());
+        bench.message("hit-ratio sweep");
         let half = trace_len / 2;
         let sw = sweep::run(&kinds, &setup, &args.sweep_skews, half)?;
         bad += sw.bad;
         errors.extend(sw.errors.iter().cloned());
-        add_sweep_rows(&mut report, &sw);
+        add_sweep_rows(&mut bench.report, &sw);
         tables.push((
             format!(
                 "Hit-ratio sweep: one thread, Zipf skews, budget {budget_mib:.1} MiB; {half} reads \
@@ -567,8 +555,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             sweep_table(&sw, &kinds),
         ));
     }
-    progress.finish();
-
+    let report = &mut bench.report;
     report.check("correct_bytes", json!(bad), bad == 0);
     report.check("sampled_reads_verified", json!(verified), verified > 0);
     report.check("read_errors", json!(errors.len()), errors.is_empty());
@@ -577,12 +564,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     }
     report.stats = (!stats.is_empty()).then_some(Value::Object(stats));
     let plot_extra = mix_extra(args.mix[0]);
-    emit(
-        report,
-        &settings,
-        &tables,
-        Some(("ops_per_sec", &plot_extra)),
-    )
+    bench.finish(&settings, &tables, Some(("ops_per_sec", &plot_extra)))
 }
 
 fn mix_extra(mix: Mix) -> Map<String, Value> {
