@@ -66,9 +66,12 @@
 //! than the model's single one). The protected variant wins every Zipf trace and the loops
 //! up to 1.25x, but not the 2x loop (its refault distance is the whole cache, past the
 //! history kept), and loses on recency bursts and a moving hot set (its cold area stays near
-//! 1%, so new blocks go before their second read). Next: a history window of twice the
-//! cache for the reuse test, and a cold target that grows on second reads lost, before it is
-//! built into `mm::lru`.
+//! 1%, so new blocks go before their second read). Tried and not kept (quick traces): a
+//! cold floor of 5% (recency bursts 36.0 -> 30.2, loops 3 points worse, Zipf 0.2 worse); a
+//! history of twice the cache (loop-2x 100 -> 54.3, but the noisy 1.1x and 1.25x loops 15-17
+//! points worse and every Zipf trace about 1 point worse). Next: a cold target that grows
+//! when a block leaves the inactive list before its second read and comes back within the
+//! cold area's reach (the recency-burst signal), before it is built into `mm::lru`.
 
 use super::list::KeyList;
 use super::{FastMap, Policy};
