@@ -60,7 +60,7 @@
 //! | [`CacheStats`] | hits, misses, readahead, reclaim, dirty and writeback counts |
 //! | [`Eviction`], [`BudgetError`] | the eviction listener's report; why a budget change was refused |
 //! | [`WbErrorPolicy`] | what becomes of pages whose writeback failed |
-//! | [`backing`] | the file behind a cache, for engines that bring their own storage or inject faults |
+//! | [`io`] (also [`backing`]) | the file behind a cache, for engines that bring their own storage or inject faults |
 //!
 //! **Lifetimes.** A file's cached pages belong to the file (its device and inode), not to a
 //! handle: they outlive the handles, are shared by every handle of the file, and age out
@@ -123,9 +123,17 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod backing;
+/// The backing file of a cache: the items of [`io`] at their first home, kept so that code
+/// written against `foliocache::backing` goes on building.
+pub mod backing {
+    pub use crate::io::{
+        check_end_of_data, read_run, Backing, FaultyBacking, FileAttrs, FileBacking, MemBacking,
+        RunError,
+    };
+}
 #[cfg(not(loom))]
 mod cache;
+pub mod io;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub mod mm;

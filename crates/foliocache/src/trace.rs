@@ -37,7 +37,7 @@ mod tests {
     use tracing::span::{Attributes, Id, Record};
     use tracing::{Event, Metadata, Subscriber};
 
-    use crate::backing::{FaultyBacking, MemBacking};
+    use crate::io::{FaultyBacking, MemBacking};
     use crate::{Config, FolioCache, OpenOptions};
 
     /// A collector of span names and of events' `counter` fields and levels.

@@ -26,11 +26,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "writeback",
-        &["sync", "folio", "index", "backing", "variant"],
+        &["sync", "folio", "index", "io", "variant"],
     ),
     (
         "readahead",
-        &["sync", "folio", "index", "backing", "lru", "variant"],
+        &["sync", "folio", "index", "io", "lru", "variant"],
     ),
     ("experiment", &["refcount", "readahead", "filetable", "lru"]),
 ];

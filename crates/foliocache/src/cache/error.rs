@@ -342,7 +342,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::backing::{FaultyBacking, MemBacking};
+    use crate::io::{FaultyBacking, MemBacking};
     use crate::{Config, FolioCache};
 
     const PAGE: u64 = 4096;

@@ -10,7 +10,7 @@ use super::guard::{Pin, PinnedFolio};
 use super::inode::InodeKey;
 use super::stats::Event;
 use super::{CacheError, CacheInner};
-use crate::backing::{Backing, FileAttrs, RunError};
+use crate::io::{Backing, FileAttrs, RunError};
 use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::index::Index;

@@ -24,7 +24,7 @@
 //! | `iput_final` -> `inode_add_lru` | the last user's `iput` parks the inode ([`Icache::park`]) |
 //! | `prune_icache_sb` | [`Icache::park`] evicts the oldest unused inodes beyond the bound; [`FolioCache::drop_caches`](super::FolioCache::drop_caches) evicts every one; both skip inodes with dirty or writeback pages, or a writeback error no handle has been told of (it waits for the next opener) |
 //! | `evict` -> `truncate_inode_pages_final` | dropping the evicted `Mapping` truncates its index |
-//! | `generic_drop_inode`: `iput_final` evicts at once when `i_nlink == 0` | the last user's `iput` asks the descriptor for its link count ([`Backing::links`](crate::backing::Backing::links)); a deleted file is evicted at once ([`Icache::remove_unused`]), its dirty pages dropped without I/O, its descriptors closed, so its blocks are freed at the last close as the kernel frees them |
+//! | `generic_drop_inode`: `iput_final` evicts at once when `i_nlink == 0` | the last user's `iput` asks the descriptor for its link count ([`Backing::links`](crate::io::Backing::links)); a deleted file is evicted at once ([`Icache::remove_unused`]), its dirty pages dropped without I/O, its descriptors closed, so its blocks are freed at the last close as the kernel frees them |
 //!
 //! # Revalidation at open (close-to-open)
 //!

@@ -106,7 +106,7 @@ pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 pub use write::{FolioMut, OpenOptions};
 
-use crate::backing::{Backing, FileAttrs, FileBacking};
+use crate::io::{Backing, FileAttrs, FileBacking};
 use crate::mm::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::mm::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
 use crate::mm::index::{Index, IndexStats, Shadow, ShadowNodes};

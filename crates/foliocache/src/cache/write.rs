@@ -62,7 +62,7 @@ use std::ops::Range;
 use super::file::{CachedFile, Mapping};
 use super::stats::Event;
 use super::{CacheError, CacheInner};
-use crate::backing::Backing;
+use crate::io::Backing;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::index::AddError;
 use crate::mm::sync::{Arc, AtomicUsize, Ordering};
@@ -747,7 +747,7 @@ fn create_page<'a>(
         } else {
             c.counters.inc(Event::IoReads);
             let r =
-                crate::backing::read_run(&*m.backing, &mut [&mut data[..]], start, backing_size);
+                crate::io::read_run(&*m.backing, &mut [&mut data[..]], start, backing_size);
             if let Err(e) = r {
                 c.counters.inc(Event::IoErrors);
                 return Err(m.fill_error(start, e));

@@ -18,7 +18,6 @@
 //! | [`percpu_ref`] | per-thread reference counts with a grace-period switch to one atomic; kill, wait-for-zero, re-arm (seed 003) | `lib/percpu-refcount.c`, `futex_ref_get`/`futex_ref_put`/`futex_ref_drop` |
 //! | [`rcu`] | read sections with no shared atomic, grace periods via `membarrier(2)`, `call_rcu` | RCU (`rcu_read_lock`, `synchronize_rcu`, `call_rcu`), liburcu memb |
 //! | [`refcount`] | folio reference count: cas-loop, optimistic, locked-bit | `include/linux/page_ref.h`: `folio_try_get`, `folio_put_testzero`, `folio_ref_freeze` |
-//! | [`backing`](crate::backing) | positional reads of the file behind a cache (`pread`/`preadv`), fault injection | `->read_folio`, `read_pages` |
 //! | [`folio`] | folio header and flags, the arena (memmap + buddy allocator + per-CPU lists), folio lock and wait table, bad-page check | `struct folio`, `mm/page_alloc.c`, `folio_lock`, `free_pages_prepare` |
 //! | [`index`] | per-file XArray-like radix tree: lockless RCU lookup with speculative `try_get` + re-check, one-folio and batched range insertion (seed 001), delete, evict, truncate, invalidate; shadow entries and the shadow-node shrinker | `filemap_get_entry`, `__filemap_add_folio`, `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping` |
 //! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget, workingset detection (shadow entries, refault activation) | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec`; `mm/workingset.c` |
@@ -44,15 +43,16 @@
 //! | 4 | [`folio`] | `refcount`, `rmap` |
 //! | 5 | [`index`], [`space`] | `folio`, `rcu`, `refcount`; `folio`, `refcount`, `rmap` |
 //! | 6 | [`lru`] | `index`, `folio`, `refcount` |
-//! | 7 | [`writeback`], [`readahead`] | `index`, `folio`, [`backing`](crate::backing) |
+//! | 7 | [`writeback`], [`readahead`] | `index`, `folio`, [`io`](crate::io) |
 //! | 8 | [`Experiment`] | the variant enums of `refcount`, `readahead`, `filetable`, `lru` |
 //!
 //! The cache reaches back down only through traits these layers define and it implements:
 //! [`lru::Evict`] for reclaim, and readahead's host trait (allocation, the LRU, workingset,
 //! counters) for filling a window. `tests/layers.rs` checks every `use` against this table.
 //!
-//! [`backing`](crate::backing) (the file behind a cache) sits at the root because a user may
-//! implement it; it imports only [`sync`].
+//! Below every layer here sits [`io`](crate::io), the I/O layer (the backing trait, the file
+//! backing, fault injection, the run-reading rules): it imports only [`sync`], and a user may
+//! implement its [`Backing`](crate::io::Backing).
 
 pub mod experiment;
 pub mod filetable;

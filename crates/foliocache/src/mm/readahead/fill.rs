@@ -17,7 +17,7 @@
 use std::ops::Range;
 
 use super::{InsertMode, RaEvent, RaHost, RaProbe, RaRequest};
-use crate::backing::{self, Backing, RunError};
+use crate::io::{read_run, Backing, RunError};
 use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
@@ -469,7 +469,7 @@ fn read_pages<'a>(t: &RaTarget<'a>, first: u64, mut run: Vec<Filling<'a>>, out: 
     let offset = first << PAGE_SHIFT;
     let result = {
         let mut bufs: Vec<&mut [u8]> = run.iter_mut().map(Filling::data_mut).collect();
-        backing::read_run(t.backing, &mut bufs, offset, t.backing_size())
+        read_run(t.backing, &mut bufs, offset, t.backing_size())
     };
     let c = t.host;
     c.count(RaEvent::IoReads, 1);
@@ -523,7 +523,7 @@ pub(crate) fn read_one<'a>(
     t.host.workingset_refault(folio.locked(), shadow);
     t.host.add_lru(folio.locked());
     let offset = index << PAGE_SHIFT;
-    let result = backing::read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size());
+    let result = read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size());
     let c = t.host;
     c.count(RaEvent::IoReads, 1);
     match result {

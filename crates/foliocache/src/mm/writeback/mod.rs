@@ -100,7 +100,7 @@ pub mod errseq;
 use std::collections::BTreeSet;
 use std::io::{self, IoSlice};
 
-use crate::backing::Backing;
+use crate::io::Backing;
 use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
