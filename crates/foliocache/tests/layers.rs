@@ -9,6 +9,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("sync", &[]),
     ("stats", &["sync"]),
     ("rcu", &["sync"]),
+    ("errseq", &["sync"]),
     ("refcount", &["sync", "variant"]),
     ("seqcount", &["sync"]),
     ("percpu_ref", &["sync", "rcu"]),
@@ -18,6 +19,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("folio", &["sync", "refcount", "rmap"]),
     ("index", &["sync", "rcu", "refcount", "folio"]),
     ("space", &["sync", "refcount", "rmap", "folio", "stats"]),
+    ("filemap", &["sync", "io", "errseq", "index", "folio"]),
     (
         "lru",
         &[
@@ -26,11 +28,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "writeback",
-        &["sync", "folio", "index", "io", "variant"],
+        &["sync", "folio", "index", "io", "errseq", "filemap", "variant"],
     ),
     (
         "readahead",
-        &["sync", "folio", "index", "io", "lru", "variant"],
+        &["sync", "folio", "index", "io", "filemap", "lru", "variant"],
     ),
     ("experiment", &["refcount", "readahead", "filetable", "lru"]),
 ];

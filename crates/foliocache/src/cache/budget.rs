@@ -486,11 +486,11 @@ impl CacheInner {
         let out = &mut buf[at..at + (stop - pos) as usize];
         // Relaxed, as readahead's fill loads it: a hint of where the file's bytes end, checked
         // against what the backing returns.
-        let disk = m.disk_size.load(Ordering::Relaxed);
+        let disk = m.mapping.disk_size.load(Ordering::Relaxed);
         let mut done = 0usize;
         while done < out.len() && pos + (done as u64) < disk {
             self.counters.inc(Event::IoReads);
-            match m.backing.read_at(&mut out[done..], pos + done as u64) {
+            match m.mapping.backing.read_at(&mut out[done..], pos + done as u64) {
                 Ok(0) => break,
                 Ok(n) => {
                     self.counters.add(Event::IoBytes, n as u64);
@@ -661,7 +661,7 @@ impl CacheInner {
             // once (as a guest's reclaim would through writeback), then try again.
             wrote_back = true;
             for m in self.live_mappings() {
-                if m.wb.has_unwritten() {
+                if m.mapping.wb.has_unwritten() {
                     super::write::writeback_mapping(
                         self,
                         &m,
@@ -669,7 +669,7 @@ impl CacheInner {
                         u64::MAX,
                         crate::mm::writeback::SyncMode::All,
                     );
-                    crate::mm::writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
+                    crate::mm::writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
                 }
             }
             self.lru.drain_all(&self.arena);

@@ -13,10 +13,10 @@ use super::{CacheError, CacheInner};
 use crate::io::{Backing, FileAttrs, RunError};
 use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
-use crate::mm::index::Index;
 use crate::mm::rcu::RcuReadGuard;
-use crate::mm::readahead::{self, RaOutcome, RaRequest, RaState, RaTarget};
-use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock};
+use crate::mm::filemap::AddressSpace;
+use crate::mm::readahead::{self, RaRequest, RaState};
+use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// One file's cached pages: the inode and its `address_space`.
 ///
@@ -34,48 +34,22 @@ pub(crate) struct Mapping {
     pub(crate) path: PathBuf,
     /// The inode's identity when opened by path; `None` for a custom backing.
     pub(crate) key: Option<InodeKey>,
-    /// Where misses read from.
-    pub(crate) backing: Arc<dyn Backing>,
-    /// Where writeback writes to: set by the first handle opened for writing (for a file
-    /// opened by path, that handle's descriptor, opened read-write; for a custom backing, the
-    /// backing itself).
-    pub(crate) writer: Mutex<Option<Arc<dyn Backing>>>,
-    /// `i_size`: stored with Release after the bytes it covers are in the cache, loaded with
-    /// Acquire (`Mapping::size`), so a reader that sees a size can read every byte below it.
-    pub(crate) size: AtomicU64,
-    /// The size the backing file has as far as the cache knows (what it had at open, grown by
-    /// writeback, set by `set_len`): below it a short read means the file changed behind
-    /// the cache's back; past it, up to `size`, the file is a hole the cache reads as zeros.
-    pub(crate) disk_size: AtomicU64,
-    /// Writes this cache made to the backing file (writeback runs, `set_len`), each counted
-    /// before it is issued: revalidation tells its own changes of the file's size and mtime
-    /// from foreign ones by whether this moved since it last looked.
-    pub(crate) wb_seq: AtomicU64,
     /// `i_rwsem` taken exclusively: writes, `set_len` and appends of this file are serialised,
     /// as the kernel's buffered writes are; readers never take it.
     pub(crate) i_rwsem: Mutex<()>,
-    /// `mapping->invalidate_lock`: fills (readahead, single-page reads) hold it shared from
-    /// their insertion to the end of their read; a truncation holds it exclusively from
-    /// before it publishes the smaller size until the backing file is cut (lock order: after
-    /// `i_rwsem`, before any folio lock).
-    pub(crate) invalidate_lock: RwLock<()>,
     /// The largest size the file system takes for this file (`s_maxbytes`): from the file
     /// system's type at open, lowered by a write the file system refused with `EFBIG`.
     pub(crate) max_bytes: AtomicU64,
-    /// Dirty and writeback tags, counts, and the error sequence (`mapping->wb_err`).
-    pub(crate) wb: crate::mm::writeback::WbState,
     /// The backing file's size and mtime when the cache last looked, and `wb_seq` then
     /// (revalidation).
     pub(crate) attrs: Mutex<(FileAttrs, u64)>,
     /// `i_count`: open handles and owned guards of this file.
     pub(crate) users: AtomicUsize,
-    /// `mapping_large_folio_support`: misses may fill this file's pages in folios of more
-    /// than one page (cleared by [`CachedFile::set_large_folios`]).
-    pub(crate) large_folios: crate::mm::sync::AtomicBool,
     /// Pages latched by [`FolioMut`](super::FolioMut) guards (`cache/write.rs`).
     pub(crate) latches: super::write::Latches,
-    /// The page index (`i_pages`).
-    pub(crate) pages: Index,
+    /// The address space: the page index, `i_size`, the backing, writeback state,
+    /// `invalidate_lock` (`inode->i_data`, [`AddressSpace`]).
+    pub(crate) mapping: AddressSpace,
 }
 
 impl std::fmt::Debug for Mapping {
@@ -89,50 +63,22 @@ impl std::fmt::Debug for Mapping {
 }
 
 impl Mapping {
-    /// `i_size_read`: the file size in bytes.
+    /// `i_size_read`: the file size in bytes ([`AddressSpace::size`]).
     #[inline]
     pub(crate) fn size(&self) -> u64 {
-        // ORDERING: Acquire; pairs with the Release stores of `i_size_write` in the write path
-        // (`write_end`, `set_len`): the bytes below a size are in the cache before the size
-        // is published, and a reader loads the size before it looks them up.
-        self.size.load(Ordering::Acquire)
+        self.mapping.size()
     }
 
     /// Pages of the file (the last one may be partial).
     #[inline]
     pub(crate) fn nr_pages(&self) -> u64 {
-        self.size().div_ceil(PAGE_SIZE as u64)
-    }
-
-    /// The readahead target of this mapping, in cache `c`.
-    pub(crate) fn ra_target<'m>(&'m self, c: &'m CacheInner) -> RaTarget<'m> {
-        RaTarget {
-            host: c,
-            pages: &self.pages,
-            backing: &*self.backing,
-            mapping: self.id,
-            size: &self.size,
-            disk_size: &self.disk_size,
-            mode: c.config.experiment.insert_mode,
-            max_order: self.max_folio_order(c),
-            invalidate: &self.invalidate_lock,
-        }
-    }
-
-    /// The largest folio order a miss of this file may allocate.
-    #[inline]
-    pub(crate) fn max_folio_order(&self, c: &CacheInner) -> u32 {
-        if self.large_folios.load(Ordering::Relaxed) {
-            c.config.max_folio_order
-        } else {
-            0
-        }
+        self.mapping.nr_pages()
     }
 
     /// Whether the inode cache may evict this inode: nothing left to write back, and no
     /// writeback error that no handle has been told of.
     pub(crate) fn evictable(&self) -> bool {
-        !self.wb.has_unwritten() && !self.wb.err.unseen()
+        !self.mapping.wb.has_unwritten() && !self.mapping.wb.err.unseen()
     }
 
     /// The `attrs` sequence of a look that overlapped a write of ours (never equal to
@@ -157,11 +103,11 @@ impl Mapping {
         // before each of our writes (`writeback::submit`, `set_len`): if the `fstat` sees a
         // write of ours, the second load sees its increment. Writeback tags its pages before
         // the increment, so a write in flight before the first load shows in `unwritten`.
-        let seq0 = self.wb_seq.load(Ordering::SeqCst);
+        let seq0 = self.mapping.wb_seq.load(Ordering::SeqCst);
         // A latched page is a write in progress too: its commit will dirty it.
-        let unwritten = self.wb.has_unwritten() || self.latches.any();
-        let now = self.backing.attrs()?;
-        let seq1 = self.wb_seq.load(Ordering::SeqCst);
+        let unwritten = self.mapping.wb.has_unwritten() || self.latches.any();
+        let now = self.mapping.backing.attrs()?;
+        let seq1 = self.mapping.wb_seq.load(Ordering::SeqCst);
         let mut seen = self.attrs.lock();
         let (was, was_seq) = *seen;
         // A look that overlapped a write of ours may have seen the file before the write
@@ -175,10 +121,10 @@ impl Mapping {
         }
         // Size first, then the pages, with no fill in between (`invalidate_lock`): a reader
         // that saw the old size refills from the backing, which already holds the new bytes.
-        let _invalidate = self.invalidate_lock.write();
-        self.size.store(now.size, Ordering::Release);
-        self.disk_size.store(now.size, Ordering::Relaxed);
-        let dropped = self.pages.truncate(0, u64::MAX);
+        let _invalidate = self.mapping.invalidate_lock.write();
+        self.mapping.size.store(now.size, Ordering::Release);
+        self.mapping.disk_size.store(now.size, Ordering::Relaxed);
+        let dropped = self.mapping.pages.truncate(0, u64::MAX);
         drop(seen);
         c.counters.add(Event::Invalidated, dropped.pages_freed);
         c.counters.inc(Event::Revalidations);
@@ -222,14 +168,14 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // The inode is evicted: drop every cached page (an owned guard's folio is detached
         // and freed by the guard) and fold the index's counters into the cache's totals.
-        let dirty = self.wb.nr_dirty();
-        let dropped = self.pages.truncate(0, u64::MAX);
+        let dirty = self.mapping.wb.nr_dirty();
+        let dropped = self.mapping.pages.truncate(0, u64::MAX);
         if let Some(c) = self.cache.upgrade() {
             // Pages still dirty here could not be written back (a failure kept them dirty):
             // they leave the accounting with the file.
             c.dirty.unreserve(dirty);
             c.counters.add(Event::Invalidated, dropped.pages_freed);
-            c.retire_index_stats(self.pages.stats());
+            c.retire_index_stats(self.mapping.pages.stats());
             c.note_eviction(
                 self,
                 0..self.nr_pages(),
@@ -308,7 +254,7 @@ impl CachedFile {
         let id = cache.next_handle.fetch_add(1, Ordering::Relaxed);
         let ra_pages = cache.config.ra_pages;
         // `errseq_sample` at open.
-        let wb_err = mapping.wb.err.sample();
+        let wb_err = mapping.mapping.wb.err.sample();
         cache.table.insert_arc(id, mapping.clone());
         CachedFile {
             cache,
@@ -372,12 +318,12 @@ impl CachedFile {
     /// to every handle of the file and to later misses; folios already cached stay as they
     /// are.
     pub fn set_large_folios(&self, on: bool) {
-        self.with_mapping(|m| m.large_folios.store(on, Ordering::Relaxed));
+        self.with_mapping(|m| m.mapping.large_folios.store(on, Ordering::Relaxed));
     }
 
     /// Pages of this file in the cache right now.
     pub fn cached_pages(&self) -> u64 {
-        self.with_mapping(|m| m.pages.stats().nr_pages)
+        self.with_mapping(|m| m.mapping.pages.stats().nr_pages)
     }
 
     /// Another handle on the same cached file, with a fresh readahead stream (`dup` with
@@ -481,7 +427,7 @@ impl CachedFile {
         let last = self.last_page();
         let mut pos = offset;
         while pos < end {
-            let Some(folio) = m.pages.lookup_in(pos >> PAGE_SHIFT, section) else {
+            let Some(folio) = m.mapping.pages.lookup_in(pos >> PAGE_SHIFT, section) else {
                 break;
             };
             if folio.flags() & PG_READAHEAD != 0 {
@@ -641,7 +587,7 @@ impl CachedFile {
             if index >= m.nr_pages() {
                 return None;
             }
-            let folio = m.pages.lookup_in(index, section)?;
+            let folio = m.mapping.pages.lookup_in(index, section)?;
             // Readahead marks and folios under I/O take the full path.
             if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
                 return None;
@@ -704,7 +650,7 @@ impl CachedFile {
                 nr_to_read: nr,
                 lookahead: 0,
             };
-            let out = do_page_cache_ra(&self.cache, &m, req);
+            let out = readahead::do_page_cache_ra(&m.mapping, &*self.cache, req);
             inserted += out.inserted;
             if let Some((offset, e)) = out.error {
                 return Err(m.fill_error(offset, e));
@@ -733,10 +679,10 @@ impl CachedFile {
         // every CPU's if some folios were still busy.
         let c = &self.cache;
         c.lru.drain(&c.arena);
-        let mut out = m.pages.invalidate(first, last + 1);
+        let mut out = m.mapping.pages.invalidate(first, last + 1);
         if out.busy > 0 {
             c.lru.drain_all(&c.arena);
-            out.pages_freed += m.pages.invalidate(first, last + 1).pages_freed;
+            out.pages_freed += m.mapping.pages.invalidate(first, last + 1).pages_freed;
         }
         c.counters.add(Event::Invalidated, out.pages_freed);
         c.note_eviction(
@@ -763,7 +709,7 @@ impl CachedFile {
         let c = &self.cache;
         let mut missed = false;
         loop {
-            let folio = match m.pages.lookup(index) {
+            let folio = match m.mapping.pages.lookup(index) {
                 Some(f) => f,
                 None => {
                     if !missed {
@@ -826,7 +772,7 @@ impl CachedFile {
             })
         } else {
             let prev_pos = self.prev_pos.load(Ordering::Relaxed);
-            let probe = readahead::IndexProbe(&m.pages);
+            let probe = readahead::IndexProbe(&m.mapping.pages);
             self.ra.lock().sync_ra(index, req_count, prev_pos, &probe)
         };
         if let Some(req) = req {
@@ -834,8 +780,8 @@ impl CachedFile {
                 c.counters.inc(Event::SyncRa);
             }
             crate::trace::span!("sync_readahead", index = req.index, pages = req.nr_to_read);
-            let out = do_page_cache_ra(&self.cache, m, req);
-            if let Some(f) = m.pages.lookup(index) {
+            let out = readahead::do_page_cache_ra(&m.mapping, &*self.cache, req);
+            if let Some(f) = m.mapping.pages.lookup(index) {
                 return Ok(Some(f));
             }
             if let Some((offset, e)) = out.error {
@@ -847,7 +793,7 @@ impl CachedFile {
         // `filemap_create_folio`: just this page.
         crate::trace::span!("single_page_reads", index);
         c.counters.inc(Event::SinglePageReads);
-        match readahead::read_one(&m.ra_target(&self.cache), index) {
+        match readahead::read_one(&m.mapping, &*self.cache, index) {
             Ok(Some(f)) => Ok(Some(f)),
             Ok(None) => Ok(None),
             Err(readahead::ReadOneError::OutOfMemory) => Err(c.out_of_memory(1)),
@@ -860,7 +806,7 @@ impl CachedFile {
     fn async_readahead(&self, m: &Mapping, index: u64, nr_pages: usize, req_count: usize) {
         crate::trace::span!("async_readahead", index);
         let req = {
-            let probe = readahead::IndexProbe(&m.pages);
+            let probe = readahead::IndexProbe(&m.mapping.pages);
             self.ra
                 .lock()
                 .async_ra_folio(index, nr_pages, req_count, &probe)
@@ -869,7 +815,7 @@ impl CachedFile {
             self.cache.counters.inc(Event::AsyncRa);
             // Errors of readahead are not the reader's: the pages are dropped and a later read
             // of them retries (and reports).
-            let _ = do_page_cache_ra(&self.cache, m, req);
+            let _ = readahead::do_page_cache_ra(&m.mapping, &*self.cache, req);
         }
     }
 }
@@ -903,14 +849,6 @@ fn copy_out(buf: &mut [u8], offset: u64, pos: u64, end: u64, folio_index: u64, d
 #[inline]
 fn holds_page(folio: &FolioRef<'_>, page: Option<u64>) -> bool {
     page.is_some_and(|p| p.wrapping_sub(folio.index()) < folio.nr_pages() as u64)
-}
-
-/// `do_page_cache_ra`: clamp to EOF, then instantiate and read.
-fn do_page_cache_ra(c: &CacheInner, m: &Mapping, req: RaRequest) -> RaOutcome {
-    match req.clamp_to_eof(m.nr_pages()) {
-        Some(req) => readahead::page_cache_ra_unbounded(&m.ra_target(c), req),
-        None => RaOutcome::default(),
-    }
 }
 
 pub(super) fn check_range(range: &Range<u64>) -> Result<(), CacheError> {

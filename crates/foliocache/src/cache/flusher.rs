@@ -102,7 +102,7 @@ pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
     let mut dirty: Vec<_> = c
         .live_mappings()
         .into_iter()
-        .filter_map(|m| m.wb.dirtied_when().map(|t| (t, m)))
+        .filter_map(|m| m.mapping.wb.dirtied_when().map(|t| (t, m)))
         .collect();
     // The longest dirty first (`b_dirty` is kept in `dirtied_when` order).
     dirty.sort_by_key(|(t, _)| *t);

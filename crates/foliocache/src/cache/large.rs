@@ -42,7 +42,7 @@ use crate::mm::sync::{Arc, Ordering};
 /// Splits the large folio that holds page `cut` of `m` and starts before it, if there is one
 /// (`truncate_inode_partial_folio`): a truncation at `cut` then removes whole folios only.
 pub(crate) fn split_across(c: &CacheInner, m: &Mapping, cut: u64) -> Result<(), CacheError> {
-    match m.pages.lookup(cut) {
+    match m.mapping.pages.lookup(cut) {
         Some(f) if f.index() < cut => {
             drop(f);
             split_folio_at(c, m, cut)
@@ -56,7 +56,7 @@ pub(crate) fn split_across(c: &CacheInner, m: &Mapping, cut: u64) -> Result<(), 
 /// folio went away meanwhile (the caller looks the page up again).
 #[cold]
 pub(crate) fn split_folio_at(c: &CacheInner, m: &Mapping, index: u64) -> Result<(), CacheError> {
-    let Some(folio) = m.pages.lookup(index) else {
+    let Some(folio) = m.mapping.pages.lookup(index) else {
         return Ok(());
     };
     let nr = folio.nr_pages();
@@ -72,7 +72,7 @@ pub(crate) fn split_folio_at(c: &CacheInner, m: &Mapping, index: u64) -> Result<
                 .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked")),
         );
     }
-    let Some(old) = m.pages.lookup(index) else {
+    let Some(old) = m.mapping.pages.lookup(index) else {
         return Ok(());
     };
     let old = old.lock();
@@ -98,9 +98,9 @@ pub(crate) fn split_folio_at(c: &CacheInner, m: &Mapping, index: u64) -> Result<
             f.set_flag(keep);
         }
     }
-    if m.pages.split_folio(&old, &new) {
+    if m.mapping.pages.split_folio(&old, &new) {
         for f in &new {
-            c.add_lru(f);
+            c.folio_added(f, None);
         }
         c.counters.inc(Event::FolioSplits);
     }
@@ -469,7 +469,7 @@ impl CachedFile {
         let end = offset.checked_add(len as u64);
         let fast = self.hit_section(|m, section| {
             let end = end.filter(|&e| e <= m.size() && len > 0)?;
-            let folio = m.pages.lookup_in(offset >> PAGE_SHIFT, section)?;
+            let folio = m.mapping.pages.lookup_in(offset >> PAGE_SHIFT, section)?;
             let fend = (folio.index() << PAGE_SHIFT) + folio.size() as u64;
             // Readahead marks, folios under I/O and ranges past this folio take the full
             // path.

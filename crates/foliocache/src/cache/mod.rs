@@ -107,6 +107,7 @@ pub(crate) use stats::{Counters, Event};
 pub use write::{FolioMut, OpenOptions};
 
 use crate::io::{Backing, FileAttrs, FileBacking};
+use crate::mm::filemap::AddressSpace;
 use crate::mm::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::mm::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
 use crate::mm::index::{Index, IndexStats, Shadow, ShadowNodes};
@@ -464,7 +465,7 @@ impl FolioCache {
         };
         if writable {
             // The first writable descriptor of the inode becomes its writeback target.
-            m.writer.lock().get_or_insert_with(|| backing.clone());
+            m.mapping.writer.lock().get_or_insert_with(|| backing.clone());
         }
         drop(backing);
         // Outside the icache lock: a changed file's pages are dropped here.
@@ -501,7 +502,7 @@ impl FolioCache {
         })?;
         let backing: Arc<dyn Backing> = Arc::new(backing);
         let m = self.new_mapping(name, None, backing.clone(), attrs, limits::MAX_FILE_SIZE);
-        *m.writer.lock() = Some(backing);
+        *m.mapping.writer.lock() = Some(backing);
         Ok(CachedFile::new(self.inner.clone(), m).with_mode(true, false))
     }
 
@@ -524,20 +525,12 @@ impl FolioCache {
             id: pages.mapping_id(),
             path,
             key,
-            backing,
-            writer: Mutex::new(None),
-            size: AtomicU64::new(attrs.size),
-            disk_size: AtomicU64::new(attrs.size),
-            wb_seq: AtomicU64::new(0),
             i_rwsem: Mutex::new(()),
-            invalidate_lock: crate::mm::sync::RwLock::new(()),
             max_bytes: AtomicU64::new(max_bytes),
-            wb: crate::mm::writeback::WbState::default(),
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
-            large_folios: crate::mm::sync::AtomicBool::new(true),
             latches: write::Latches::new(),
-            pages,
+            mapping: AddressSpace::new(pages, backing, attrs.size),
         });
         let mut live = self.inner.live.lock();
         live.retain(|_, w| w.strong_count() > 0);
@@ -557,7 +550,7 @@ impl FolioCache {
         c.counters.add(Event::InodesEvicted, evicted.len() as u64);
         drop(evicted);
         for m in c.live_mappings() {
-            let out = m.pages.invalidate(0, u64::MAX);
+            let out = m.mapping.pages.invalidate(0, u64::MAX);
             c.counters.add(Event::Invalidated, out.pages_freed);
             c.note_eviction(
                 &m,
@@ -584,7 +577,7 @@ impl FolioCache {
             s.unused_inodes = icache.nr_unused() as u64;
         }
         for m in c.live_mappings() {
-            let is = m.pages.stats();
+            let is = m.mapping.pages.stats();
             s.index_lock_acquisitions += is.lock_acquisitions;
             s.index_pages_inserted += is.pages_inserted;
         }
@@ -671,7 +664,7 @@ impl FolioCache {
         self.lru_add_drain_all();
         self.inner.lru.validate(&self.inner.arena)?;
         for m in self.inner.live_mappings() {
-            m.pages
+            m.mapping.pages
                 .validate()
                 .map_err(|e| format!("{}: index: {e}", m.path.display()))?;
         }
@@ -687,9 +680,9 @@ impl FolioCache {
         let c = &self.inner;
         let mut total = 0;
         for m in c.live_mappings() {
-            let tagged = m.wb.dirty_indices();
+            let tagged = m.mapping.wb.dirty_indices();
             for &index in &tagged {
-                let ok = m.pages.lookup(index).is_some_and(|f| {
+                let ok = m.mapping.pages.lookup(index).is_some_and(|f| {
                     f.index() == index && f.test_flag(crate::mm::folio::flags::PG_DIRTY)
                 });
                 if !ok {
@@ -699,7 +692,7 @@ impl FolioCache {
                     ));
                 }
             }
-            let flagged = m.pages.count_flagged(crate::mm::folio::flags::PG_DIRTY);
+            let flagged = m.mapping.pages.count_flagged(crate::mm::folio::flags::PG_DIRTY);
             if flagged != tagged.len() as u64 {
                 return Err(format!(
                     "{}: {flagged} dirty folios in the index, {} pages tagged dirty",
@@ -773,7 +766,7 @@ impl CacheInner {
         // its descriptors; its dirty pages have nowhere to go and are dropped without I/O.
         // (One `fstat` per last close. A file deleted after its last close is only seen by
         // the inode cache's pruning or `drop_caches`: the cache does not see unlinks.)
-        if matches!(m.backing.links(), Ok(Some(0))) {
+        if matches!(m.mapping.backing.links(), Ok(Some(0))) {
             let removed = self.icache.lock().remove_unused(key);
             if let Some(removed) = removed {
                 self.counters.inc(Event::InodesEvicted);
@@ -824,12 +817,12 @@ impl CacheInner {
     /// Writes back and syncs a file about to be dropped with dirty pages (errors can reach no
     /// handle; they are counted).
     fn flush_before_drop(&self, m: &Mapping) {
-        if !m.wb.has_unwritten() {
+        if !m.mapping.wb.has_unwritten() {
             return;
         }
         write::writeback_mapping(self, m, 0, u64::MAX, crate::mm::writeback::SyncMode::All);
-        crate::mm::writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
-        let writer = m.writer.lock().clone();
+        crate::mm::writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
+        let writer = m.mapping.writer.lock().clone();
         if let Some(w) = writer {
             if w.sync_data().is_err() {
                 self.counters.inc(Event::WritebackErrors);
@@ -872,20 +865,16 @@ impl CacheInner {
         Ok(f)
     }
 
-    /// `folio_add_lru` for a folio this cache just inserted into an index.
+    /// What follows a folio's insertion into an index of this cache (`filemap_add_folio`'s
+    /// tail), on every path that inserts one (readahead, single-page reads, writes, splits
+    /// and replacements): if it replaced a `shadow` entry, `workingset_refault` decides
+    /// whether it joins the LRU as active; then `folio_add_lru`.
     #[inline]
-    pub(crate) fn add_lru(&self, folio: &FolioLocked<'_>) {
-        self.lru.add(&self.arena, folio.folio_ref());
-    }
-
-    /// `filemap_add_folio`'s refault step: the folio just inserted replaced `shadow`, so
-    /// `workingset_refault` decides whether it joins the LRU as active. Call it before
-    /// [`CacheInner::add_lru`].
-    #[inline]
-    pub(crate) fn workingset_refault(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
+    pub(crate) fn folio_added(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
         if let Some(shadow) = shadow {
             self.lru.workingset_refault(folio, shadow);
         }
+        self.lru.add(&self.arena, folio.folio_ref());
     }
 
     /// `shrink_slab` for the one shrinker we have (`mm-shadow`): if the cache's indexes hold
@@ -915,7 +904,7 @@ impl CacheInner {
         }
         let want = excess.div_ceil(divisor.max(1));
         let live = self.live_mappings();
-        let held: Vec<u64> = live.iter().map(|m| m.pages.stats().shadow_nodes).collect();
+        let held: Vec<u64> = live.iter().map(|m| m.mapping.pages.stats().shadow_nodes).collect();
         let total: u64 = held.iter().sum();
         let mut freed = 0;
         if total > 0 {
@@ -925,7 +914,7 @@ impl CacheInner {
                     break;
                 }
                 let share = (nodes as u128 * want as u128).div_ceil(total as u128) as u64;
-                freed += m.pages.shrink_shadow_nodes(share.min(left));
+                freed += m.mapping.pages.shrink_shadow_nodes(share.min(left));
             }
         }
         // Dropping the last reference on a mapping truncates it: do it with no lock held.
@@ -995,13 +984,18 @@ impl crate::mm::readahead::RaHost for CacheInner {
     }
 
     #[inline]
-    fn workingset_refault(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
-        CacheInner::workingset_refault(self, folio, shadow)
+    fn folio_added(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
+        CacheInner::folio_added(self, folio, shadow)
     }
 
     #[inline]
-    fn add_lru(&self, folio: &FolioLocked<'_>) {
-        CacheInner::add_lru(self, folio)
+    fn insert_mode(&self) -> crate::mm::readahead::InsertMode {
+        self.config.experiment.insert_mode
+    }
+
+    #[inline]
+    fn max_folio_order(&self) -> u32 {
+        self.config.max_folio_order
     }
 
     #[inline]
@@ -1018,6 +1012,22 @@ impl crate::mm::readahead::RaHost for CacheInner {
             R::IoErrors => Event::IoErrors,
         };
         self.counters.add(ev, n);
+    }
+}
+
+impl crate::mm::writeback::WbHost for CacheInner {
+    fn dirty_account(&self) -> &crate::mm::writeback::DirtyAccount {
+        &self.dirty
+    }
+
+    fn error_policy(&self) -> crate::mm::writeback::WbErrorPolicy {
+        self.config.writeback_errors
+    }
+
+    fn rotate_reclaimable(&self, folio: &FolioRef<'_>) {
+        if self.lru.rotate_reclaimable(&self.arena, folio) {
+            self.counters.inc(Event::ReclaimRotated);
+        }
     }
 }
 
@@ -1041,6 +1051,7 @@ impl Evict for CacheInner {
         // (`workingset_eviction`, under the index lock once the folio is frozen).
         let pages = folio.index()..folio.index() + folio.nr_pages() as u64;
         let r = m
+            .mapping
             .pages
             .evict_with_shadow(folio, |f| self.lru.workingset_eviction(f))
             .map_err(FolioLocked::unlock);
@@ -1092,7 +1103,7 @@ impl Evict for CacheInner {
                     } else {
                         Vec::new()
                     };
-                    freed += m.pages.evict_batch_with_shadow(
+                    freed += m.mapping.pages.evict_batch_with_shadow(
                         group,
                         |f| self.lru.workingset_eviction(f),
                         &mut not_evicted,
@@ -1228,12 +1239,12 @@ fn pseudo_fs(file: &std::fs::File) -> Option<&'static str> {
 /// charge leaves the dirty limit. The file has no user left; a background pass that holds it
 /// may still be writing pages it started on.
 fn discard_dirty(c: &CacheInner, m: &Mapping) {
-    for index in m.wb.unwritten_from(0) {
-        if let Some(f) = m.pages.lookup(index) {
+    for index in m.mapping.wb.unwritten_from(0) {
+        if let Some(f) = m.mapping.pages.lookup(index) {
             let f = f.lock();
             if f.mapping() == m.id {
                 crate::mm::writeback::wait_stable(&f);
-                if crate::mm::writeback::cancel_dirty(&f, &m.wb, &c.dirty) {
+                if crate::mm::writeback::cancel_dirty(&f, &m.mapping.wb, &c.dirty) {
                     c.counters.inc(Event::DirtyDiscarded);
                 }
             }

@@ -66,7 +66,7 @@ use crate::io::Backing;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::index::AddError;
 use crate::mm::sync::{Arc, AtomicUsize, Ordering};
-use crate::mm::writeback::{self, SyncMode, WbOutcome, WbTarget};
+use crate::mm::writeback::{self, SyncMode, WbOutcome};
 
 /// How to open a file ([`FolioCache::open_with`](super::FolioCache::open_with)), the
 /// cache's `std::fs::OpenOptions`: every handle reads; `write` or `append` also lets it
@@ -281,10 +281,10 @@ impl CachedFile {
         // `filemap_invalidate_lock`, held until the backing is cut: a fill that read the
         // backing between the size's publication below and the cut could cache bytes being
         // cut, which a later grow would expose (and writeback save).
-        let invalidate = (size < old).then(|| m.invalidate_lock.write());
+        let invalidate = (size < old).then(|| m.mapping.invalidate_lock.write());
         if size < old {
             // ORDERING: Release; pairs with `Mapping::size`'s Acquire (module docs).
-            m.size.store(size, Ordering::Release);
+            m.mapping.size.store(size, Ordering::Release);
             if size % PAGE_SIZE as u64 != 0 {
                 let tail = (size % PAGE_SIZE as u64) as usize;
                 zero_cached_tail(c, &m, size >> PAGE_SHIFT, tail)?;
@@ -292,16 +292,16 @@ impl CachedFile {
             let cut = size.div_ceil(PAGE_SIZE as u64);
             // A large folio across the cut is split, so its pages below it stay cached.
             super::large::split_across(c, &m, cut)?;
-            for index in m.wb.unwritten_from(cut) {
-                if let Some(f) = m.pages.lookup(index) {
+            for index in m.mapping.wb.unwritten_from(cut) {
+                if let Some(f) = m.mapping.pages.lookup(index) {
                     let f = f.lock();
                     if f.mapping() == m.id {
                         writeback::wait_stable(&f);
-                        writeback::cancel_dirty(&f, &m.wb, &c.dirty);
+                        writeback::cancel_dirty(&f, &m.mapping.wb, &c.dirty);
                     }
                 }
             }
-            let out = m.pages.truncate(cut, u64::MAX);
+            let out = m.mapping.pages.truncate(cut, u64::MAX);
             c.counters.add(Event::Invalidated, out.pages_freed);
             let old_pages = old.div_ceil(PAGE_SIZE as u64);
             // Pinned folios were detached: they left the cache too.
@@ -313,13 +313,13 @@ impl CachedFile {
             );
         }
         // ORDERING: SeqCst; revalidation's loads around its `fstat` pair with it.
-        m.wb_seq.fetch_add(1, Ordering::SeqCst);
+        m.mapping.wb_seq.fetch_add(1, Ordering::SeqCst);
         writer.set_len(size).map_err(|e| m.write_error(size, e))?;
-        m.disk_size.store(size, Ordering::Relaxed);
+        m.mapping.disk_size.store(size, Ordering::Relaxed);
         drop(invalidate);
         if size > old {
             // ORDERING: Release, as above.
-            m.size.store(size, Ordering::Release);
+            m.mapping.size.store(size, Ordering::Release);
         }
         // The eviction listener runs with no lock held (`cache/budget.rs`).
         drop(_w);
@@ -363,12 +363,12 @@ impl CachedFile {
 
     /// Dirty pages of this file now (written through the cache, not yet written back).
     pub fn dirty_pages(&self) -> u64 {
-        self.mapping().wb.nr_dirty()
+        self.mapping().mapping.wb.nr_dirty()
     }
 
     /// Pages of this file being written back now.
     pub fn writeback_pages(&self) -> u64 {
-        self.mapping().wb.nr_writeback()
+        self.mapping().mapping.wb.nr_writeback()
     }
 
     /// The mapping, if this handle may write.
@@ -426,8 +426,8 @@ impl CachedFile {
         let first = range.start >> PAGE_SHIFT;
         let last = (range.end - 1) >> PAGE_SHIFT;
         writeback_mapping(c, &m, first, last, SyncMode::All);
-        writeback::wait_writeback_range(&m.pages, &m.wb, first, last);
-        let writer = m.writer.lock().clone();
+        writeback::wait_writeback_range(&m.mapping, first, last);
+        let writer = m.mapping.writer.lock().clone();
         if let Some(w) = writer {
             let r = if datasync {
                 w.sync_data()
@@ -437,7 +437,7 @@ impl CachedFile {
             if let Err(e) = r {
                 c.counters.inc(Event::WritebackErrors);
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                m.wb.err.set(errno);
+                m.mapping.wb.err.set(errno);
                 c.sb_err.set(errno, &m.path);
             }
         }
@@ -447,7 +447,7 @@ impl CachedFile {
     /// `file_check_and_advance_wb_err`: the error recorded since this handle's sample, once.
     fn report_wb_err(&self, m: &Mapping) -> Result<(), CacheError> {
         let mut since = self.wb_err.lock();
-        match m.wb.err.check_and_advance(&mut since) {
+        match m.mapping.wb.err.check_and_advance(&mut since) {
             None => Ok(()),
             Some(errno) => Err(CacheError::Writeback {
                 path: m.path.clone(),
@@ -460,9 +460,8 @@ impl CachedFile {
 impl Mapping {
     /// The backing writeback writes to.
     fn writer_backing(&self) -> Result<Arc<dyn Backing>, CacheError> {
-        self.writer
-            .lock()
-            .clone()
+        self.mapping
+            .writer()
             .ok_or_else(|| CacheError::NotWritable {
                 path: self.path.clone(),
             })
@@ -486,26 +485,7 @@ pub(crate) fn writeback_mapping(
     mode: SyncMode,
 ) -> WbOutcome {
     crate::trace::span!("writeback_pages", path = %m.path.display());
-    let Some(writer) = m.writer.lock().clone() else {
-        return WbOutcome::default();
-    };
-    let rotate = |f: &FolioRef<'_>| {
-        if c.lru.rotate_reclaimable(&c.arena, f) {
-            c.counters.inc(Event::ReclaimRotated);
-        }
-    };
-    let t = WbTarget {
-        pages: &m.pages,
-        backing: &*writer,
-        wb: &m.wb,
-        acct: &c.dirty,
-        size: &m.size,
-        policy: c.config.writeback_errors,
-        rotate: &rotate,
-        seq: &m.wb_seq,
-        disk_size: &m.disk_size,
-    };
-    let out = writepages(&t, first, last, mode);
+    let out = writeback::writepages(c, &m.mapping, first, last, mode);
     if out.writes > 0 {
         c.counters.add(Event::WritebackPages, out.pages);
         c.counters.add(Event::WritebackWrites, out.writes);
@@ -536,15 +516,15 @@ impl super::FolioCache {
         let c = &*self.inner;
         c.counters.inc(Event::Syncs);
         for m in c.live_mappings() {
-            let Some(writer) = m.writer.lock().clone() else {
+            let Some(writer) = m.mapping.writer.lock().clone() else {
                 continue;
             };
             writeback_mapping(c, &m, 0, u64::MAX, SyncMode::All);
-            writeback::wait_writeback_range(&m.pages, &m.wb, 0, u64::MAX);
+            writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
             if let Err(e) = writer.sync_all() {
                 c.counters.inc(Event::WritebackErrors);
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                m.wb.err.set(errno);
+                m.mapping.wb.err.set(errno);
                 c.sb_err.set(errno, &m.path);
             }
         }
@@ -556,10 +536,6 @@ impl super::FolioCache {
             }),
         }
     }
-}
-
-fn writepages(t: &WbTarget<'_>, first: u64, last: u64, mode: SyncMode) -> WbOutcome {
-    writeback::writepages(t, first, last, mode)
 }
 
 /// `balance_dirty_pages`, before a page is dirtied: reserves one page of dirtiness under the
@@ -580,7 +556,7 @@ fn balance_dirty_pages(c: &CacheInner, m: &Mapping) {
             if acct.dirty() < acct.background() {
                 break;
             }
-            if other.id != m.id && other.wb.nr_dirty() > 0 {
+            if other.id != m.id && other.mapping.wb.nr_dirty() > 0 {
                 wrote += writeback_mapping(c, &other, 0, u64::MAX, SyncMode::Background).pages;
             }
         }
@@ -673,7 +649,7 @@ fn lookup_stable<'a>(
     index: u64,
 ) -> Result<Option<FolioLocked<'a>>, CacheError> {
     loop {
-        let Some(folio) = m.pages.lookup(index) else {
+        let Some(folio) = m.mapping.pages.lookup(index) else {
             return Ok(None);
         };
         if folio.nr_pages() > 1 {
@@ -712,7 +688,7 @@ fn replace_page<'a>(
     }
     new.mark_uptodate();
     swap_in(m, &old, &new);
-    c.add_lru(&new);
+    c.folio_added(&new, None);
     drop(old);
     c.counters.inc(Event::WritesReplaced);
     new
@@ -739,7 +715,7 @@ fn create_page<'a>(
         let covered = within == 0 && src.len() == PAGE_SIZE;
         // Bytes of this page the file holds: below `i_size`, and in the backing only below
         // what it is known to hold (past that, up to `i_size`, is a hole: zeros).
-        let backing_size = m.size().min(m.disk_size.load(Ordering::Relaxed));
+        let backing_size = m.size().min(m.mapping.disk_size.load(Ordering::Relaxed));
         if covered {
             // Every byte comes from `src` below: zeroing first would only double the stores.
         } else if backing_size <= start {
@@ -747,7 +723,7 @@ fn create_page<'a>(
         } else {
             c.counters.inc(Event::IoReads);
             let r =
-                crate::io::read_run(&*m.backing, &mut [&mut data[..]], start, backing_size);
+                crate::io::read_run(&*m.mapping.backing, &mut [&mut data[..]], start, backing_size);
             if let Err(e) = r {
                 c.counters.inc(Event::IoErrors);
                 return Err(m.fill_error(start, e));
@@ -756,10 +732,9 @@ fn create_page<'a>(
         data[within..within + src.len()].copy_from_slice(src);
     }
     folio.mark_uptodate();
-    match m.pages.add_folio_shadow(&folio, index) {
+    match m.mapping.pages.add_folio_shadow(&folio, index) {
         Ok(shadow) => {
-            c.workingset_refault(&folio, shadow);
-            c.add_lru(&folio);
+            c.folio_added(&folio, shadow);
             Ok(Some(folio))
         }
         Err(AddError::Exists { .. }) => Ok(None),
@@ -776,12 +751,12 @@ fn write_end(c: &CacheInner, m: &Mapping, folio: FolioLocked<'_>, end: u64) {
         c.dirty.unreserve(1);
         c.counters.inc(Event::Redirtied);
     } else {
-        writeback::mark_dirty_reserved(&folio, &m.wb, &c.dirty);
+        writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty);
     }
-    if end > m.size.load(Ordering::Relaxed) {
+    if end > m.mapping.size.load(Ordering::Relaxed) {
         // ORDERING: Release; pairs with `Mapping::size`'s Acquire: the page's bytes (frozen
         // store + unfreeze, replacement or insertion) are visible before the size.
-        m.size.store(end, Ordering::Release);
+        m.mapping.size.store(end, Ordering::Release);
     }
     drop(folio);
 }
@@ -1170,7 +1145,7 @@ impl FolioMut<'_> {
             let old = old.lock();
             writeback::wait_stable(&old);
             publish_copy(&c, &m, index, old, &new);
-            c.add_lru(&new);
+            c.folio_added(&new, None);
             c.counters.inc(Event::WritesReplaced);
             write_end(&c, &m, new, 0);
         }
@@ -1187,7 +1162,7 @@ fn swap_in(m: &Mapping, old: &FolioLocked<'_>, new: &FolioLocked<'_>) {
     if old.test_clear_flag(PG_DIRTY) {
         new.set_flag(PG_DIRTY);
     }
-    let replaced = m.pages.replace_folio(old, new);
+    let replaced = m.mapping.pages.replace_folio(old, new);
     assert!(replaced, "a locked folio of this index can be replaced");
 }
 
@@ -1210,7 +1185,7 @@ fn publish_copy(
                 return;
             }
         }
-        if m.pages.add_folio(new, index).is_ok() {
+        if m.mapping.pages.add_folio(new, index).is_ok() {
             return;
         }
         // Something is cached there again (read back in): replace that.

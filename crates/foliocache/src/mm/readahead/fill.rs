@@ -20,48 +20,39 @@ use super::{InsertMode, RaEvent, RaHost, RaProbe, RaRequest};
 use crate::io::{read_run, Backing, RunError};
 use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
+use crate::mm::filemap::AddressSpace;
 use crate::mm::index::Index;
-use crate::mm::sync::{AtomicU64, Ordering, RwLock};
 
-/// Where a window is read into and from: one file of one cache.
-pub(crate) struct RaTarget<'a> {
+/// One window's view of its file and cache (`struct readahead_control`): the address space,
+/// the host, and the cache's choices for this file, looked up once per window.
+struct Ractl<'a> {
     /// The cache the window is read into: allocation, the LRU, workingset, counters.
-    pub(crate) host: &'a dyn RaHost,
-    pub(crate) pages: &'a Index,
-    pub(crate) backing: &'a dyn Backing,
-    /// The mapping id (for debugging; the index sets it on the folios).
-    #[allow(dead_code)]
-    pub(crate) mapping: u64,
-    /// The file size (`i_size`), read when the window's folios are inserted.
-    pub(crate) size: &'a AtomicU64,
-    /// What writeback has put in the backing: for a file the cache also writes, bytes past it
-    /// (up to the file size) are a hole, zeros (for a file it only reads, the file size).
-    pub(crate) disk_size: &'a AtomicU64,
-    pub(crate) mode: InsertMode,
+    host: &'a dyn RaHost,
+    m: &'a AddressSpace,
+    pages: &'a Index,
+    backing: &'a dyn Backing,
+    mode: InsertMode,
     /// The largest folio order readahead may allocate for this file (0: pages only; the
     /// cache's maximum unless the file opted out, `mapping_large_folio_support`).
-    pub(crate) max_order: u32,
-    /// `mapping->invalidate_lock`: held shared by a fill from before it inserts its folios
-    /// until their reads end, and exclusively by a truncation (`set_len`, revalidation) from
-    /// before it publishes the smaller size until the backing file is cut. So a fill never
-    /// reads the backing between a truncation's look at the cache and its cut of the file,
-    /// and the size a fill reads under it stays put (only writes, which grow it, move it).
-    pub(crate) invalidate: &'a RwLock<()>,
+    max_order: u32,
 }
 
-impl RaTarget<'_> {
-    /// The size the backing file is believed to hold (`check_end_of_data`): the smaller of
-    /// the file size and what writeback has put there. Read when a run is about to be read,
-    /// after its folios are in the index: a page written back and evicted before the run's
-    /// insertion found its slot empty has raised `disk_size` before that (writeback ends
-    /// after it does), so the run reads the page's bytes instead of zeroing a hole that is
-    /// not one. (A value captured when the window was planned could predate that writeback.)
-    pub(crate) fn backing_size(&self) -> u64 {
-        // ORDERING: Acquire for `i_size`, as every reader of it (`Mapping::size`); `disk_size`
-        // is ordered by the eviction that emptied the slot (see above).
-        self.size
-            .load(Ordering::Acquire)
-            .min(self.disk_size.load(Ordering::Relaxed))
+impl<'a> Ractl<'a> {
+    fn new(m: &'a AddressSpace, host: &'a dyn RaHost) -> Ractl<'a> {
+        Ractl {
+            host,
+            m,
+            pages: &m.pages,
+            backing: &*m.backing,
+            mode: host.insert_mode(),
+            max_order: m.max_folio_order(host.max_folio_order()),
+        }
+    }
+
+    /// The size the backing file is believed to hold, read when a run is about to be read
+    /// ([`AddressSpace::backing_size`]).
+    fn backing_size(&self) -> u64 {
+        self.m.backing_size()
     }
 }
 
@@ -107,10 +98,15 @@ impl RaProbe for IndexProbe<'_> {
 /// `page_cache_ra_unbounded`: inserts the window's pages that are not cached yet (locked,
 /// not uptodate), marks the lookahead page, reads every contiguous run with one backing read
 /// and unlocks the folios (uptodate, or removed and flagged on error).
-pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOutcome {
+pub(crate) fn page_cache_ra_unbounded(
+    m: &AddressSpace,
+    host: &dyn RaHost,
+    req: RaRequest,
+) -> RaOutcome {
+    let t = &Ractl::new(m, host);
     // `filemap_invalidate_lock_shared`, as `page_cache_ra_unbounded` takes it: no truncation
     // runs between this window's insertions and the ends of its reads.
-    let _invalidate = t.invalidate.read();
+    let _invalidate = m.invalidate_lock.read();
     let mut out = RaOutcome::default();
     let mark = req.mark();
     if t.max_order > 0 && req.nr_to_read > 1 {
@@ -133,6 +129,14 @@ pub(crate) fn page_cache_ra_unbounded(t: &RaTarget<'_>, req: RaRequest) -> RaOut
     t.host.count(RaEvent::RaPages, out.inserted as u64);
     t.host.count(RaEvent::RaFolios, out.inserted as u64);
     out
+}
+
+/// `do_page_cache_ra`: clamps the window to EOF, then instantiates and reads it.
+pub(crate) fn do_page_cache_ra(m: &AddressSpace, host: &dyn RaHost, req: RaRequest) -> RaOutcome {
+    match req.clamp_to_eof(m.nr_pages()) {
+        Some(req) => page_cache_ra_unbounded(m, host, req),
+        None => RaOutcome::default(),
+    }
 }
 
 /// The order of the folio starting at page `index` of a window ending before `end`, at most
@@ -168,7 +172,7 @@ pub(crate) fn ra_folio_order(index: u64, end: u64, max: u32, mark: Option<u64>) 
 /// as its window does (x4, then x2 per step), where the kernel keeps a separate `ra->order`
 /// that grows by two per step; both start small and reach the maximum after a few windows.
 fn page_cache_ra_order<'a>(
-    t: &RaTarget<'a>,
+    t: &Ractl<'a>,
     req: RaRequest,
     mark: Option<usize>,
     out: &mut RaOutcome,
@@ -264,8 +268,7 @@ fn page_cache_ra_order<'a>(
         if nr > 1 {
             t.host.count(RaEvent::RaLargeFolios, 1);
         }
-        t.host.workingset_refault(f.locked(), shadows[k]);
-        t.host.add_lru(f.locked());
+        t.host.folio_added(f.locked(), shadows[k]);
         out.inserted += nr as usize;
         match runs.last_mut() {
             Some((_, run_end, run)) if *run_end == first => {
@@ -281,7 +284,7 @@ fn page_cache_ra_order<'a>(
 }
 
 /// `ractl_alloc_folios`: the whole window or nothing (what was allocated is given back).
-fn preallocate<'a>(t: &RaTarget<'a>, nr: usize) -> Option<Vec<FolioLocked<'a>>> {
+fn preallocate<'a>(t: &Ractl<'a>, nr: usize) -> Option<Vec<FolioLocked<'a>>> {
     let mut folios = Vec::with_capacity(nr);
     for _ in 0..nr {
         match t.host.alloc_folio_noretry(0) {
@@ -364,7 +367,7 @@ fn fail_unfinished(pages: &Index, folio: FolioLocked<'_>) {
 /// `ra_fill_folios_batched`: insert each contiguous run of free slots with one
 /// `add_folio_range` (one index lock hold), then read the runs.
 fn fill_batched<'a>(
-    t: &RaTarget<'a>,
+    t: &Ractl<'a>,
     req: RaRequest,
     mark: Option<usize>,
     mut folios: Vec<FolioLocked<'a>>,
@@ -406,8 +409,7 @@ fn fill_batched<'a>(
         }
         // `filemap_add_folio` ends with `workingset_refault` and `folio_add_lru`.
         for (f, &shadow) in run.iter().zip(&shadows[..n]) {
-            t.host.workingset_refault(f.locked(), shadow);
-            t.host.add_lru(f.locked());
+            t.host.folio_added(f.locked(), shadow);
         }
         out.inserted += n;
         runs.push((idx, run));
@@ -422,7 +424,7 @@ fn fill_batched<'a>(
 
 /// `ra_fill_folios_single`: the vanilla loop, one allocation and one index insertion (one
 /// lock hold) per page; a run is read when a cached page interrupts it and at the end.
-fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &mut RaOutcome) {
+fn fill_single<'a>(t: &Ractl<'a>, req: RaRequest, mark: Option<usize>, out: &mut RaOutcome) {
     let mut run: Vec<Filling<'a>> = Vec::new();
     let mut run_start = req.index;
     for i in 0..req.nr_to_read {
@@ -448,8 +450,7 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
         if mark == Some(i) {
             folio.locked().set_flag(PG_READAHEAD);
         }
-        t.host.workingset_refault(folio.locked(), shadow);
-        t.host.add_lru(folio.locked());
+        t.host.folio_added(folio.locked(), shadow);
         if run.is_empty() {
             run_start = idx;
         }
@@ -462,7 +463,7 @@ fn fill_single<'a>(t: &RaTarget<'a>, req: RaRequest, mark: Option<usize>, out: &
 /// `read_pages`: one backing read for a contiguous run of locked folios starting at page
 /// `first`, then `folio_end_read` on each: uptodate, or, on error (a changed file included),
 /// removed from the index and flagged PG_error so that waiters fail and a later read retries.
-fn read_pages<'a>(t: &RaTarget<'a>, first: u64, mut run: Vec<Filling<'a>>, out: &mut RaOutcome) {
+fn read_pages<'a>(t: &Ractl<'a>, first: u64, mut run: Vec<Filling<'a>>, out: &mut RaOutcome) {
     if run.is_empty() {
         return;
     }
@@ -505,23 +506,24 @@ pub(crate) enum ReadOneError {
 /// `filemap_create_folio` + `filemap_read_folio`: allocate, insert and read the single page
 /// `index`. `Ok(None)` if another reader inserted it first (look it up again).
 pub(crate) fn read_one<'a>(
-    t: &RaTarget<'a>,
+    m: &'a AddressSpace,
+    host: &'a dyn RaHost,
     index: u64,
 ) -> Result<Option<FolioRef<'a>>, ReadOneError> {
+    let t = &Ractl::new(m, host);
     let folio = match t.host.alloc_folio(0) {
         Ok(f) => lock_new(f),
         Err(_) => return Err(ReadOneError::OutOfMemory),
     };
     // `filemap_create_folio` takes the invalidate lock shared around the insertion and the
     // read, as readahead does (taken after the allocation: reclaim never waits for it).
-    let _invalidate = t.invalidate.read();
+    let _invalidate = m.invalidate_lock.read();
     let Ok(shadow) = t.pages.add_folio_shadow(&folio, index) else {
         // Another reader inserted it first.
         return Ok(None);
     };
     let mut folio = Filling::new(t.pages, folio);
-    t.host.workingset_refault(folio.locked(), shadow);
-    t.host.add_lru(folio.locked());
+    t.host.folio_added(folio.locked(), shadow);
     let offset = index << PAGE_SHIFT;
     let result = read_run(t.backing, &mut [folio.data_mut()], offset, t.backing_size());
     let c = t.host;

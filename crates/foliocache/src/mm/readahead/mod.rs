@@ -81,18 +81,18 @@ pub mod window;
 #[cfg(not(loom))]
 pub use fill::insert_preallocated;
 #[cfg(not(loom))]
-pub(crate) use fill::{
-    page_cache_ra_unbounded, read_one, IndexProbe, RaOutcome, RaTarget, ReadOneError,
-};
+pub(crate) use fill::{do_page_cache_ra, read_one, IndexProbe, ReadOneError};
 pub use window::{RaProbe, RaRequest, RaState, DEFAULT_RA_PAGES};
 
 pub(crate) use crate::mm::folio::PAGE_SHIFT;
 
 /// What readahead needs from the cache it fills, as [`Evict`](crate::mm::lru::Evict) is what
 /// reclaim needs from it: the cache implements both, and neither layer imports the cache
-/// (the layer table in [`crate::mm`]). The kernel's readahead reaches the same services
-/// through the mapping and the page allocator: `filemap_alloc_folio` with
-/// `readahead_gfp_mask`, `folio_add_lru`, `workingset_refault`, the vmstat counters.
+/// (the layer table in [`crate::mm`]). The file comes as its
+/// [`AddressSpace`](crate::mm::filemap::AddressSpace); this trait is the one way a read miss
+/// reaches back into the cache. The kernel's readahead reaches the same services through the
+/// mapping and the page allocator: `filemap_alloc_folio` with `readahead_gfp_mask`,
+/// `filemap_add_folio`'s tail (`workingset_refault`, `folio_add_lru`), the vmstat counters.
 #[cfg(not(loom))]
 pub(crate) trait RaHost {
     /// A folio of `order` for a window: one reclaim pass at most, then failure
@@ -109,19 +109,25 @@ pub(crate) trait RaHost {
         order: u32,
     ) -> Result<crate::mm::folio::FolioRef<'_>, crate::mm::folio::AllocError>;
 
-    /// `workingset_refault`: the folio just inserted replaced `shadow` (if any). Called
-    /// before [`RaHost::add_lru`].
-    fn workingset_refault(
+    /// What follows a folio's insertion into the index (`filemap_add_folio`'s tail): the
+    /// refault check against the `shadow` entry it replaced (if any, `workingset_refault`),
+    /// then `folio_add_lru`. Every path that inserts a folio calls it once, right after the
+    /// insertion, with the folio still locked.
+    fn folio_added(
         &self,
         folio: &crate::mm::folio::FolioLocked<'_>,
         shadow: Option<crate::mm::index::Shadow>,
     );
 
-    /// `folio_add_lru` for a folio just inserted into the index.
-    fn add_lru(&self, folio: &crate::mm::folio::FolioLocked<'_>);
-
     /// Counts `n` events of kind `ev` (the cache's statistics).
     fn count(&self, ev: RaEvent, n: u64);
+
+    /// How windows insert their folios (the cache's experiment).
+    fn insert_mode(&self) -> InsertMode;
+
+    /// The largest folio order the cache allows ([`crate::Config::max_folio_order`]); a file
+    /// that opted out of large folios gets pages whatever this says.
+    fn max_folio_order(&self) -> u32;
 }
 
 /// What readahead counts (each is one of the cache's vmstat counters).

@@ -16,6 +16,11 @@
 //!
 //! # State
 //!
+//! A file's part of it (`WbState`: the tags, `I_SYNC`, the error sequence) lives in its
+//! [`AddressSpace`](crate::mm::filemap::AddressSpace), which a pass takes with the
+//! [`WbHost`] of its cache; this module holds the operations on it and the cache-wide
+//! accounting (`DirtyAccount`).
+//!
 //! | state | where | set by | cleared by |
 //! |---|---|---|---|
 //! | `PG_dirty` | folio flags | `mark_dirty_reserved` (the writer, folio locked) | `writepages` before the I/O (`folio_clear_dirty_for_io`), `cancel_dirty` (truncation, replacement) |
@@ -95,17 +100,19 @@
 // only the tag and error-sequence protocols).
 #![cfg_attr(loom, allow(dead_code))]
 
-pub mod errseq;
+/// The error sequence moved to [`crate::mm::errseq`] (the address space carries one); its
+/// first path stays valid.
+pub use crate::mm::errseq;
 
-use std::collections::BTreeSet;
 use std::io::{self, IoSlice};
 
 use crate::io::Backing;
 use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
+use crate::mm::errseq::ErrSeq;
+use crate::mm::filemap::{AddressSpace, Tags, WbState};
 use crate::mm::sync::{fence, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
-use errseq::ErrSeq;
 
 /// What becomes of folios whose writeback failed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,73 +139,6 @@ impl crate::Variant for WbErrorPolicy {
     }
 }
 crate::variant::variant_traits!(WbErrorPolicy);
-
-/// The page tags of one file (`PAGECACHE_TAG_*`) and its counts.
-#[derive(Debug, Default)]
-struct Tags {
-    dirty: BTreeSet<u64>,
-    towrite: BTreeSet<u64>,
-    writeback: BTreeSet<u64>,
-    /// `inode->dirtied_when`: when the file went from clean to dirty (the age the periodic
-    /// flush compares with `dirty_expire`); `None` while clean.
-    dirtied_when: Option<std::time::Instant>,
-}
-
-/// One file's writeback state: its tags, its error sequence (`mapping->wb_err`) and the
-/// exclusion of its writeback passes (`I_SYNC`).
-#[derive(Debug, Default)]
-pub(crate) struct WbState {
-    tags: Mutex<Tags>,
-    /// `mapping->wb_err`.
-    pub(crate) err: ErrSeq,
-    /// `I_SYNC`: held by the one writeback pass of this file at a time (see "One pass per
-    /// file" in the module docs).
-    io: Mutex<()>,
-    /// Integrity syncs waiting for `io`: background passes stand aside while any does.
-    sync_waiting: AtomicU32,
-}
-
-impl WbState {
-    /// Dirty pages of this file now.
-    pub(crate) fn nr_dirty(&self) -> u64 {
-        self.tags.lock().dirty.len() as u64
-    }
-
-    /// Pages of this file under writeback now.
-    pub(crate) fn nr_writeback(&self) -> u64 {
-        self.tags.lock().writeback.len() as u64
-    }
-
-    /// Whether the file has dirty or writeback pages (it must not be dropped yet).
-    pub(crate) fn has_unwritten(&self) -> bool {
-        let t = self.tags.lock();
-        !t.dirty.is_empty() || !t.writeback.is_empty()
-    }
-
-    /// The dirty page indices (`validate` compares them with the folios' flags).
-    pub(crate) fn dirty_indices(&self) -> Vec<u64> {
-        self.tags.lock().dirty.iter().copied().collect()
-    }
-
-    /// When the file went from clean to dirty, if it is dirty (`inode->dirtied_when`).
-    pub(crate) fn dirtied_when(&self) -> Option<std::time::Instant> {
-        let mut t = self.tags.lock();
-        if t.dirty.is_empty() {
-            t.dirtied_when = None;
-        }
-        t.dirtied_when
-    }
-
-    /// The dirty or writeback pages from page `first` on (truncation's work list).
-    pub(crate) fn unwritten_from(&self, first: u64) -> Vec<u64> {
-        let t = self.tags.lock();
-        let mut v: Vec<u64> = t.dirty.range(first..).copied().collect();
-        v.extend(t.writeback.range(first..).copied());
-        v.sort_unstable();
-        v.dedup();
-        v
-    }
-}
 
 /// The cache's own writeback error sequence (`sb->s_wb_err`, which `mapping_set_error`
 /// sets beside the file's): every writeback or sync error of any file, reported once per
@@ -497,24 +437,39 @@ pub(crate) enum SyncMode {
     All,
 }
 
-/// What one file's writeback pass works on.
-pub(crate) struct WbTarget<'a> {
-    pub(crate) pages: &'a Index,
-    pub(crate) backing: &'a dyn Backing,
-    pub(crate) wb: &'a WbState,
-    pub(crate) acct: &'a DirtyAccount,
-    /// `i_size`, read under each folio's lock to clamp what is written.
-    pub(crate) size: &'a AtomicU64,
-    pub(crate) policy: WbErrorPolicy,
+/// What writeback needs from the cache it writes for, as [`Evict`](crate::mm::lru::Evict)
+/// is what reclaim needs and [`RaHost`](crate::mm::readahead::RaHost) what readahead needs:
+/// the cache-wide accounting and policy, and the LRU's rotation of a folio reclaim wanted.
+/// The file itself comes as its [`AddressSpace`].
+pub(crate) trait WbHost {
+    /// The cache-wide dirty and writeback counts and limits.
+    fn dirty_account(&self) -> &DirtyAccount;
+
+    /// What becomes of folios whose write failed.
+    fn error_policy(&self) -> WbErrorPolicy;
+
     /// `folio_rotate_reclaimable`, for a folio reclaim marked while it was dirty or under
-    /// writeback, once its writeback ends (the LRU's, installed by the cache).
-    pub(crate) rotate: &'a dyn Fn(&FolioRef<'_>),
+    /// writeback, once its writeback ends.
+    fn rotate_reclaimable(&self, folio: &FolioRef<'_>);
+}
+
+/// One pass's view of its file and cache (`struct writeback_control` with the mapping):
+/// built by [`writepages`], private to this module.
+struct Wbc<'a> {
+    host: &'a dyn WbHost,
+    pages: &'a Index,
+    backing: &'a dyn Backing,
+    wb: &'a WbState,
+    acct: &'a DirtyAccount,
+    /// `i_size`, read under each folio's lock to clamp what is written.
+    size: &'a AtomicU64,
+    policy: WbErrorPolicy,
     /// The file's count of writes issued to its backing, bumped before each (revalidation
     /// tells the cache's own changes of the file from foreign ones by it).
-    pub(crate) seq: &'a AtomicU64,
+    seq: &'a AtomicU64,
     /// The size the backing is known to hold, grown by each successful write before its
     /// folios end writeback (so a truncation that waited for them sets it last).
-    pub(crate) disk_size: &'a AtomicU64,
+    disk_size: &'a AtomicU64,
 }
 
 /// What a writeback pass did.
@@ -553,7 +508,30 @@ struct Run<'a> {
 /// `do_writepages` -> `writeback_iter` over the page range `start..=end`: writes the file's
 /// dirty folios (all of them, or in `SyncMode::All` those dirty when the pass started),
 /// contiguous runs coalesced into one vectored write each.
-pub(crate) fn writepages(t: &WbTarget<'_>, start: u64, end: u64, mode: SyncMode) -> WbOutcome {
+///
+/// Writes to the file's writer backing; a file no handle opened for writing has none, and
+/// the pass does nothing.
+pub(crate) fn writepages(
+    host: &dyn WbHost,
+    m: &AddressSpace,
+    start: u64,
+    end: u64,
+    mode: SyncMode,
+) -> WbOutcome {
+    let Some(writer) = m.writer() else {
+        return WbOutcome::default();
+    };
+    let t = &Wbc {
+        host,
+        pages: &m.pages,
+        backing: &*writer,
+        wb: &m.wb,
+        acct: host.dirty_account(),
+        size: &m.size,
+        policy: host.error_policy(),
+        seq: &m.wb_seq,
+        disk_size: &m.disk_size,
+    };
     let mut out = WbOutcome::default();
     // `I_SYNC`: one pass per file. A sync waits for the pass in progress (it may be writing
     // pages this sync must see written); a background pass leaves a busy file, or one a sync
@@ -651,7 +629,7 @@ pub(crate) fn writepages(t: &WbTarget<'_>, start: u64, end: u64, mode: SyncMode)
 /// or `None` if there is nothing to write there. `before_wait` runs before it sleeps on a
 /// folio already under writeback.
 fn prepare_writeback<'a>(
-    t: &WbTarget<'a>,
+    t: &Wbc<'a>,
     index: u64,
     mode: SyncMode,
     before_wait: &mut dyn FnMut(),
@@ -720,7 +698,7 @@ fn prepare_writeback<'a>(
 
 /// Writes a run with one vectored write (more only if the backing writes short), records an
 /// error, then ends the writeback of every folio of the run.
-fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
+fn submit(t: &Wbc<'_>, run: Run<'_>, out: &mut WbOutcome) {
     let offset = run.start << PAGE_SHIFT;
     let bufs: Vec<&[u8]> = run
         .folios
@@ -780,7 +758,7 @@ fn submit(t: &WbTarget<'_>, run: Run<'_>, out: &mut WbOutcome) {
 /// `folio_end_writeback`: untags the folio and clears PG_writeback, waking its waiters; a
 /// folio reclaim had picked loses PG_reclaim and moves to the inactive tail. `kept`: the
 /// folio was made dirty again by the failed write it ends, and keeps its charge.
-fn end_writeback(t: &WbTarget<'_>, folio: &FolioRef<'_>, kept: bool) {
+fn end_writeback(t: &Wbc<'_>, folio: &FolioRef<'_>, kept: bool) {
     t.wb.tags.lock().writeback.remove(&folio.index());
     let nr = folio.nr_pages() as u64;
     if kept {
@@ -794,7 +772,7 @@ fn end_writeback(t: &WbTarget<'_>, folio: &FolioRef<'_>, kept: bool) {
         && folio.test_clear_flag(PG_RECLAIM)
         && !folio.test_flag(PG_DIRTY)
     {
-        (t.rotate)(folio);
+        t.host.rotate_reclaimable(folio);
     }
     folio.end_writeback();
 }
@@ -843,8 +821,9 @@ fn write_all_vectored(
 
 /// `__filemap_fdatawait_range`: waits for every folio of `start..=end` that is under
 /// writeback now (a snapshot of the WRITEBACK tag: later writebacks are not waited for).
-pub(crate) fn wait_writeback_range(pages: &Index, wb: &WbState, start: u64, end: u64) {
-    let under: Vec<u64> = wb
+pub(crate) fn wait_writeback_range(m: &AddressSpace, start: u64, end: u64) {
+    let under: Vec<u64> = m
+        .wb
         .tags
         .lock()
         .writeback
@@ -852,7 +831,7 @@ pub(crate) fn wait_writeback_range(pages: &Index, wb: &WbState, start: u64, end:
         .copied()
         .collect();
     for index in under {
-        if let Some(f) = pages.lookup(index) {
+        if let Some(f) = m.pages.lookup(index) {
             f.wait_writeback();
         }
     }
