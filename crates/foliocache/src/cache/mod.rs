@@ -1,5 +1,45 @@
-//! The public API: [`FolioCache`], its open files ([`CachedFile`]), pinned folios
-//! ([`PinnedFolio`]) and statistics ([`CacheStats`]).
+//! The product: [`FolioCache`], its inodes and open files ([`CachedFile`]), the read and
+//! write paths, syncs, guards ([`PinnedFolio`], [`PinnedRange`], [`FolioMut`]), the budget
+//! and statistics ([`CacheStats`]), built on the mechanisms of [`crate::mm`] and the I/O
+//! layer [`crate::io`].
+//!
+//! # Lock order
+//!
+//! Outermost first; a thread holding a lock of one row takes only locks of later rows. (Checked
+//! against the code: `cache/write.rs` for writes, truncation, syncs and latches,
+//! `cache/file.rs` for revalidation and the read path, `mm/readahead` for fills,
+//! `mm/writeback` for passes, `mm/index` and `mm/lru` for their own.)
+//!
+//! | # | lock | where | taken by |
+//! |---|---|---|---|
+//! | 1 | page latch (a [`FolioMut`]'s logical lock on one page) | inode `latches` | `get_folio_mut`; held across calls by its guard, so writers that meet one wait for it with `i_rwsem` released, never under it |
+//! | 2 | `i_rwsem` | inode | writes, appends, `set_len`, `get_folio_mut`, revalidation; readers never take it |
+//! | 3 | the attributes seen at the last look (`attrs`) | inode | revalidation only, which takes `invalidate_lock` under it |
+//! | 4 | `invalidate_lock` (shared by fills, exclusive by truncation) **or** `I_SYNC` (one writeback pass per file) | address space | fills from their insertion to the end of their reads; `set_len` and revalidation around the size change and the cut; writeback passes. The two are never held together |
+//! | 5 | folio lock | folio | fills (inserted locked), `write_begin`..`write_end`, truncation, writeback's start, reclaim (trylock only) |
+//! | 6 | index lock (`xa_lock`) and the writeback tags' mutex | index; address space | insertion, deletion, replacement, eviction; tag changes, always under the folio lock |
+//! | 7 | LRU: per-CPU batch lock, then the lruvec lock | [`crate::mm::lru`] | no index or folio lock is taken under either (reclaim drops the lruvec lock before it touches an index, and takes folio locks by trylock only) |
+//!
+//! Leaf locks, under which nothing else is taken: the latch table's mutex, the writer slot
+//! (`AddressSpace::writer`), the inode cache (`icache`: an evicted inode is dropped after it
+//! is released), the live-mapping map, a handle's readahead state and error sample, the
+//! throttle's mutex (`DirtyAccount`), the cache-wide error sequence's sample. Waiting for a
+//! folio's writeback to end (`folio_wait_stable`, truncation, an integrity pass meeting a
+//! folio already under writeback) is not a lock: the write it waits for needs no lock, and a
+//! pass takes no folio lock after it starts a folio's writeback.
+//!
+//! # The map
+//!
+//! | file | what it holds | kernel |
+//! |---|---|---|
+//! | `mod.rs` | [`FolioCache`] and its shared state (`CacheInner`): open, drop_caches, statistics, validate; the allocation hook; the hosts the mechanisms call back through (`RaHost`, `WbHost`, `Evict`); the background reclaimer | `fs/super.c`, `mm/vmscan.c`'s `kswapd` |
+//! | `inode.rs` | the inode cache: one inode per (device, inode number), kept after the last close up to a limit | `fs/inode.c` |
+//! | `file.rs` | the inode's product half (`Mapping`: identity, path, users, attributes, latches, owning its [`AddressSpace`](crate::mm::filemap::AddressSpace)), the handle and the read path | `struct file`, `filemap_read`, `filemap_get_pages` |
+//! | `guard.rs`, `large.rs` | pinned folios and byte ranges; splitting a large folio before a write | `folio_get`/`folio_put`, `split_folio` |
+//! | `write.rs` | writes, appends, truncation, syncs, the writable latch ([`FolioMut`]), the throttle's entry | `generic_perform_write`, `truncate.c`, `fs/sync.c` |
+//! | `flusher.rs` | the background writeback thread | `wb_workfn` |
+//! | `budget.rs`, `limits.rs` | the budget at run time, the pin share, the uncached read, the eviction listener; file size limits | `balloon`, `generic_write_check_limits` |
+//! | `config.rs`, `error.rs`, `stats.rs`, `metrics.rs`, `cursor.rs` | settings, errors, counters, their export, a `Read`/`Write` stream | `vmstat` |
 //!
 //! # What it models
 //!

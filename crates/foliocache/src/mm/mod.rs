@@ -38,8 +38,8 @@
 //!
 //! | layer | modules | imports |
 //! |---|---|---|
-//! | 0 | [`sync`], `stats` (the counter-set macro) | std or loom |
-//! | 1 | [`rcu`], [`refcount`], [`seqcount`], [`percpu_counter`], [`errseq`] | `sync` |
+//! | 0 | [`sync`] | std or loom |
+//! | 1 | [`rcu`], [`refcount`], [`seqcount`], [`percpu_counter`], [`errseq`], `stats` (the counter-set macro) | `sync` |
 //! | 2 | [`percpu_ref`], [`rmap`] | `rcu`; `seqcount` |
 //! | 3 | [`filetable`] | `percpu_ref`, `rcu` |
 //! | 4 | [`folio`] | `refcount`, `rmap` |
@@ -53,7 +53,13 @@
 //! [`lru::Evict`] for reclaim, readahead's host trait (allocation, what follows an
 //! insertion, counters) for filling a window, and writeback's (the dirty accounting, the
 //! error policy, the LRU's rotation) for a pass. A file reaches them as its
-//! [`filemap::AddressSpace`], which the cache's inode owns. `tests/layers.rs` checks every `use` against this table.
+//! [`filemap::AddressSpace`], which the cache's inode owns.
+//!
+//! `tests/layers.rs` reads this table from here and checks every `crate::` and `super::`
+//! path of every library file against it (inline paths and grouped `use`s included, the
+//! trailing test module left out): a module may name only modules of lower layers,
+//! [`io`](crate::io) and the root's leaves (`variant`, `trace`), and nothing here names the
+//! cache.
 //!
 //! Below every layer here sits [`io`](crate::io), the I/O layer (the backing trait, the file
 //! backing, fault injection, the run-reading rules): it imports only [`sync`], and a user may
