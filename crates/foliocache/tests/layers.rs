@@ -165,7 +165,8 @@ fn parse_tree(c: &[char], i: &mut usize) -> Vec<Vec<String>> {
                 }
                 // `as name`
                 skip_ws(i);
-                if c[*i..].starts_with(&['a', 's']) && c.get(*i + 2).is_some_and(|&n| !is_ident(n)) {
+                if c[*i..].starts_with(&['a', 's']) && c.get(*i + 2).is_some_and(|&n| !is_ident(n))
+                {
                     *i += 2;
                     skip_ws(i);
                     while *i < c.len() && is_ident(c[*i]) {
@@ -271,7 +272,9 @@ fn paths(src: &str, module: &[String]) -> Vec<Vec<String>> {
 /// The layer table of `src/mm/mod.rs` ("# Layers"): module -> layer.
 fn mm_layers(mm_docs: &str) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
-    let section = &mm_docs[mm_docs.find("# Layers").expect("mm/mod.rs has a # Layers section")..];
+    let section = &mm_docs[mm_docs
+        .find("# Layers")
+        .expect("mm/mod.rs has a # Layers section")..];
     for line in section.lines() {
         let Some(row) = line.strip_prefix("//! |") else {
             if !out.is_empty() && !line.starts_with("//! |") {
@@ -296,7 +299,10 @@ fn root_reexports(lib: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for p in paths(&lib.replace("pub use ", "pub use crate::"), &[]) {
         if let Some(item) = p.last() {
-            out.insert(item.clone(), unit_of_path(&p[..p.len() - 1], &BTreeMap::new()));
+            out.insert(
+                item.clone(),
+                unit_of_path(&p[..p.len() - 1], &BTreeMap::new()),
+            );
         }
     }
     out
@@ -501,7 +507,9 @@ fn the_checker_sees_an_upward_path_in_a_mechanism_file() {
         .iter_mut()
         .find(|(p, _)| p == Path::new("mm/index/mod.rs"))
         .unwrap();
-    index.1.push_str("\nfn g() { let _ = crate::mm::lru::SWAP_CLUSTER_MAX; }\n");
+    index
+        .1
+        .push_str("\nfn g() { let _ = crate::mm::lru::SWAP_CLUSTER_MAX; }\n");
     let bad = violations(&lib, &layers);
     assert!(
         bad.iter().any(|b| b.contains("mm::index -> mm::lru")),

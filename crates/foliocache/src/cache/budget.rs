@@ -76,16 +76,13 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::file::Mapping;
+use super::error::BudgetError;
+use super::inode::Inode;
 use super::stats::Event;
 use super::{CacheError, CacheInner, FolioCache};
 use crate::mm::folio::{PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::percpu_counter::Limit;
 use crate::mm::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
-
-/// The default of [`Config::pinned_share`](crate::Config::pinned_share): guards may pin 75% of the
-/// budget.
-pub const DEFAULT_PINNED_SHARE: u32 = 75;
 
 /// Why pages left the cache ([`Eviction::reason`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -130,72 +127,6 @@ pub struct Eviction {
 
 /// The eviction listener's type.
 pub type EvictionListener = Arc<dyn Fn(&Eviction) + Send + Sync>;
-
-/// Why [`FolioCache::set_budget`] refused a budget.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BudgetError {
-    /// The budget holds no whole 4 KiB page.
-    TooSmall {
-        /// The budget asked for.
-        budget_bytes: usize,
-    },
-    /// The budget exceeds [`Config::max_budget`](crate::Config::max_budget), the memory the cache
-    /// reserved when it was built.
-    OverMax {
-        /// The budget asked for.
-        budget_bytes: usize,
-        /// The maximum.
-        max_bytes: usize,
-    },
-    /// Shrinking could not free enough pages: nothing was changed.
-    Busy {
-        /// The budget asked for, in pages.
-        budget_pages: u64,
-        /// The budget, unchanged, in pages.
-        current_pages: u64,
-        /// Pages that could not be freed.
-        short_pages: u64,
-        /// Pages pinned by guards when it gave up.
-        pinned_pages: u64,
-        /// Dirty and writeback pages when it gave up (writeback failed or is in progress).
-        unwritten_pages: u64,
-    },
-}
-
-impl std::fmt::Display for BudgetError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BudgetError::TooSmall { budget_bytes } => write!(
-                f,
-                "a budget of {budget_bytes} bytes holds no 4 KiB page: give at least {PAGE_SIZE} bytes"
-            ),
-            BudgetError::OverMax {
-                budget_bytes,
-                max_bytes,
-            } => write!(
-                f,
-                "a budget of {budget_bytes} bytes exceeds the {max_bytes}-byte maximum this cache \
-                 reserved: build it with a larger Config::max_budget to grow it that far"
-            ),
-            BudgetError::Busy {
-                budget_pages,
-                current_pages,
-                short_pages,
-                pinned_pages,
-                unwritten_pages,
-            } => write!(
-                f,
-                "cannot shrink the budget from {current_pages} to {budget_pages} pages: \
-                 {short_pages} page(s) could not be freed ({pinned_pages} pinned by guards, \
-                 {unwritten_pages} dirty or under writeback); the budget is unchanged: drop \
-                 folio guards, sync files whose writeback fails, or ask for a larger budget"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BudgetError {}
 
 /// The budget state of a cache: the balloon, the pin limit, the eviction listener.
 pub(crate) struct Budget {
@@ -449,7 +380,7 @@ impl CacheInner {
     /// An eviction of `mapping`'s pages `pages` (`nr_pages` of them freed) for `reason`.
     pub(crate) fn note_eviction(
         &self,
-        m: &Mapping,
+        m: &Inode,
         pages: Range<u64>,
         nr_pages: u64,
         reason: EvictionReason,
@@ -474,7 +405,7 @@ impl CacheInner {
     #[cold]
     pub(crate) fn read_uncached(
         &self,
-        m: &Mapping,
+        m: &Inode,
         buf: &mut [u8],
         offset: u64,
         pos: u64,
@@ -490,7 +421,11 @@ impl CacheInner {
         let mut done = 0usize;
         while done < out.len() && pos + (done as u64) < disk {
             self.counters.inc(Event::IoReads);
-            match m.mapping.backing.read_at(&mut out[done..], pos + done as u64) {
+            match m
+                .mapping
+                .backing
+                .read_at(&mut out[done..], pos + done as u64)
+            {
                 Ok(0) => break,
                 Ok(n) => {
                     self.counters.add(Event::IoBytes, n as u64);
@@ -662,7 +597,7 @@ impl CacheInner {
             wrote_back = true;
             for m in self.live_mappings() {
                 if m.mapping.wb.has_unwritten() {
-                    super::write::writeback_mapping(
+                    super::writeback::writeback_mapping(
                         self,
                         &m,
                         0,

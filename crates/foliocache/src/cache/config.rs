@@ -10,7 +10,9 @@ use crate::mm::readahead::DEFAULT_RA_PAGES;
 use crate::mm::writeback::WbErrorPolicy;
 use crate::mm::Experiment;
 
-pub use super::budget::DEFAULT_PINNED_SHARE;
+/// The default of [`Config::pinned_share`](crate::Config::pinned_share): guards may pin 75% of the
+/// budget.
+pub const DEFAULT_PINNED_SHARE: u32 = 75;
 
 /// The largest readahead window accepted, in pages (8 MiB).
 pub const MAX_RA_PAGES: usize = 2048;

@@ -4,9 +4,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use super::budget::BudgetError;
 use super::config::ConfigError;
-use crate::mm::folio::ArenaError;
+use crate::mm::folio::{ArenaError, PAGE_SIZE};
 
 /// An error of the [`FolioCache`](super::FolioCache) API.
 #[derive(Debug)]
@@ -335,6 +334,72 @@ impl CacheError {
         matches!(self, CacheError::PinLimit { .. })
     }
 }
+
+/// Why [`FolioCache::set_budget`](super::FolioCache::set_budget) refused a budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BudgetError {
+    /// The budget holds no whole 4 KiB page.
+    TooSmall {
+        /// The budget asked for.
+        budget_bytes: usize,
+    },
+    /// The budget exceeds [`Config::max_budget`](crate::Config::max_budget), the memory the cache
+    /// reserved when it was built.
+    OverMax {
+        /// The budget asked for.
+        budget_bytes: usize,
+        /// The maximum.
+        max_bytes: usize,
+    },
+    /// Shrinking could not free enough pages: nothing was changed.
+    Busy {
+        /// The budget asked for, in pages.
+        budget_pages: u64,
+        /// The budget, unchanged, in pages.
+        current_pages: u64,
+        /// Pages that could not be freed.
+        short_pages: u64,
+        /// Pages pinned by guards when it gave up.
+        pinned_pages: u64,
+        /// Dirty and writeback pages when it gave up (writeback failed or is in progress).
+        unwritten_pages: u64,
+    },
+}
+
+impl std::fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BudgetError::TooSmall { budget_bytes } => write!(
+                f,
+                "a budget of {budget_bytes} bytes holds no 4 KiB page: give at least {PAGE_SIZE} bytes"
+            ),
+            BudgetError::OverMax {
+                budget_bytes,
+                max_bytes,
+            } => write!(
+                f,
+                "a budget of {budget_bytes} bytes exceeds the {max_bytes}-byte maximum this cache \
+                 reserved: build it with a larger Config::max_budget to grow it that far"
+            ),
+            BudgetError::Busy {
+                budget_pages,
+                current_pages,
+                short_pages,
+                pinned_pages,
+                unwritten_pages,
+            } => write!(
+                f,
+                "cannot shrink the budget from {current_pages} to {budget_pages} pages: \
+                 {short_pages} page(s) could not be freed ({pinned_pages} pinned by guards, \
+                 {unwritten_pages} dirty or under writeback); the budget is unchanged: drop \
+                 folio guards, sync files whose writeback fails, or ask for a larger budget"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BudgetError {}
 
 #[cfg(test)]
 mod tests {

@@ -1,191 +1,21 @@
-//! Open files: the mapping (`struct address_space` + inode) shared by every handle of a file,
-//! the handle (`struct file`, with its readahead state), and the read path
-//! (`filemap_read`, `filemap_get_pages`, `filemap_create_folio`).
+//! Open files: the handle ([`CachedFile`], the kernel's `struct file`, with its readahead
+//! state) on an inode (`cache/inode.rs`) shared by every handle of the file, and the read
+//! path (`filemap_read`, `filemap_get_pages`, `filemap_create_folio`), which reaches the
+//! mechanisms through the inode's address space and the cache's `RaHost`. The folio guards a
+//! handle hands out are in `guard.rs`, `range.rs` and `latch.rs`.
 
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
 
-use super::guard::{Pin, PinnedFolio};
-use super::inode::InodeKey;
+use super::inode::Inode;
 use super::stats::Event;
 use super::{CacheError, CacheInner};
-use crate::io::{Backing, FileAttrs, RunError};
 use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
-use crate::mm::folio::{FolioRef, PAGE_SHIFT, PAGE_SIZE};
+use crate::mm::folio::{FolioRef, PAGE_SHIFT};
 use crate::mm::rcu::RcuReadGuard;
-use crate::mm::filemap::AddressSpace;
 use crate::mm::readahead::{self, RaRequest, RaState};
-use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
-
-/// One file's cached pages: the inode and its `address_space`.
-///
-/// Shared by every [`CachedFile`] handle of the file and kept by the cache's inode cache
-/// ([`super::inode`]) after the last handle closes; its folios are freed (as
-/// `truncate_inode_pages_final` does when an inode is evicted) when the inode cache evicts
-/// it, or when the cache itself goes away.
-pub(crate) struct Mapping {
-    /// The cache, for the counters an eviction folds in (weak: the inode cache holds
-    /// mappings, so a strong reference would be a cycle).
-    pub(crate) cache: std::sync::Weak<CacheInner>,
-    /// Mapping id stored in every folio of this file (`folio->mapping`).
-    pub(crate) id: u64,
-    /// The path given to the `open` that created the inode (error messages).
-    pub(crate) path: PathBuf,
-    /// The inode's identity when opened by path; `None` for a custom backing.
-    pub(crate) key: Option<InodeKey>,
-    /// `i_rwsem` taken exclusively: writes, `set_len` and appends of this file are serialised,
-    /// as the kernel's buffered writes are; readers never take it.
-    pub(crate) i_rwsem: Mutex<()>,
-    /// The largest size the file system takes for this file (`s_maxbytes`): from the file
-    /// system's type at open, lowered by a write the file system refused with `EFBIG`.
-    pub(crate) max_bytes: AtomicU64,
-    /// The backing file's size and mtime when the cache last looked, and `wb_seq` then
-    /// (revalidation).
-    pub(crate) attrs: Mutex<(FileAttrs, u64)>,
-    /// `i_count`: open handles and owned guards of this file.
-    pub(crate) users: AtomicUsize,
-    /// Pages latched by [`FolioMut`](super::FolioMut) guards (`cache/write.rs`).
-    pub(crate) latches: super::write::Latches,
-    /// The address space: the page index, `i_size`, the backing, writeback state,
-    /// `invalidate_lock` (`inode->i_data`, [`AddressSpace`]).
-    pub(crate) mapping: AddressSpace,
-}
-
-impl std::fmt::Debug for Mapping {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mapping")
-            .field("id", &self.id)
-            .field("path", &self.path)
-            .field("size", &self.size())
-            .finish()
-    }
-}
-
-impl Mapping {
-    /// `i_size_read`: the file size in bytes ([`AddressSpace::size`]).
-    #[inline]
-    pub(crate) fn size(&self) -> u64 {
-        self.mapping.size()
-    }
-
-    /// Pages of the file (the last one may be partial).
-    #[inline]
-    pub(crate) fn nr_pages(&self) -> u64 {
-        self.mapping.nr_pages()
-    }
-
-    /// Whether the inode cache may evict this inode: nothing left to write back, and no
-    /// writeback error that no handle has been told of.
-    pub(crate) fn evictable(&self) -> bool {
-        !self.mapping.wb.has_unwritten() && !self.mapping.wb.err.unseen()
-    }
-
-    /// The `attrs` sequence of a look that overlapped a write of ours (never equal to
-    /// `wb_seq`).
-    const UNSETTLED: u64 = u64::MAX;
-
-    /// Revalidation (close-to-open): looks at the backing file's size and mtime; if they
-    /// changed since the cache last looked and none of the cache's own writes can explain it,
-    /// a write bypassed the cache: drop every cached page and take the new size. Returns
-    /// whether it did. Called with no cache-wide lock held.
-    ///
-    /// The cache's own writeback moves the file's mtime (and size) too. A change is taken as
-    /// foreign only if the file has no dirty or writeback pages, and no write of ours was
-    /// issued since the last look nor while this one looked (`wb_seq`); a foreign write that
-    /// lands while the cache is writing the same file back goes unnoticed (documented at
-    /// `FolioCache::open`).
-    pub(crate) fn revalidate(&self, c: &CacheInner) -> io::Result<bool> {
-        // Writers hold `i_rwsem` from before they insert a page until it is dirty: holding it
-        // here, the dirty check below cannot miss a write in progress.
-        let _w = self.i_rwsem.lock();
-        // ORDERING: SeqCst loads around the `fstat`, against the SeqCst increment issued
-        // before each of our writes (`writeback::submit`, `set_len`): if the `fstat` sees a
-        // write of ours, the second load sees its increment. Writeback tags its pages before
-        // the increment, so a write in flight before the first load shows in `unwritten`.
-        let seq0 = self.mapping.wb_seq.load(Ordering::SeqCst);
-        // A latched page is a write in progress too: its commit will dirty it.
-        let unwritten = self.mapping.wb.has_unwritten() || self.latches.any();
-        let now = self.mapping.backing.attrs()?;
-        let seq1 = self.mapping.wb_seq.load(Ordering::SeqCst);
-        let mut seen = self.attrs.lock();
-        let (was, was_seq) = *seen;
-        // A look that overlapped a write of ours may have seen the file before the write
-        // landed: remember it as unsettled, so the next look adopts whatever it sees too.
-        let settled = !unwritten && seq0 == seq1;
-        *seen = (now, if settled { seq1 } else { Self::UNSETTLED });
-        if was == now || !settled || was_seq != seq1 {
-            // Unchanged, or changed by our own writes (or our dirty pages are newer than
-            // whatever the file holds): keep the pages.
-            return Ok(false);
-        }
-        // Size first, then the pages, with no fill in between (`invalidate_lock`): a reader
-        // that saw the old size refills from the backing, which already holds the new bytes.
-        let _invalidate = self.mapping.invalidate_lock.write();
-        self.mapping.size.store(now.size, Ordering::Release);
-        self.mapping.disk_size.store(now.size, Ordering::Relaxed);
-        let dropped = self.mapping.pages.truncate(0, u64::MAX);
-        drop(seen);
-        c.counters.add(Event::Invalidated, dropped.pages_freed);
-        c.counters.inc(Event::Revalidations);
-        c.note_eviction(
-            self,
-            0..was.size.div_ceil(PAGE_SIZE as u64),
-            dropped.pages_freed + dropped.busy,
-            super::EvictionReason::Invalidate,
-        );
-        Ok(true)
-    }
-
-    pub(super) fn io_error(&self, offset: u64, source: io::Error) -> CacheError {
-        CacheError::Io {
-            path: self.path.clone(),
-            offset,
-            source,
-        }
-    }
-
-    /// The error of a fill whose run started at byte `offset`: an I/O error, or the file
-    /// changed behind the cache.
-    pub(super) fn fill_error(&self, offset: u64, e: RunError) -> CacheError {
-        match e {
-            RunError::Io(source) => self.io_error(offset, source),
-            RunError::Changed {
-                offset,
-                expected_size,
-                actual_size,
-            } => CacheError::FileChanged {
-                path: self.path.clone(),
-                offset,
-                expected_size,
-                actual_size,
-            },
-        }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // The inode is evicted: drop every cached page (an owned guard's folio is detached
-        // and freed by the guard) and fold the index's counters into the cache's totals.
-        let dirty = self.mapping.wb.nr_dirty();
-        let dropped = self.mapping.pages.truncate(0, u64::MAX);
-        if let Some(c) = self.cache.upgrade() {
-            // Pages still dirty here could not be written back (a failure kept them dirty):
-            // they leave the accounting with the file.
-            c.dirty.unreserve(dirty);
-            c.counters.add(Event::Invalidated, dropped.pages_freed);
-            c.retire_index_stats(self.mapping.pages.stats());
-            c.note_eviction(
-                self,
-                0..self.nr_pages(),
-                // Pinned folios were detached: they left the cache too.
-                dropped.pages_freed + dropped.busy,
-                super::EvictionReason::InodeEviction,
-            );
-        }
-    }
-}
+use crate::mm::sync::{Arc, AtomicU64, Mutex, Ordering};
 
 /// An open file of a [`FolioCache`](super::FolioCache), used like a file descriptor with
 /// `pread`/`pwrite` (every call names its byte offset; the kernel's `struct file`).
@@ -207,7 +37,7 @@ pub struct CachedFile {
     /// life: the entry is removed only by the handle's drop), which hands this reference to
     /// `iput` last, so that an evicted inode's pages go (and the eviction listener hears of
     /// them) before `close` returns, while the cache lives.
-    m: std::mem::ManuallyDrop<Arc<Mapping>>,
+    pub(super) m: std::mem::ManuallyDrop<Arc<Inode>>,
     pub(super) cache: Arc<CacheInner>,
     /// The handle's key in the file table (`fd`).
     pub(super) id: u64,
@@ -250,7 +80,7 @@ const FAST_READ_MAX: usize = 64 << 10;
 impl CachedFile {
     /// `fd_install`: a new handle on `mapping`, entered in the cache's file table. The caller
     /// took the use of the inode this handle owns (put back by the handle's drop).
-    pub(crate) fn new(cache: Arc<CacheInner>, mapping: Arc<Mapping>) -> CachedFile {
+    pub(crate) fn new(cache: Arc<CacheInner>, mapping: Arc<Inode>) -> CachedFile {
         let id = cache.next_handle.fetch_add(1, Ordering::Relaxed);
         let ra_pages = cache.config.ra_pages;
         // `errseq_sample` at open.
@@ -277,13 +107,13 @@ impl CachedFile {
 
     /// The mapping of this handle (an `Arc` clone: it may be held across I/O).
     #[inline]
-    pub(super) fn mapping(&self) -> Arc<Mapping> {
+    pub(super) fn mapping(&self) -> Arc<Inode> {
         Arc::clone(&self.m)
     }
 
     /// Runs `f` on this handle's mapping.
     #[inline]
-    fn with_mapping<R>(&self, f: impl FnOnce(&Mapping) -> R) -> R {
+    fn with_mapping<R>(&self, f: impl FnOnce(&Inode) -> R) -> R {
         f(&self.m)
     }
 
@@ -291,7 +121,7 @@ impl CachedFile {
     /// (the indexes'): the section a hit's lookup runs in, entered once per call. Only for
     /// short, non-blocking work.
     #[inline(always)]
-    pub(super) fn hit_section<R>(&self, f: impl FnOnce(&Mapping, &RcuReadGuard<'_>) -> R) -> R {
+    pub(super) fn hit_section<R>(&self, f: impl FnOnce(&Inode, &RcuReadGuard<'_>) -> R) -> R {
         let section = self.cache.rcu.read_lock();
         f(&self.m, &section)
     }
@@ -389,7 +219,7 @@ impl CachedFile {
     fn read_at_slow(&self, buf: &mut [u8], offset: u64, done: usize) -> Result<usize, CacheError> {
         // Borrowed, not cloned: the handle keeps its mapping, and a clone would write the
         // `Arc`'s count, a line every handle of the file shares.
-        let m: &Mapping = &self.m;
+        let m: &Inode = &self.m;
         let r = match self.read_slow(m, &mut buf[done..], offset + done as u64) {
             Ok(n) => {
                 // The fast path counted its `done` bytes.
@@ -412,7 +242,7 @@ impl CachedFile {
     #[inline]
     fn read_cached(
         &self,
-        m: &Mapping,
+        m: &Inode,
         section: &RcuReadGuard<'_>,
         buf: &mut [u8],
         offset: u64,
@@ -456,7 +286,7 @@ impl CachedFile {
     }
 
     /// The full read path: misses, readahead, waiting for folios under I/O.
-    fn read_slow(&self, m: &Mapping, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
+    fn read_slow(&self, m: &Inode, buf: &mut [u8], offset: u64) -> Result<usize, CacheError> {
         let size = m.size();
         if buf.is_empty() || offset >= size {
             return Ok(0);
@@ -535,100 +365,6 @@ impl CachedFile {
         Ok(())
     }
 
-    /// [`CachedFile::get_folio`] by byte offset: pins the folio holding the file's byte
-    /// `offset`. The guard's bytes start at [`PinnedFolio::offset`], which may be before
-    /// `offset` (a folio holds 1 to 512 pages, starting at a multiple of its size).
-    pub fn get_folio_at(&self, offset: u64) -> Result<PinnedFolio<'_>, CacheError> {
-        self.get_folio(offset >> PAGE_SHIFT)
-    }
-
-    /// `filemap_get_folio` + `filemap_read_folio`: pins the folio holding page `index` (the
-    /// file's bytes `index * PAGE_SIZE ..`; [`CachedFile::get_folio_at`] takes a byte offset),
-    /// reading it in if needed, and returns a guard giving its bytes without a copy.
-    ///
-    /// The folio may hold more than that page: with large folios
-    /// ([`Config::max_folio_order`](super::Config::max_folio_order)) it is the whole run of
-    /// pages cached together, and its bytes start at [`PinnedFolio::offset`]. For exactly a
-    /// byte range, use [`CachedFile::get_range`].
-    ///
-    /// The folio cannot be freed or invalidated away while the guard lives (invalidation
-    /// skips pinned folios). `index` must be a page of the file.
-    ///
-    /// The guard borrows this handle, as a kernel folio reference lives under its caller's
-    /// file reference: a hit writes nothing shared but the folio's refcount (index lookup
-    /// and speculative reference in one RCU section). For a
-    /// guard that outlives the handle, or moves into a `'static` task, use
-    /// [`PinnedFolio::into_owned`].
-    ///
-    /// Guards may pin [`Config::pinned_share`](crate::Config::pinned_share) of the budget at
-    /// once; a pin beyond it waits up to [`Config::pin_wait`](crate::Config::pin_wait) for a
-    /// guard to be dropped, then fails with [`CacheError::PinLimit`].
-    pub fn get_folio(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
-        // `cache/budget.rs`: charge the pin first (a per-CPU counter, no shared write).
-        self.cache.pin_charge(1)?;
-        let r = self.get_folio_charged(index);
-        match &r {
-            Ok(page) => {
-                let extra = page.nr_pages() - 1;
-                if extra > 0 {
-                    self.cache.budget.pins.charge_unchecked(extra);
-                }
-            }
-            Err(_) => self.cache.pin_uncharge(1),
-        }
-        self.cache.deliver();
-        r
-    }
-
-    /// [`CachedFile::get_folio`] with the pin charged.
-    #[inline]
-    fn get_folio_charged(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
-        let fast = self.hit_section(|m, section| {
-            if index >= m.nr_pages() {
-                return None;
-            }
-            let folio = m.mapping.pages.lookup_in(index, section)?;
-            // Readahead marks and folios under I/O take the full path.
-            if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
-                return None;
-            }
-            self.cache.counters.inc(Event::Hit);
-            // `FGP_ACCESSED`.
-            self.cache.mark_accessed(&folio);
-            let valid = valid_bytes(m, &folio);
-            Some(Pin::new(folio, valid))
-        });
-        match fast {
-            Some(pin) => Ok(PinnedFolio { file: self, pin }),
-            None => self.get_folio_slow(index),
-        }
-    }
-
-    /// [`CachedFile::get_folio`] past its hit: a miss, a readahead mark, I/O in progress, or
-    /// an index past the end.
-    #[inline(never)]
-    fn get_folio_slow(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
-        // Borrowed, not cloned (see `read_at_slow`).
-        let m: &Mapping = &self.m;
-        if index >= m.nr_pages() {
-            return Err(CacheError::InvalidArgument {
-                what: format!(
-                    "page {index} is past the end of {} ({} pages of 4 KiB)",
-                    m.path.display(),
-                    m.nr_pages()
-                ),
-            });
-        }
-        let (folio, filled) = self.get_page(m, index, 1)?;
-        self.cache.mark_accessed_after(&folio, filled);
-        let valid = valid_bytes(m, &folio);
-        // This handle keeps the mapping (and the arena) alive for the guard.
-        Ok(PinnedFolio {
-            file: self,
-            pin: Pin::new(folio, valid),
-        })
-    }
-
     /// `readahead(2)` / `force_page_cache_ra`: reads the pages of the byte range `range` into
     /// the cache now, in windows of at most 2 MiB. Returns the pages newly cached.
     ///
@@ -702,7 +438,7 @@ impl CachedFile {
     #[inline]
     pub(super) fn get_page<'m>(
         &'m self,
-        m: &'m Mapping,
+        m: &'m Inode,
         index: u64,
         req_count: usize,
     ) -> Result<(FolioRef<'m>, bool), CacheError> {
@@ -756,7 +492,7 @@ impl CachedFile {
     #[cold]
     fn fill_missing<'m>(
         &'m self,
-        m: &'m Mapping,
+        m: &'m Inode,
         index: u64,
         req_count: usize,
     ) -> Result<Option<FolioRef<'m>>, CacheError> {
@@ -803,7 +539,7 @@ impl CachedFile {
 
     /// `page_cache_async_ra` after this reader cleared PG_readahead on the folio at `index`.
     #[cold]
-    fn async_readahead(&self, m: &Mapping, index: u64, nr_pages: usize, req_count: usize) {
+    fn async_readahead(&self, m: &Inode, index: u64, nr_pages: usize, req_count: usize) {
         crate::trace::span!("async_readahead", index);
         let req = {
             let probe = readahead::IndexProbe(&m.mapping.pages);
@@ -865,7 +601,7 @@ pub(super) fn check_range(range: &Range<u64>) -> Result<(), CacheError> {
 
 /// The file bytes `folio` holds (the part past EOF excluded).
 #[inline]
-pub(super) fn valid_bytes(m: &Mapping, folio: &FolioRef<'_>) -> usize {
+pub(super) fn valid_bytes(m: &Inode, folio: &FolioRef<'_>) -> usize {
     let start = folio.index() << PAGE_SHIFT;
     (m.size().saturating_sub(start)).min(folio.size() as u64) as usize
 }

@@ -23,8 +23,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::file::Mapping;
-use super::write::writeback_mapping;
+use super::inode::Inode;
+use super::writeback::writeback_mapping;
 use super::CacheInner;
 use crate::mm::sync::{AtomicBool, Condvar, Mutex, Ordering};
 use crate::mm::writeback::{SyncMode, WB_BACKGROUND_CHUNK};
@@ -119,7 +119,7 @@ pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
 /// Background passes over `m` while `more()` says so and a pass wrote a whole chunk (a pass
 /// stops after `WB_BACKGROUND_CHUNK` pages, so that a sync waiting for the file gets its
 /// turn between two); a file another pass has, or one a sync waits for, is left to it.
-fn write_chunks(c: &CacheInner, m: &Mapping, more: impl Fn() -> bool) {
+fn write_chunks(c: &CacheInner, m: &Inode, more: impl Fn() -> bool) {
     while more() {
         let out = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
         if out.busy || out.pages < WB_BACKGROUND_CHUNK {

@@ -6,8 +6,12 @@
 
 use std::path::PathBuf;
 
-use super::file::{CachedFile, Mapping};
+use super::error::CacheError;
+use super::file::{valid_bytes, CachedFile};
+use super::inode::Inode;
+use super::stats::Event;
 use super::CacheInner;
+use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioRef, PAGE_SHIFT};
 use crate::mm::sync::{Arc, Ordering};
 
@@ -239,7 +243,7 @@ guard_methods!(PinnedFolio<'_>, "PinnedFolio");
 pub struct OwnedFolio {
     cache: Arc<CacheInner>,
     /// A use of the inode (`i_count`), put back after the folio (`CacheInner::iput`).
-    mapping: std::mem::ManuallyDrop<Arc<Mapping>>,
+    mapping: std::mem::ManuallyDrop<Arc<Inode>>,
     pin: Pin,
 }
 
@@ -271,3 +275,99 @@ impl OwnedFolio {
 }
 
 guard_methods!(OwnedFolio, "OwnedFolio");
+
+impl CachedFile {
+    /// [`CachedFile::get_folio`] by byte offset: pins the folio holding the file's byte
+    /// `offset`. The guard's bytes start at [`PinnedFolio::offset`], which may be before
+    /// `offset` (a folio holds 1 to 512 pages, starting at a multiple of its size).
+    pub fn get_folio_at(&self, offset: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        self.get_folio(offset >> PAGE_SHIFT)
+    }
+
+    /// `filemap_get_folio` + `filemap_read_folio`: pins the folio holding page `index` (the
+    /// file's bytes `index * PAGE_SIZE ..`; [`CachedFile::get_folio_at`] takes a byte offset),
+    /// reading it in if needed, and returns a guard giving its bytes without a copy.
+    ///
+    /// The folio may hold more than that page: with large folios
+    /// ([`Config::max_folio_order`](super::Config::max_folio_order)) it is the whole run of
+    /// pages cached together, and its bytes start at [`PinnedFolio::offset`]. For exactly a
+    /// byte range, use [`CachedFile::get_range`].
+    ///
+    /// The folio cannot be freed or invalidated away while the guard lives (invalidation
+    /// skips pinned folios). `index` must be a page of the file.
+    ///
+    /// The guard borrows this handle, as a kernel folio reference lives under its caller's
+    /// file reference: a hit writes nothing shared but the folio's refcount (index lookup
+    /// and speculative reference in one RCU section). For a
+    /// guard that outlives the handle, or moves into a `'static` task, use
+    /// [`PinnedFolio::into_owned`].
+    ///
+    /// Guards may pin [`Config::pinned_share`](crate::Config::pinned_share) of the budget at
+    /// once; a pin beyond it waits up to [`Config::pin_wait`](crate::Config::pin_wait) for a
+    /// guard to be dropped, then fails with [`CacheError::PinLimit`].
+    pub fn get_folio(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        // `cache/budget.rs`: charge the pin first (a per-CPU counter, no shared write).
+        self.cache.pin_charge(1)?;
+        let r = self.get_folio_charged(index);
+        match &r {
+            Ok(page) => {
+                let extra = page.nr_pages() - 1;
+                if extra > 0 {
+                    self.cache.budget.pins.charge_unchecked(extra);
+                }
+            }
+            Err(_) => self.cache.pin_uncharge(1),
+        }
+        self.cache.deliver();
+        r
+    }
+
+    /// [`CachedFile::get_folio`] with the pin charged.
+    #[inline]
+    fn get_folio_charged(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        let fast = self.hit_section(|m, section| {
+            if index >= m.nr_pages() {
+                return None;
+            }
+            let folio = m.mapping.pages.lookup_in(index, section)?;
+            // Readahead marks and folios under I/O take the full path.
+            if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
+                return None;
+            }
+            self.cache.counters.inc(Event::Hit);
+            // `FGP_ACCESSED`.
+            self.cache.mark_accessed(&folio);
+            let valid = valid_bytes(m, &folio);
+            Some(Pin::new(folio, valid))
+        });
+        match fast {
+            Some(pin) => Ok(PinnedFolio { file: self, pin }),
+            None => self.get_folio_slow(index),
+        }
+    }
+
+    /// [`CachedFile::get_folio`] past its hit: a miss, a readahead mark, I/O in progress, or
+    /// an index past the end.
+    #[inline(never)]
+    fn get_folio_slow(&self, index: u64) -> Result<PinnedFolio<'_>, CacheError> {
+        // Borrowed, not cloned (see `read_at_slow`).
+        let m: &Inode = &self.m;
+        if index >= m.nr_pages() {
+            return Err(CacheError::InvalidArgument {
+                what: format!(
+                    "page {index} is past the end of {} ({} pages of 4 KiB)",
+                    m.path.display(),
+                    m.nr_pages()
+                ),
+            });
+        }
+        let (folio, filled) = self.get_page(m, index, 1)?;
+        self.cache.mark_accessed_after(&folio, filled);
+        let valid = valid_bytes(m, &folio);
+        // This handle keeps the mapping (and the arena) alive for the guard.
+        Ok(PinnedFolio {
+            file: self,
+            pin: Pin::new(folio, valid),
+        })
+    }
+}

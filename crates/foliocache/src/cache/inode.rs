@@ -1,5 +1,15 @@
 //! Inodes: one cached file per (device, inode number), outliving its handles.
 //!
+//! # The inode
+//!
+//! [`Inode`] is the product's half of a cached file: its identity ([`InodeKey`], the mapping
+//! id), the path it was opened by, its users (`i_count`), the attributes revalidation
+//! compares, `i_rwsem`, the size limit of its file system, and the table of pages latched by
+//! writable guards ([`Latches`]). It owns its
+//! [`AddressSpace`](crate::mm::filemap::AddressSpace) (the `mapping` field: index, `i_size`,
+//! backing, writeback state, `invalidate_lock`), which is all readahead and writeback see of
+//! the file.
+//!
 //! # What it models
 //!
 //! In Linux a file's cached pages belong to its inode's `address_space`, not to an open
@@ -10,7 +20,7 @@
 //! inode again (`iget_locked`, keyed by the inode number) and its pages with it.
 //!
 //! Here the inode cache is [`Icache`]: a map from [`InodeKey`] (the `st_dev`, `st_ino` pair
-//! `fstat(2)` gives for the opened file) to the file's [`Mapping`], and an LRU of the unused
+//! `fstat(2)` gives for the opened file) to the file's [`Inode`], and an LRU of the unused
 //! ones (those no handle or owned guard uses), bounded by
 //! [`Config::unused_inodes`](super::Config::unused_inodes). When a new unused inode pushes
 //! the count over the bound, the least recently used one is evicted with its pages. The
@@ -20,10 +30,10 @@
 //! | kernel | here |
 //! |---|---|
 //! | `iget_locked` / `ilookup` on (`sb`, `i_ino`) | [`Icache::get_or_insert`] on (`st_dev`, `st_ino`) |
-//! | `i_count`, `__iget`, `iput` | `Mapping::users`, taken by every handle and owned guard; `CacheInner::iput` |
+//! | `i_count`, `__iget`, `iput` | `Inode::users`, taken by every handle and owned guard; `CacheInner::iput` |
 //! | `iput_final` -> `inode_add_lru` | the last user's `iput` parks the inode ([`Icache::park`]) |
 //! | `prune_icache_sb` | [`Icache::park`] evicts the oldest unused inodes beyond the bound; [`FolioCache::drop_caches`](super::FolioCache::drop_caches) evicts every one; both skip inodes with dirty or writeback pages, or a writeback error no handle has been told of (it waits for the next opener) |
-//! | `evict` -> `truncate_inode_pages_final` | dropping the evicted `Mapping` truncates its index |
+//! | `evict` -> `truncate_inode_pages_final` | dropping the evicted `Inode` truncates its index |
 //! | `generic_drop_inode`: `iput_final` evicts at once when `i_nlink == 0` | the last user's `iput` asks the descriptor for its link count ([`Backing::links`](crate::io::Backing::links)); a deleted file is evicted at once ([`Icache::remove_unused`]), its dirty pages dropped without I/O, its descriptors closed, so its blocks are freed at the last close as the kernel frees them |
 //!
 //! # Revalidation at open (close-to-open)
@@ -48,9 +58,16 @@
 //! `open` may have found the inode and taken a use between the decrement and the lock.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::PathBuf;
 
-use super::file::Mapping;
-use crate::mm::sync::{Arc, Ordering};
+use super::error::CacheError;
+use super::stats::Event;
+use super::CacheInner;
+use crate::io::{Backing, FileAttrs, RunError};
+use crate::mm::filemap::AddressSpace;
+use crate::mm::folio::PAGE_SIZE;
+use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// The identity of a file: `st_dev` and `st_ino` from `fstat(2)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,7 +78,7 @@ pub(crate) struct InodeKey {
 
 /// One inode in the cache: its mapping, and its place in the unused LRU if no one uses it.
 struct Slot {
-    inode: Arc<Mapping>,
+    inode: Arc<Inode>,
     /// The LRU sequence number while the inode is unused (a key of `Icache::unused`).
     unused: Option<u64>,
 }
@@ -88,7 +105,7 @@ impl Icache {
 
     /// `ilookup` + `__iget`: the cached inode of `key`, with one more user, taken off the
     /// unused LRU if it was there.
-    pub(crate) fn get(&mut self, key: InodeKey) -> Option<Arc<Mapping>> {
+    pub(crate) fn get(&mut self, key: InodeKey) -> Option<Arc<Inode>> {
         let slot = self.map.get_mut(&key)?;
         if let Some(seq) = slot.unused.take() {
             self.unused.remove(&seq);
@@ -100,7 +117,7 @@ impl Icache {
     }
 
     /// `inode_insert5`: enters a new inode, which has its first user already.
-    pub(crate) fn insert(&mut self, key: InodeKey, inode: Arc<Mapping>) {
+    pub(crate) fn insert(&mut self, key: InodeKey, inode: Arc<Inode>) {
         let old = self.map.insert(
             key,
             Slot {
@@ -115,7 +132,7 @@ impl Icache {
     /// the mutex). Parks it on the unused LRU and returns the inodes evicted to stay within
     /// the bound: the caller drops them (which truncates their pages) after unlocking.
     #[must_use = "evicted inodes must be dropped outside the inode cache's lock"]
-    pub(crate) fn park(&mut self, key: InodeKey) -> Vec<Arc<Mapping>> {
+    pub(crate) fn park(&mut self, key: InodeKey) -> Vec<Arc<Inode>> {
         let Some(slot) = self.map.get_mut(&key) else {
             return Vec::new();
         };
@@ -148,7 +165,7 @@ impl Icache {
     /// inode instead of parking it, if no one took a use meanwhile (an open through another
     /// name it was given since). The caller drops it after unlocking.
     #[must_use = "an evicted inode must be dropped outside the inode cache's lock"]
-    pub(crate) fn remove_unused(&mut self, key: InodeKey) -> Option<Arc<Mapping>> {
+    pub(crate) fn remove_unused(&mut self, key: InodeKey) -> Option<Arc<Inode>> {
         let slot = self.map.get(&key)?;
         // ORDERING: Relaxed, as in `park`.
         if slot.inode.users.load(Ordering::Relaxed) != 0 || slot.unused.is_some() {
@@ -160,7 +177,7 @@ impl Icache {
     /// `prune_icache_sb` to the end: removes every unused inode (the caller drops them after
     /// unlocking).
     #[must_use = "evicted inodes must be dropped outside the inode cache's lock"]
-    pub(crate) fn evict_unused(&mut self) -> Vec<Arc<Mapping>> {
+    pub(crate) fn evict_unused(&mut self) -> Vec<Arc<Inode>> {
         let victims: Vec<(u64, InodeKey)> = self
             .unused
             .iter()
@@ -185,4 +202,296 @@ impl Icache {
     pub(crate) fn nr_inodes(&self) -> usize {
         self.map.len()
     }
+}
+
+/// One file's cached pages: the inode and its `address_space`.
+///
+/// Shared by every [`CachedFile`] handle of the file and kept by the cache's inode cache
+/// ([`super::inode`]) after the last handle closes; its folios are freed (as
+/// `truncate_inode_pages_final` does when an inode is evicted) when the inode cache evicts
+/// it, or when the cache itself goes away.
+pub(crate) struct Inode {
+    /// The cache, for the counters an eviction folds in (weak: the inode cache holds
+    /// mappings, so a strong reference would be a cycle).
+    pub(crate) cache: std::sync::Weak<CacheInner>,
+    /// Inode id stored in every folio of this file (`folio->mapping`).
+    pub(crate) id: u64,
+    /// The path given to the `open` that created the inode (error messages).
+    pub(crate) path: PathBuf,
+    /// The inode's identity when opened by path; `None` for a custom backing.
+    pub(crate) key: Option<InodeKey>,
+    /// `i_rwsem` taken exclusively: writes, `set_len` and appends of this file are serialised,
+    /// as the kernel's buffered writes are; readers never take it.
+    pub(crate) i_rwsem: Mutex<()>,
+    /// The largest size the file system takes for this file (`s_maxbytes`): from the file
+    /// system's type at open, lowered by a write the file system refused with `EFBIG`.
+    pub(crate) max_bytes: AtomicU64,
+    /// The backing file's size and mtime when the cache last looked, and `wb_seq` then
+    /// (revalidation).
+    pub(crate) attrs: Mutex<(FileAttrs, u64)>,
+    /// `i_count`: open handles and owned guards of this file.
+    pub(crate) users: AtomicUsize,
+    /// Pages latched by [`FolioMut`](super::FolioMut) guards (`cache/latch.rs`).
+    pub(crate) latches: Latches,
+    /// The address space: the page index, `i_size`, the backing, writeback state,
+    /// `invalidate_lock` (`inode->i_data`, [`AddressSpace`]).
+    pub(crate) mapping: AddressSpace,
+}
+
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inode")
+            .field("id", &self.id)
+            .field("path", &self.path)
+            .field("size", &self.size())
+            .finish()
+    }
+}
+
+impl Inode {
+    /// `i_size_read`: the file size in bytes ([`AddressSpace::size`]).
+    #[inline]
+    pub(crate) fn size(&self) -> u64 {
+        self.mapping.size()
+    }
+
+    /// Pages of the file (the last one may be partial).
+    #[inline]
+    pub(crate) fn nr_pages(&self) -> u64 {
+        self.mapping.nr_pages()
+    }
+
+    /// Whether the inode cache may evict this inode: nothing left to write back, and no
+    /// writeback error that no handle has been told of.
+    pub(crate) fn evictable(&self) -> bool {
+        !self.mapping.wb.has_unwritten() && !self.mapping.wb.err.unseen()
+    }
+
+    /// The `attrs` sequence of a look that overlapped a write of ours (never equal to
+    /// `wb_seq`).
+    const UNSETTLED: u64 = u64::MAX;
+
+    /// Revalidation (close-to-open): looks at the backing file's size and mtime; if they
+    /// changed since the cache last looked and none of the cache's own writes can explain it,
+    /// a write bypassed the cache: drop every cached page and take the new size. Returns
+    /// whether it did. Called with no cache-wide lock held.
+    ///
+    /// The cache's own writeback moves the file's mtime (and size) too. A change is taken as
+    /// foreign only if the file has no dirty or writeback pages, and no write of ours was
+    /// issued since the last look nor while this one looked (`wb_seq`); a foreign write that
+    /// lands while the cache is writing the same file back goes unnoticed (documented at
+    /// `FolioCache::open`).
+    pub(crate) fn revalidate(&self, c: &CacheInner) -> io::Result<bool> {
+        // Writers hold `i_rwsem` from before they insert a page until it is dirty: holding it
+        // here, the dirty check below cannot miss a write in progress.
+        let _w = self.i_rwsem.lock();
+        // ORDERING: SeqCst loads around the `fstat`, against the SeqCst increment issued
+        // before each of our writes (`writeback::submit`, `set_len`): if the `fstat` sees a
+        // write of ours, the second load sees its increment. Writeback tags its pages before
+        // the increment, so a write in flight before the first load shows in `unwritten`.
+        let seq0 = self.mapping.wb_seq.load(Ordering::SeqCst);
+        // A latched page is a write in progress too: its commit will dirty it.
+        let unwritten = self.mapping.wb.has_unwritten() || self.latches.any();
+        let now = self.mapping.backing.attrs()?;
+        let seq1 = self.mapping.wb_seq.load(Ordering::SeqCst);
+        let mut seen = self.attrs.lock();
+        let (was, was_seq) = *seen;
+        // A look that overlapped a write of ours may have seen the file before the write
+        // landed: remember it as unsettled, so the next look adopts whatever it sees too.
+        let settled = !unwritten && seq0 == seq1;
+        *seen = (now, if settled { seq1 } else { Self::UNSETTLED });
+        if was == now || !settled || was_seq != seq1 {
+            // Unchanged, or changed by our own writes (or our dirty pages are newer than
+            // whatever the file holds): keep the pages.
+            return Ok(false);
+        }
+        // Size first, then the pages, with no fill in between (`invalidate_lock`): a reader
+        // that saw the old size refills from the backing, which already holds the new bytes.
+        let _invalidate = self.mapping.invalidate_lock.write();
+        self.mapping.size.store(now.size, Ordering::Release);
+        self.mapping.disk_size.store(now.size, Ordering::Relaxed);
+        let dropped = self.mapping.pages.truncate(0, u64::MAX);
+        drop(seen);
+        c.counters.add(Event::Invalidated, dropped.pages_freed);
+        c.counters.inc(Event::Revalidations);
+        c.note_eviction(
+            self,
+            0..was.size.div_ceil(PAGE_SIZE as u64),
+            dropped.pages_freed + dropped.busy,
+            super::EvictionReason::Invalidate,
+        );
+        Ok(true)
+    }
+
+    pub(super) fn io_error(&self, offset: u64, source: io::Error) -> CacheError {
+        CacheError::Io {
+            path: self.path.clone(),
+            offset,
+            source,
+        }
+    }
+
+    /// The error of a fill whose run started at byte `offset`: an I/O error, or the file
+    /// changed behind the cache.
+    pub(super) fn fill_error(&self, offset: u64, e: RunError) -> CacheError {
+        match e {
+            RunError::Io(source) => self.io_error(offset, source),
+            RunError::Changed {
+                offset,
+                expected_size,
+                actual_size,
+            } => CacheError::FileChanged {
+                path: self.path.clone(),
+                offset,
+                expected_size,
+                actual_size,
+            },
+        }
+    }
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        // The inode is evicted: drop every cached page (an owned guard's folio is detached
+        // and freed by the guard) and fold the index's counters into the cache's totals.
+        let dirty = self.mapping.wb.nr_dirty();
+        let dropped = self.mapping.pages.truncate(0, u64::MAX);
+        if let Some(c) = self.cache.upgrade() {
+            // Pages still dirty here could not be written back (a failure kept them dirty):
+            // they leave the accounting with the file.
+            c.dirty.unreserve(dirty);
+            c.counters.add(Event::Invalidated, dropped.pages_freed);
+            c.retire_index_stats(self.mapping.pages.stats());
+            c.note_eviction(
+                self,
+                0..self.nr_pages(),
+                // Pinned folios were detached: they left the cache too.
+                dropped.pages_freed + dropped.busy,
+                super::EvictionReason::InodeEviction,
+            );
+        }
+    }
+}
+
+impl Inode {
+    /// The backing writeback writes to.
+    pub(super) fn writer_backing(&self) -> Result<Arc<dyn Backing>, CacheError> {
+        self.mapping
+            .writer()
+            .ok_or_else(|| CacheError::NotWritable {
+                path: self.path.clone(),
+            })
+    }
+
+    pub(super) fn write_error(&self, offset: u64, source: io::Error) -> CacheError {
+        CacheError::Writeback {
+            path: self.path.clone(),
+            source: io::Error::new(source.kind(), format!("at byte {offset}: {source}")),
+        }
+    }
+}
+/// The pages of one file latched by [`FolioMut`] guards: a logical lock per page, kept apart
+/// from the folio lock, owned by the guard (not by a thread: a guard may move to another
+/// thread, as it is `Send`).
+///
+/// The kernel never returns to userspace with a folio locked, and its lock order puts folio
+/// locks inside `i_rwsem`. A guard is held across calls of its owner's choosing, so it must
+/// not hold a folio lock: its owner could then write another page of the file (and be
+/// throttled into writing back the page it holds), sync the file, or wait for `i_rwsem` held
+/// by a writer that waits for the guard's page. So a guard holds a reference and an entry
+/// here instead. Entries are added under the file's `i_rwsem` ([`CachedFile::get_folio_mut`]),
+/// and every writer looks here under `i_rwsem` before it writes a page. A page latched through
+/// the same handle, or by a guard the calling thread made, is an error: whoever holds the
+/// handle holds the guard its borrow ties to it, so the call would (or, for a guard since moved
+/// to another thread, may) wait for itself. Any other latched page is waited for with
+/// `i_rwsem` released. Writeback, syncs and reclaim ignore latches: the guard changes a
+/// private copy, never the cached page.
+pub(crate) struct Latches {
+    /// Entries in `held`, read without the mutex on every write: zero almost always.
+    nr: AtomicUsize,
+    /// Who latched which page; a few entries at most.
+    held: crate::mm::sync::Mutex<Vec<Latch>>,
+    released: crate::mm::sync::Condvar,
+}
+
+impl Latches {
+    pub(crate) fn new() -> Latches {
+        Latches {
+            nr: AtomicUsize::new(0),
+            held: crate::mm::sync::Mutex::new(Vec::new()),
+            released: crate::mm::sync::Condvar::new(),
+        }
+    }
+
+    /// A latched page in `first..=last` (one the caller would wait for itself on first: made
+    /// through `handle` or by the calling thread). The caller holds `i_rwsem`, under which
+    /// latches are added, so the answer stays true until it lets go (one may be released
+    /// meanwhile).
+    pub(super) fn find(&self, first: u64, last: u64, handle: u64) -> Option<(u64, bool)> {
+        // ORDERING: Relaxed; entries are added under `i_rwsem`, which the caller holds, so
+        // every entry added before is visible; a stale non-zero only costs the mutex.
+        if self.nr.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let me = std::thread::current().id();
+        let held = self.held.lock();
+        let mut found = None;
+        for l in held.iter() {
+            if !(first..=last).contains(&l.index) {
+                continue;
+            }
+            let mine = l.handle == handle || l.thread == me;
+            if found.is_none() || mine {
+                found = Some((l.index, mine));
+            }
+        }
+        found
+    }
+
+    /// Whether any page of the file is latched (revalidation counts a latch as a write in
+    /// progress). The caller holds `i_rwsem`.
+    pub(crate) fn any(&self) -> bool {
+        // ORDERING: Relaxed, as in `find`.
+        self.nr.load(Ordering::Relaxed) != 0
+    }
+
+    /// Latches `index` for a guard made through `handle` by the calling thread; the caller
+    /// holds `i_rwsem` and found it free.
+    pub(super) fn add(&self, index: u64, handle: u64) {
+        let mut held = self.held.lock();
+        held.push(Latch {
+            index,
+            handle,
+            thread: std::thread::current().id(),
+        });
+        self.nr.store(held.len(), Ordering::Relaxed);
+    }
+
+    /// Releases `index` and wakes the writers waiting for it.
+    pub(super) fn remove(&self, index: u64) {
+        let mut held = self.held.lock();
+        if let Some(i) = held.iter().position(|l| l.index == index) {
+            held.swap_remove(i);
+        }
+        self.nr.store(held.len(), Ordering::Relaxed);
+        drop(held);
+        self.released.notify_all();
+    }
+
+    /// Sleeps until `index` is not latched (the caller holds no `i_rwsem`).
+    pub(super) fn wait_released(&self, index: u64) {
+        let held = self.held.lock();
+        drop(
+            self.released
+                .wait_while(held, |h| h.iter().any(|l| l.index == index)),
+        );
+    }
+}
+
+/// One latched page: its index, the handle its guard borrows (`CachedFile::id`), and the
+/// thread that made the guard.
+struct Latch {
+    index: u64,
+    handle: u64,
+    thread: std::thread::ThreadId,
 }

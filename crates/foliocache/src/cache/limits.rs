@@ -6,7 +6,7 @@
 //! | limit | kernel | here |
 //! |---|---|---|
 //! | `off_t`'s range | `MAX_LFS_FILESIZE` | [`MAX_FILE_SIZE`] |
-//! | the file system's | `sb->s_maxbytes` | [`Mapping::max_bytes`]: from the file system's type at open ([`fs_max_bytes`]), lowered to the offset of any write the file system refused with `EFBIG` |
+//! | the file system's | `sb->s_maxbytes` | [`Inode::max_bytes`]: from the file system's type at open ([`fs_max_bytes`]), lowered to the offset of any write the file system refused with `EFBIG` |
 //! | the process's | `RLIMIT_FSIZE` (with `SIGXFSZ`) | `CacheInner::fsize_limit`: read when the cache is made and again after each `EFBIG` |
 //!
 //! An offset or size past `off_t`'s range is an invalid argument (`EINVAL`, as the kernel
@@ -23,7 +23,7 @@
 //! `MAX_LFS_FILESIZE` are known by type (ext2/3/4 and FAT); any other limit is learned from
 //! the first write it refuses.
 
-use super::file::Mapping;
+use super::inode::Inode;
 use super::{CacheError, CacheInner};
 use crate::mm::sync::Ordering;
 
@@ -71,7 +71,7 @@ pub(crate) fn fs_max_bytes(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
 }
 
 /// Which limit stopped a write.
-fn limit_name(c: &CacheInner, m: &Mapping) -> &'static str {
+fn limit_name(c: &CacheInner, m: &Inode) -> &'static str {
     if c.fsize_limit.load(Ordering::Relaxed) <= m.max_bytes.load(Ordering::Relaxed) {
         "the process's file size limit (RLIMIT_FSIZE)"
     } else {
@@ -79,7 +79,7 @@ fn limit_name(c: &CacheInner, m: &Mapping) -> &'static str {
     }
 }
 
-fn too_large(c: &CacheInner, m: &Mapping, size: u64, limit: u64) -> CacheError {
+fn too_large(c: &CacheInner, m: &Inode, size: u64, limit: u64) -> CacheError {
     CacheError::FileTooLarge {
         path: m.path.clone(),
         size,
@@ -90,7 +90,7 @@ fn too_large(c: &CacheInner, m: &Mapping, size: u64, limit: u64) -> CacheError {
 
 /// An offset or size no `off_t` holds: `EINVAL` from the kernel (a negative offset), before
 /// any size limit is looked at.
-fn past_off_t(m: &Mapping, what: &str, at: u64) -> CacheError {
+fn past_off_t(m: &Inode, what: &str, at: u64) -> CacheError {
     CacheError::InvalidArgument {
         what: format!(
             "{what} byte {at} of {}: past the largest offset a file has ({MAX_FILE_SIZE}, off_t's range)",
@@ -101,7 +101,7 @@ fn past_off_t(m: &Mapping, what: &str, at: u64) -> CacheError {
 
 impl CacheInner {
     /// The largest size file `m` may reach now: the smallest of the three limits.
-    pub(crate) fn size_limit(&self, m: &Mapping) -> u64 {
+    pub(crate) fn size_limit(&self, m: &Inode) -> u64 {
         // ORDERING: Relaxed; each is a limit read afresh by every check, lowered (or, for
         // the rlimit, re-read) by a refused write. A check that misses a concurrent change
         // is one the backing then refuses with `EFBIG`, reported at the sync as before.
@@ -112,7 +112,7 @@ impl CacheInner {
     }
 
     /// `inode_newsize_ok`: whether `m` may be given `size` bytes.
-    pub(crate) fn check_size_limit(&self, m: &Mapping, size: u64) -> Result<(), CacheError> {
+    pub(crate) fn check_size_limit(&self, m: &Inode, size: u64) -> Result<(), CacheError> {
         if size > MAX_FILE_SIZE {
             return Err(past_off_t(m, "set_len to", size));
         }
@@ -125,12 +125,7 @@ impl CacheInner {
 
     /// `generic_write_check_limits`: how many of `len` bytes a write at `pos` may write
     /// (all, or up to the limit); an error if `pos` is at or past it.
-    pub(crate) fn write_limit(
-        &self,
-        m: &Mapping,
-        pos: u64,
-        len: usize,
-    ) -> Result<usize, CacheError> {
+    pub(crate) fn write_limit(&self, m: &Inode, pos: u64, len: usize) -> Result<usize, CacheError> {
         if pos > MAX_FILE_SIZE {
             return Err(past_off_t(m, "a write at", pos));
         }
@@ -143,7 +138,7 @@ impl CacheInner {
 
     /// A write of `m` was refused with `EFBIG` at byte `at`: if the process's limit does
     /// not explain it, the file system's lies there.
-    pub(crate) fn note_efbig(&self, m: &Mapping, at: u64) {
+    pub(crate) fn note_efbig(&self, m: &Inode, at: u64) {
         let rlimit = rlimit_fsize();
         self.fsize_limit.store(rlimit, Ordering::Relaxed);
         if at < rlimit {

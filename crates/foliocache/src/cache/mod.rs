@@ -6,9 +6,10 @@
 //! # Lock order
 //!
 //! Outermost first; a thread holding a lock of one row takes only locks of later rows. (Checked
-//! against the code: `cache/write.rs` for writes, truncation, syncs and latches,
-//! `cache/file.rs` for revalidation and the read path, `mm/readahead` for fills,
-//! `mm/writeback` for passes, `mm/index` and `mm/lru` for their own.)
+//! against the code: `write.rs`, `truncate.rs`, `sync.rs`, `latch.rs` for writes, truncation,
+//! syncs and latches, `inode.rs` for revalidation, `file.rs` for the read path,
+//! `mm/readahead` for fills, `mm/writeback` for passes, `mm/index` and `mm/lru` for their
+//! own.)
 //!
 //! | # | lock | where | taken by |
 //! |---|---|---|---|
@@ -33,10 +34,14 @@
 //! | file | what it holds | kernel |
 //! |---|---|---|
 //! | `mod.rs` | [`FolioCache`] and its shared state (`CacheInner`): open, drop_caches, statistics, validate; the allocation hook; the hosts the mechanisms call back through (`RaHost`, `WbHost`, `Evict`); the background reclaimer | `fs/super.c`, `mm/vmscan.c`'s `kswapd` |
-//! | `inode.rs` | the inode cache: one inode per (device, inode number), kept after the last close up to a limit | `fs/inode.c` |
-//! | `file.rs` | the inode's product half (`Mapping`: identity, path, users, attributes, latches, owning its [`AddressSpace`](crate::mm::filemap::AddressSpace)), the handle and the read path | `struct file`, `filemap_read`, `filemap_get_pages` |
-//! | `guard.rs`, `large.rs` | pinned folios and byte ranges; splitting a large folio before a write | `folio_get`/`folio_put`, `split_folio` |
-//! | `write.rs` | writes, appends, truncation, syncs, the writable latch ([`FolioMut`]), the throttle's entry | `generic_perform_write`, `truncate.c`, `fs/sync.c` |
+//! | `inode.rs` | the inode ([`Inode`]: identity, path, users, attributes, `i_rwsem`, page latches; owns its [`AddressSpace`](crate::mm::filemap::AddressSpace)), revalidation, and the inode cache: one inode per (device, inode number), kept after the last close up to a limit | `fs/inode.c` |
+//! | `file.rs` | the handle and the read path | `struct file`, `filemap_read`, `filemap_get_pages` |
+//! | `guard.rs`, `range.rs` | pinned folios, and pinned byte ranges over folios of any size | `folio_get`/`folio_put` |
+//! | `write.rs` | writes and appends, [`OpenOptions`] | `generic_perform_write` (`mm/filemap.c`) |
+//! | `truncate.rs`, `split.rs` | `set_len`; splitting a large folio before a write or a cut inside it | `mm/truncate.c`, `split_folio` |
+//! | `sync.rs` | `sync_data`, `sync_all`, `sync_range`, [`FolioCache::sync_all`], error reporting | `fs/sync.c` |
+//! | `writeback.rs` | one writeback pass over an inode, the dirty throttle's entry | `mm/page-writeback.c` |
+//! | `latch.rs` | the writable latch, [`FolioMut`] | a buffer manager's page latch |
 //! | `flusher.rs` | the background writeback thread | `wb_workfn` |
 //! | `budget.rs`, `limits.rs` | the budget at run time, the pin share, the uncached read, the eviction listener; file size limits | `balloon`, `generic_write_check_limits` |
 //! | `config.rs`, `error.rs`, `stats.rs`, `metrics.rs`, `cursor.rs` | settings, errors, counters, their export, a `Read`/`Write` stream | `vmstat` |
@@ -122,29 +127,35 @@ mod file;
 mod flusher;
 mod guard;
 pub(crate) mod inode;
-mod large;
+mod latch;
 mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod range;
+mod split;
 mod stats;
+mod sync;
+mod truncate;
 mod write;
+mod writeback;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use budget::{BudgetError, Eviction, EvictionListener, EvictionReason};
+pub use budget::{Eviction, EvictionListener, EvictionReason};
 pub use config::{
     Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES,
     MAX_RA_PAGES,
 };
 pub use cursor::FileCursor;
-pub use error::CacheError;
+pub use error::{BudgetError, CacheError};
 pub use file::CachedFile;
 pub use guard::{OwnedFolio, PinnedFolio};
-pub use large::{OwnedRange, PinnedRange};
+pub use latch::FolioMut;
+pub use range::{OwnedRange, PinnedRange};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
-pub use write::{FolioMut, OpenOptions};
+pub use write::OpenOptions;
 
 use crate::io::{Backing, FileAttrs, FileBacking};
 use crate::mm::filemap::AddressSpace;
@@ -154,8 +165,7 @@ use crate::mm::index::{Index, IndexStats, Shadow, ShadowNodes};
 use crate::mm::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks, WorkingsetStats};
 use crate::mm::rcu::Rcu;
 use crate::mm::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
-use file::Mapping;
-use inode::{Icache, InodeKey};
+use inode::{Icache, Inode, InodeKey};
 
 /// A userspace page cache over real files, with a fixed memory budget.
 ///
@@ -197,7 +207,7 @@ pub(crate) struct CacheInner {
     /// Open handles by number (the file descriptor table), entered at open and removed at
     /// close under the configured table reference (seed 003); a handle keeps its mapping,
     /// so reads do not look it up.
-    pub(crate) table: FileTable<Mapping>,
+    pub(crate) table: FileTable<Inode>,
     /// The next handle number.
     pub(crate) next_handle: AtomicU64,
     /// The RCU domain of the file table and the indexes.
@@ -207,7 +217,7 @@ pub(crate) struct CacheInner {
     retired_pages_inserted: AtomicU64,
     /// Every live mapping by id (`folio->mapping`): statistics, and reclaim's way from a
     /// folio to its index. Dead entries are pruned when a mapping is added.
-    live: Mutex<HashMap<u64, std::sync::Weak<Mapping>>>,
+    live: Mutex<HashMap<u64, std::sync::Weak<Inode>>>,
     /// The LRU and reclaim (seed 004); its final-put hook is installed in `arena`.
     pub(crate) lru: Lru,
     /// Dirty and writeback page counts and the dirty limits (`writeback`).
@@ -505,7 +515,10 @@ impl FolioCache {
         };
         if writable {
             // The first writable descriptor of the inode becomes its writeback target.
-            m.mapping.writer.lock().get_or_insert_with(|| backing.clone());
+            m.mapping
+                .writer
+                .lock()
+                .get_or_insert_with(|| backing.clone());
         }
         drop(backing);
         // Outside the icache lock: a changed file's pages are dropped here.
@@ -554,13 +567,13 @@ impl FolioCache {
         backing: Arc<dyn Backing>,
         attrs: FileAttrs,
         max_bytes: u64,
-    ) -> Arc<Mapping> {
+    ) -> Arc<Inode> {
         let pages = Index::with_shadow_nodes(
             self.inner.arena.clone(),
             self.inner.rcu.clone(),
             self.inner.lru.shadow_nodes().clone(),
         );
-        let m = Arc::new(Mapping {
+        let m = Arc::new(Inode {
             cache: Arc::downgrade(&self.inner),
             id: pages.mapping_id(),
             path,
@@ -569,7 +582,7 @@ impl FolioCache {
             max_bytes: AtomicU64::new(max_bytes),
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
-            latches: write::Latches::new(),
+            latches: inode::Latches::new(),
             mapping: AddressSpace::new(pages, backing, attrs.size),
         });
         let mut live = self.inner.live.lock();
@@ -704,7 +717,8 @@ impl FolioCache {
         self.lru_add_drain_all();
         self.inner.lru.validate(&self.inner.arena)?;
         for m in self.inner.live_mappings() {
-            m.mapping.pages
+            m.mapping
+                .pages
                 .validate()
                 .map_err(|e| format!("{}: index: {e}", m.path.display()))?;
         }
@@ -732,7 +746,10 @@ impl FolioCache {
                     ));
                 }
             }
-            let flagged = m.mapping.pages.count_flagged(crate::mm::folio::flags::PG_DIRTY);
+            let flagged = m
+                .mapping
+                .pages
+                .count_flagged(crate::mm::folio::flags::PG_DIRTY);
             if flagged != tagged.len() as u64 {
                 return Err(format!(
                     "{}: {flagged} dirty folios in the index, {} pages tagged dirty",
@@ -790,7 +807,7 @@ impl CacheInner {
     /// parks the inode in the inode cache (`iput_final`), which may evict the least recently
     /// used unused inodes; a file opened from a custom backing is not in the inode cache and
     /// goes with its last reference.
-    pub(crate) fn iput(&self, m: Arc<Mapping>) {
+    pub(crate) fn iput(&self, m: Arc<Inode>) {
         // ORDERING: AcqRel; the decrement to zero is re-checked under the icache mutex
         // (`Icache::park`), where opens take their uses, so it only has to be atomic; AcqRel
         // orders this user's accesses to the inode before an eviction that follows.
@@ -856,11 +873,11 @@ impl CacheInner {
 
     /// Writes back and syncs a file about to be dropped with dirty pages (errors can reach no
     /// handle; they are counted).
-    fn flush_before_drop(&self, m: &Mapping) {
+    fn flush_before_drop(&self, m: &Inode) {
         if !m.mapping.wb.has_unwritten() {
             return;
         }
-        write::writeback_mapping(self, m, 0, u64::MAX, crate::mm::writeback::SyncMode::All);
+        writeback::writeback_mapping(self, m, 0, u64::MAX, crate::mm::writeback::SyncMode::All);
         crate::mm::writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
         let writer = m.mapping.writer.lock().clone();
         if let Some(w) = writer {
@@ -871,7 +888,7 @@ impl CacheInner {
     }
 
     /// Every mapping alive now (open or cached), for statistics and `drop_caches`.
-    pub(crate) fn live_mappings(&self) -> Vec<Arc<Mapping>> {
+    pub(crate) fn live_mappings(&self) -> Vec<Arc<Inode>> {
         self.live
             .lock()
             .values()
@@ -944,7 +961,10 @@ impl CacheInner {
         }
         let want = excess.div_ceil(divisor.max(1));
         let live = self.live_mappings();
-        let held: Vec<u64> = live.iter().map(|m| m.mapping.pages.stats().shadow_nodes).collect();
+        let held: Vec<u64> = live
+            .iter()
+            .map(|m| m.mapping.pages.stats().shadow_nodes)
+            .collect();
         let total: u64 = held.iter().sum();
         let mut freed = 0;
         if total > 0 {
@@ -1121,7 +1141,7 @@ impl Evict for CacheInner {
                 None => groups.push((id, vec![folio])),
             }
         }
-        let mappings: Vec<Option<Arc<Mapping>>> = {
+        let mappings: Vec<Option<Arc<Inode>>> = {
             let live = self.live.lock();
             groups
                 .iter()
@@ -1278,7 +1298,7 @@ fn pseudo_fs(file: &std::fs::File) -> Option<&'static str> {
 /// any write in flight ends: stable pages), so the pages leave without being written and their
 /// charge leaves the dirty limit. The file has no user left; a background pass that holds it
 /// may still be writing pages it started on.
-fn discard_dirty(c: &CacheInner, m: &Mapping) {
+fn discard_dirty(c: &CacheInner, m: &Inode) {
     for index in m.mapping.wb.unwritten_from(0) {
         if let Some(f) = m.mapping.pages.lookup(index) {
             let f = f.lock();

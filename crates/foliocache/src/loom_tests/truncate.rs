@@ -1,4 +1,4 @@
-//! Loom model of a fill against a shrinking truncation (`cache::write::set_len`, the fills of
+//! Loom model of a fill against a shrinking truncation (`cache::truncate`'s `set_len`, the fills of
 //! `mm::readahead::fill`): the bytes a truncation cuts never come back.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p foliocache

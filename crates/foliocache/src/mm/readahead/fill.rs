@@ -18,9 +18,9 @@ use std::ops::Range;
 
 use super::{InsertMode, RaEvent, RaHost, RaProbe, RaRequest};
 use crate::io::{read_run, Backing, RunError};
+use crate::mm::filemap::AddressSpace;
 use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
-use crate::mm::filemap::AddressSpace;
 use crate::mm::index::Index;
 
 /// One window's view of its file and cache (`struct readahead_control`): the address space,

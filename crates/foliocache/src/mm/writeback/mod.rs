@@ -107,11 +107,11 @@ pub use crate::mm::errseq;
 use std::io::{self, IoSlice};
 
 use crate::io::Backing;
+use crate::mm::errseq::ErrSeq;
+use crate::mm::filemap::{AddressSpace, Tags, WbState};
 use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
-use crate::mm::errseq::ErrSeq;
-use crate::mm::filemap::{AddressSpace, Tags, WbState};
 use crate::mm::sync::{fence, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
 
 /// What becomes of folios whose writeback failed.
@@ -706,7 +706,7 @@ fn submit(t: &Wbc<'_>, run: Run<'_>, out: &mut WbOutcome) {
         .map(|(f, len)| &f.data().expect("folios under writeback are uptodate")[..*len])
         .collect();
     let total: usize = bufs.iter().map(|b| b.len()).sum();
-    // ORDERING: SeqCst; pairs with revalidation's loads around its `fstat` (cache::file).
+    // ORDERING: SeqCst; pairs with revalidation's loads around its `fstat` (cache::inode).
     t.seq.fetch_add(1, Ordering::SeqCst);
     let mut written = 0usize;
     let r = write_all_vectored(t.backing, &bufs, offset, &mut out.writes, &mut written);
@@ -822,14 +822,13 @@ fn write_all_vectored(
 /// `__filemap_fdatawait_range`: waits for every folio of `start..=end` that is under
 /// writeback now (a snapshot of the WRITEBACK tag: later writebacks are not waited for).
 pub(crate) fn wait_writeback_range(m: &AddressSpace, start: u64, end: u64) {
-    let under: Vec<u64> = m
-        .wb
-        .tags
-        .lock()
-        .writeback
-        .range(start..=end)
-        .copied()
-        .collect();
+    let under: Vec<u64> =
+        m.wb.tags
+            .lock()
+            .writeback
+            .range(start..=end)
+            .copied()
+            .collect();
     for index in under {
         if let Some(f) = m.pages.lookup(index) {
             f.wait_writeback();

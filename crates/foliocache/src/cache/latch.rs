@@ -1,0 +1,314 @@
+//! The writable latch: [`FolioMut`], a page of a file held for an update in place, and
+//! [`CachedFile::get_folio_mut`], which makes one. The table of latched pages is the inode's
+//! (`Latches`, `cache/inode.rs`); writers honour it (`CachedFile::lock_for_write`).
+
+use super::error::CacheError;
+use super::file::CachedFile;
+use super::inode::Inode;
+use super::stats::Event;
+use super::write::{lookup_stable, swap_in, write_end};
+use super::writeback::balance_dirty_pages;
+use super::CacheInner;
+use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
+use crate::mm::sync::Arc;
+use crate::mm::writeback;
+
+/// A page of a file held for an update in place: a buffer manager's exclusive page latch,
+/// from [`CachedFile::get_folio_mut`]. Dereferences to the file's bytes in the page,
+/// writable; dropping the guard (or [`FolioMut::commit`]) publishes the changes at once and
+/// marks the page dirty, [`FolioMut::discard`] drops them.
+///
+/// # Protocol
+///
+/// - The guard **latches** the page: other writers of the page ([`CachedFile::write_at`],
+///   another guard, a [`CachedFile::set_len`] that would cut or zero it) wait until it is
+///   committed or discarded. The latch is not the folio lock (none is held between calls, as
+///   the kernel never returns to userspace with a page locked), so the guard's holder may
+///   write other pages of the file, sync it, or be throttled at the dirty limit without
+///   waiting for itself. The latch belongs to the guard, wherever it moves (it is `Send`):
+///   writing the latched page, or latching it again, through the handle the guard borrows,
+///   or from the thread that made the guard, is an error ([`CacheError::InvalidArgument`]),
+///   not a hang. Through another handle, from another thread, the call waits for the
+///   commit.
+/// - The changes go to a private copy of the page, made when the guard is made, and replace
+///   the page in the index when the guard commits (`replace_page_cache_folio`): readers never
+///   see a half-updated page; they read the old bytes until the commit and the new ones after,
+///   and a pinned guard of the old page keeps them. Writeback and syncs meanwhile write the
+///   old bytes (the cached page never changes under a write in flight: stable pages), and the
+///   commit waits for a write of the old page in flight before it replaces it.
+/// - The page's dirtiness is reserved under the dirty limit when the guard commits (the
+///   commit may write other dirty pages back first, as a write does); until then the guard
+///   holds two pages of the pin limit (the page and its copy).
+///
+/// ```
+/// use foliocache::{Config, FolioCache, OpenOptions};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let cache = FolioCache::new(Config::new(16 << 20))?;
+/// let db = cache.open_with(dir.path().join("btree"), OpenOptions::new().write(true).create(true))?;
+/// db.set_len(3 * 4096)?;                            // three zeroed pages
+/// {
+///     let mut page = db.get_folio_mut(1)?;          // latch page 1
+///     page[0..4].copy_from_slice(b"node");          // update it in place
+///     db.write_all_at(b"log", 2 * 4096)?;           // other pages stay writable meanwhile
+/// }                                                 // committed: dirty, visible to all
+/// let mut head = [0u8; 4];
+/// db.read_exact_at(&mut head, 4096)?;
+/// assert_eq!(&head, b"node");
+/// db.sync_data()?;
+/// # Ok(()) }
+/// ```
+pub struct FolioMut<'f> {
+    file: &'f CachedFile,
+    mapping: Arc<Inode>,
+    /// The page latched.
+    index: u64,
+    /// The cached page, unlocked, with a reference.
+    old: std::ptr::NonNull<crate::mm::folio::Folio>,
+    /// The private copy, locked, not uptodate, not in any index, with a reference.
+    new: std::ptr::NonNull<crate::mm::folio::Folio>,
+    /// The file's bytes in the page.
+    valid: usize,
+    done: bool,
+}
+
+// SAFETY: the guard owns two counted references (the copy's locked); folio headers are shared
+// atomic state, the copy's bytes are reachable only through `&mut self`, and `CachedFile` is
+// `Sync`.
+unsafe impl Send for FolioMut<'_> {}
+// SAFETY: `&FolioMut` gives only `&[u8]` of the private copy, which nothing else writes.
+unsafe impl Sync for FolioMut<'_> {}
+
+impl CachedFile {
+    /// Latches page `index` of the file for an update in place ([`FolioMut`]): the page is
+    /// read in if needed and copied for the update; the guard commits on drop. Waits while
+    /// another thread's guard latches the page. `index` must be a page of the file (use
+    /// [`CachedFile::set_len`] to grow it first).
+    pub fn get_folio_mut(&self, index: u64) -> Result<FolioMut<'_>, CacheError> {
+        let m = self.writable_mapping()?;
+        let c = &self.cache;
+        // The pin limit (`cache/budget.rs`): the guard holds the page and its copy. Charged
+        // before `i_rwsem`, since it may wait for other pins to go.
+        c.pin_charge(2)?;
+        let latched = self.lock_for_write(&m, "get_folio_mut", |_| Some((index, index)));
+        let latched = latched.and_then(|w| {
+            if index >= m.nr_pages() {
+                return Err(CacheError::InvalidArgument {
+                    what: format!(
+                        "page {index} is past the end of {} ({} pages of 4 KiB): grow it with set_len",
+                        m.path.display(),
+                        m.nr_pages()
+                    ),
+                });
+            }
+            let pages = self.latch(&m, index)?;
+            // Under `i_rwsem`: no writer of the page is between its look at the latches and
+            // its write.
+            m.latches.add(index, self.id);
+            drop(w);
+            Ok(pages)
+        });
+        let (old, new) = match latched {
+            Ok(p) => p,
+            Err(e) => {
+                c.pin_uncharge(2);
+                return Err(e);
+            }
+        };
+        let valid = m
+            .size()
+            .saturating_sub(index << PAGE_SHIFT)
+            .min(PAGE_SIZE as u64) as usize;
+        Ok(FolioMut {
+            file: self,
+            mapping: m,
+            index,
+            old,
+            new,
+            valid,
+            done: false,
+        })
+    }
+
+    /// The page (referenced, unlocked) and its private copy (locked), as raw pointers owned
+    /// by the guard. The caller holds `i_rwsem`.
+    #[allow(clippy::type_complexity)]
+    fn latch(
+        &self,
+        m: &Inode,
+        index: u64,
+    ) -> Result<
+        (
+            std::ptr::NonNull<crate::mm::folio::Folio>,
+            std::ptr::NonNull<crate::mm::folio::Folio>,
+        ),
+        CacheError,
+    > {
+        let c = &self.cache;
+        // Allocated before any folio lock is held: reclaim may need to lock other folios.
+        let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+        let mut new = new
+            .try_lock()
+            .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+        let old = loop {
+            let (folio, _) = self.get_page(m, index, 1)?;
+            if folio.nr_pages() > 1 {
+                drop(folio);
+                super::split::split_folio_at(c, m, index)?;
+                continue;
+            }
+            let old = folio.lock();
+            if old.mapping() == m.id && old.index() == index && old.is_uptodate() {
+                break old;
+            }
+        };
+        // Stable pages: the guard starts from a page no write is reading.
+        writeback::wait_stable(&old);
+        new.data_mut()
+            .expect("a fresh folio is not uptodate")
+            .copy_from_slice(old.data().expect("uptodate"));
+        Ok((
+            std::ptr::NonNull::from(old.unlock().into_raw()),
+            std::ptr::NonNull::from(new.into_raw_locked()),
+        ))
+    }
+}
+
+impl FolioMut<'_> {
+    /// The page index of the latched page.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Publishes the changes now (what dropping the guard does).
+    pub fn commit(mut self) {
+        self.finish(true);
+    }
+
+    /// Drops the changes: the page stays as it was.
+    pub fn discard(mut self) {
+        self.finish(false);
+    }
+
+    /// The page and the copy as handles again (once: `finish` consumes the guard's
+    /// ownership).
+    fn take(&mut self) -> (FolioRef<'_>, FolioLocked<'_>) {
+        let arena = &self.file.cache.arena;
+        // SAFETY: the guard owns one reference on each (the copy's locked), taken back
+        // exactly once (`done` is set by the only caller).
+        unsafe {
+            (
+                FolioRef::from_raw(arena, self.old.as_ref()),
+                FolioLocked::from_raw_locked(arena, self.new.as_ref()),
+            )
+        }
+    }
+
+    fn finish(&mut self, commit: bool) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let c = self.file.cache.clone();
+        let m = self.mapping.clone();
+        let index = self.index;
+        let (old, mut new) = self.take();
+        if !commit {
+            // The copy is freed with its last reference, never having been in an index.
+            drop(new);
+            drop(old);
+            m.latches.remove(index);
+            c.pin_uncharge(2);
+            return;
+        }
+        // Reserve the page's dirtiness as a write does (no folio lock held: the pass this may
+        // run writes the old page like any other).
+        balance_dirty_pages(&c, &m);
+        {
+            // `i_rwsem`, as a write's: revalidation must not miss a page being dirtied.
+            let _w = m.i_rwsem.lock();
+            new.mark_uptodate();
+            let old = old.lock();
+            writeback::wait_stable(&old);
+            publish_copy(&c, &m, index, old, &new);
+            c.folio_added(&new, None);
+            c.counters.inc(Event::WritesReplaced);
+            write_end(&c, &m, new, 0);
+        }
+        m.latches.remove(index);
+        c.pin_uncharge(2);
+        c.wake_flusher();
+    }
+}
+
+/// Puts the committed copy `new` in page `index`'s slot: in place of the latched page `old`
+/// (locked), carrying its dirtiness, or, if `old` left the index meanwhile (nothing that
+/// respects latches removes it; this is the fallback), in place of whatever is cached there
+/// now, or into the empty slot. The caller holds `i_rwsem`.
+fn publish_copy(
+    c: &CacheInner,
+    m: &Inode,
+    index: u64,
+    old: FolioLocked<'_>,
+    new: &FolioLocked<'_>,
+) {
+    let mut cur = Some(old);
+    loop {
+        if let Some(f) = cur.take() {
+            if f.mapping() == m.id && f.index() == index && f.nr_pages() == 1 {
+                swap_in(m, &f, new);
+                return;
+            }
+        }
+        if m.mapping.pages.add_folio(new, index).is_ok() {
+            return;
+        }
+        // Something is cached there again (read back in): replace that.
+        cur = lookup_stable(c, m, index).ok().flatten();
+        if cur.is_none() {
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl std::ops::Deref for FolioMut<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the copy is locked by this guard, not uptodate, in no index: nothing but
+        // the guard reaches its bytes; its frames live as long as the arena.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.file.cache.arena.frame_ptr(self.new.as_ref().pfn()),
+                self.valid,
+            )
+        }
+    }
+}
+
+impl std::ops::DerefMut for FolioMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes this borrow unique.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.file.cache.arena.frame_ptr(self.new.as_ref().pfn()),
+                self.valid,
+            )
+        }
+    }
+}
+
+impl Drop for FolioMut<'_> {
+    /// Commits.
+    fn drop(&mut self) {
+        self.finish(true);
+    }
+}
+
+impl std::fmt::Debug for FolioMut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FolioMut")
+            .field("path", &self.mapping.path)
+            .field("index", &self.index())
+            .finish()
+    }
+}
