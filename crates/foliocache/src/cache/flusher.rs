@@ -24,20 +24,14 @@
 use std::time::{Duration, Instant};
 
 use super::inode::Inode;
+use super::worker::Worker;
 use super::writeback::writeback_mapping;
 use super::CacheInner;
-use crate::mm::sync::{AtomicBool, Condvar, Mutex, Ordering};
 use crate::mm::writeback::{SyncMode, WB_BACKGROUND_CHUNK};
 
-/// The flusher's doorbell and its sleep.
+/// The flusher: its [`Worker`] and its two intervals.
 pub(crate) struct Flusher {
-    /// A wake-up is pending (set by writers, cleared by the thread).
-    kicked: AtomicBool,
-    /// True once told to stop.
-    stopped: Mutex<bool>,
-    cond: Condvar,
-    /// Held while the thread writes back ([`super::FolioCache::validate`] waits for it).
-    pub(crate) busy: Mutex<()>,
+    pub(crate) worker: Worker,
     interval: Duration,
     expire: Duration,
 }
@@ -45,10 +39,7 @@ pub(crate) struct Flusher {
 impl Flusher {
     pub(crate) fn new(interval: Duration, expire: Duration) -> Flusher {
         Flusher {
-            kicked: AtomicBool::new(false),
-            stopped: Mutex::new(false),
-            cond: Condvar::new(),
-            busy: Mutex::new(()),
+            worker: Worker::new(),
             interval,
             expire,
         }
@@ -56,43 +47,15 @@ impl Flusher {
 
     /// `wb_start_background_writeback`: wakes the thread unless a wake-up is pending.
     pub(crate) fn kick(&self) {
-        // ORDERING: Relaxed; the flag only saves redundant notifications. The notification
-        // is sent under the mutex the thread sleeps on, so it is never lost.
-        if !self.kicked.swap(true, Ordering::Relaxed) {
-            let _g = self.stopped.lock();
-            self.cond.notify_one();
-        }
-    }
-
-    pub(crate) fn stop(&self) {
-        *self.stopped.lock() = true;
-        self.cond.notify_one();
+        self.worker.kick();
     }
 
     /// The thread's loop: sleep, then the passes, while the cache lives.
     pub(crate) fn run(&self, cache: std::sync::Weak<CacheInner>) {
-        loop {
-            {
-                let mut stopped = self.stopped.lock();
-                let deadline = Instant::now() + self.interval;
-                while !*stopped && !self.kicked.load(Ordering::Relaxed) {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    stopped = self.cond.wait_timeout(stopped, left).0;
-                }
-                if *stopped {
-                    return;
-                }
-            }
-            self.kicked.store(false, Ordering::Relaxed);
-            let Some(c) = cache.upgrade() else {
-                return;
-            };
-            let _busy = self.busy.lock();
-            flush_pass(&c, self.expire);
-        }
+        self.worker.run(self.interval, cache, |c| {
+            let _busy = self.worker.busy.lock();
+            flush_pass(c, self.expire);
+        });
     }
 }
 

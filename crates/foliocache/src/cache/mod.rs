@@ -33,7 +33,7 @@
 //!
 //! | file | what it holds | kernel |
 //! |---|---|---|
-//! | `mod.rs` | [`FolioCache`] and its shared state (`CacheInner`): open, drop_caches, statistics, validate; the allocation hook; the hosts the mechanisms call back through (`RaHost`, `WbHost`, `Evict`); the background reclaimer | `fs/super.c`, `mm/vmscan.c`'s `kswapd` |
+//! | `mod.rs` | [`FolioCache`] and its shared state (`CacheInner`): open, drop_caches, statistics, validate; the allocation hook; the hosts the mechanisms call back through (`RaHost`, `WbHost`, `Evict`) | `fs/super.c` |
 //! | `inode.rs` | the inode ([`Inode`]: identity, path, users, attributes, `i_rwsem`, page latches; owns its [`AddressSpace`](crate::mm::filemap::AddressSpace)), revalidation, and the inode cache: one inode per (device, inode number), kept after the last close up to a limit | `fs/inode.c` |
 //! | `file.rs` | the handle and the read path | `struct file`, `filemap_read`, `filemap_get_pages` |
 //! | `guard.rs`, `range.rs` | pinned folios, and pinned byte ranges over folios of any size | `folio_get`/`folio_put` |
@@ -42,7 +42,7 @@
 //! | `sync.rs` | `sync_data`, `sync_all`, `sync_range`, [`FolioCache::sync_all`], error reporting | `fs/sync.c` |
 //! | `writeback.rs` | one writeback pass over an inode, the dirty throttle's entry | `mm/page-writeback.c` |
 //! | `latch.rs` | the writable latch, [`FolioMut`] | a buffer manager's page latch |
-//! | `flusher.rs` | the background writeback thread | `wb_workfn` |
+//! | `worker.rs`, `kswapd.rs`, `flusher.rs` | the background threads: one small thread type (a doorbell, a timed sleep, a round of work while the cache lives), the reclaimer and the flusher | `kswapd`, `wb_workfn` |
 //! | `budget.rs`, `limits.rs` | the budget at run time, the pin share, the uncached read, the eviction listener; file size limits | `balloon`, `generic_write_check_limits` |
 //! | `config.rs`, `error.rs`, `stats.rs`, `metrics.rs`, `cursor.rs` | settings, errors, counters, their export, a `Read`/`Write` stream | `vmstat` |
 //!
@@ -127,6 +127,7 @@ mod file;
 mod flusher;
 mod guard;
 pub(crate) mod inode;
+mod kswapd;
 mod latch;
 mod limits;
 #[cfg(feature = "metrics")]
@@ -136,6 +137,7 @@ mod split;
 mod stats;
 mod sync;
 mod truncate;
+mod worker;
 mod write;
 mod writeback;
 
@@ -162,10 +164,11 @@ use crate::mm::filemap::AddressSpace;
 use crate::mm::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::mm::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
 use crate::mm::index::{Index, IndexStats, Shadow, ShadowNodes};
-use crate::mm::lru::{Evict, Lru, LruStats, ReclaimResult, Watermarks, WorkingsetStats};
+use crate::mm::lru::{Evict, Lru, LruStats, ReclaimResult, WorkingsetStats};
 use crate::mm::rcu::Rcu;
-use crate::mm::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 use inode::{Icache, Inode, InodeKey};
+use kswapd::Kswapd;
 
 /// A userspace page cache over real files, with a fixed memory budget.
 ///
@@ -240,10 +243,10 @@ pub(crate) struct CacheInner {
 impl Drop for CacheInner {
     fn drop(&mut self) {
         if let Some(k) = &self.kswapd {
-            k.stop();
+            k.worker.stop();
         }
         if let Some(f) = self.flusher.get() {
-            f.stop();
+            f.worker.stop();
         }
         // Unmount's `sync_filesystem`: write back and sync every file with dirty pages. No
         // handle is left to hear of an error here: callers that care call
@@ -254,86 +257,6 @@ impl Drop for CacheInner {
         // `lru_add_drain_all` at shutdown: the batches hold references on folios.
         self.lru.drain_all(&self.arena);
         self.deflate_all();
-    }
-}
-
-/// The background reclaimer (`kswapd`): a thread sleeping until an allocation finds free
-/// pages below the low watermark, then reclaiming up to the high one.
-///
-/// The thread holds only a weak reference on the cache, so it never keeps it alive; it exits
-/// when told to stop or when the cache is gone.
-struct Kswapd {
-    /// The budget the watermarks derive from (`FolioCache::set_budget` changes it).
-    budget_pages: AtomicU64,
-    /// Allocations since the last watermark check (checked every [`KSWAPD_CHECK_EVERY`]).
-    allocs: AtomicU64,
-    /// A wake-up is pending (set by allocators, cleared by the thread).
-    pending: AtomicBool,
-    state: Mutex<bool>,
-    cond: Condvar,
-    /// Held while the thread reclaims ([`FolioCache::validate`] waits for it).
-    busy: Mutex<()>,
-}
-
-/// Allocations between two looks at the free-page count (which sums per-CPU counters).
-const KSWAPD_CHECK_EVERY: u64 = 16;
-
-impl Kswapd {
-    /// The watermarks of the budget now.
-    #[inline]
-    fn wm(&self) -> Watermarks {
-        Watermarks::for_budget(self.budget_pages.load(Ordering::Relaxed))
-    }
-
-    /// `wakeup_kswapd` if free pages are below the low watermark (checked every few
-    /// allocations).
-    #[inline]
-    fn note_alloc(&self, arena: &Arena) {
-        if self.allocs.fetch_add(1, Ordering::Relaxed) % KSWAPD_CHECK_EVERY != 0 {
-            return;
-        }
-        if arena.stats().free_pages < self.wm().low && !self.pending.swap(true, Ordering::Relaxed) {
-            let _g = self.state.lock();
-            self.cond.notify_one();
-        }
-    }
-
-    fn stop(&self) {
-        *self.state.lock() = true;
-        self.cond.notify_one();
-    }
-
-    /// The thread's loop: sleep, then `balance_pgdat` while the cache lives.
-    fn run(self: Arc<Self>, cache: std::sync::Weak<CacheInner>) {
-        loop {
-            {
-                let mut stopped = self.state.lock();
-                while !*stopped && !self.pending.load(Ordering::Relaxed) {
-                    let (g, timed_out) = self
-                        .cond
-                        .wait_timeout(stopped, std::time::Duration::from_millis(100));
-                    stopped = g;
-                    if timed_out {
-                        break;
-                    }
-                }
-                if *stopped {
-                    return;
-                }
-            }
-            self.pending.store(false, Ordering::Relaxed);
-            let Some(c) = cache.upgrade() else {
-                return;
-            };
-            let wm = self.wm();
-            if c.arena.stats().free_pages < wm.low {
-                let _busy = self.busy.lock();
-                c.lru.balance(&c.arena, &*c, wm);
-                c.shrink_slab();
-                drop(_busy);
-                c.deliver();
-            }
-        }
     }
 }
 
@@ -357,16 +280,9 @@ impl FolioCache {
         let arena = Arc::new(Arena::new(ac)?);
         let lru = Lru::new(&arena, config.lru_config());
         let budget_pages = (config.budget_bytes / crate::mm::folio::PAGE_SIZE) as u64;
-        let kswapd = config.background_reclaim.then(|| {
-            Arc::new(Kswapd {
-                budget_pages: AtomicU64::new(budget_pages),
-                allocs: AtomicU64::new(0),
-                pending: AtomicBool::new(false),
-                state: Mutex::new(false),
-                cond: Condvar::new(),
-                busy: Mutex::new(()),
-            })
-        });
+        let kswapd = config
+            .background_reclaim
+            .then(|| Arc::new(Kswapd::new(budget_pages)));
         // One RCU domain for the file table and every index of this cache: a thread's
         // read-side slot is cached for one domain at a time.
         let rcu = Arc::new(Rcu::new());
@@ -712,8 +628,8 @@ impl FolioCache {
     /// one runs, and the balloon of [`FolioCache::set_budget`]. Call it while no other thread
     /// uses the cache; returns the arena's stats (the balloon's pages count as allocated there).
     pub fn validate(&self) -> Result<crate::mm::folio::ArenaStats, String> {
-        let _quiet = self.inner.kswapd.as_ref().map(|k| k.busy.lock());
-        let _flusher = self.inner.flusher.get().map(|f| f.busy.lock());
+        let _quiet = self.inner.kswapd.as_ref().map(|k| k.worker.busy.lock());
+        let _flusher = self.inner.flusher.get().map(|f| f.worker.busy.lock());
         self.lru_add_drain_all();
         self.inner.lru.validate(&self.inner.arena)?;
         for m in self.inner.live_mappings() {
