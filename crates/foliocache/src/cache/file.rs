@@ -25,21 +25,20 @@ use crate::mm::sync::{Arc, AtomicU64, Mutex, Ordering};
 /// sequential reader per thread should open its own handle, as it would its own file
 /// descriptor, so that the streams do not confuse each other's readahead.
 ///
-/// A handle is a number in the cache's file table (a file descriptor), entered at open and
-/// removed at close under the table reference variant the cache was configured with
-/// ([`Experiment::file_table`](crate::mm::Experiment::file_table)). The handle also keeps its mapping,
-/// which never changes for its life, so its reads do not resolve the number again: a
-/// thread holding a handle is like a task holding its `struct file` reference across
-/// calls, where `fdget` on every system call is the price of descriptors being plain
-/// integers. (The `hash` lab scenario measures the table's own lookups.)
+/// A handle keeps its inode, which never changes for its life, so nothing resolves a
+/// number to find it: a thread holding a handle is like a task holding its `struct file`
+/// reference across calls, where `fdget` on every system call is the price of descriptors
+/// being plain integers. The cache keeps no descriptor table (nothing would read it); the
+/// table mechanism of seed 003 is [`crate::mm::filetable`], measured by the `hash` lab
+/// scenario.
 pub struct CachedFile {
-    /// The mapping the table holds under `id` (the same `Arc`'s object, for the handle's
-    /// life: the entry is removed only by the handle's drop), which hands this reference to
-    /// `iput` last, so that an evicted inode's pages go (and the eviction listener hears of
-    /// them) before `close` returns, while the cache lives.
+    /// The inode, whose use the handle's drop hands to `iput`, so that an evicted inode's
+    /// pages go (and the eviction listener hears of them) before `close` returns, while the
+    /// cache lives.
     pub(super) m: std::mem::ManuallyDrop<Arc<Inode>>,
     pub(super) cache: Arc<CacheInner>,
-    /// The handle's key in the file table (`fd`).
+    /// The handle's number (`fd`), distinct among the cache's handles: a latch names the
+    /// handle its guard borrows by it.
     pub(super) id: u64,
     ra: Mutex<RaState>,
     /// `ra->prev_pos`: the byte after the previous read of this handle.
@@ -73,19 +72,18 @@ enum Fast {
 /// The most pages one miss reads with readahead off (a larger read takes several).
 const MISS_READ_MAX_PAGES: usize = 512;
 
-/// Reads larger than this skip the fast path (it runs inside the file-table lookup's RCU read
-/// section, which should be short).
+/// Reads larger than this skip the fast path (it runs inside one RCU read section, which
+/// should be short).
 const FAST_READ_MAX: usize = 64 << 10;
 
 impl CachedFile {
-    /// `fd_install`: a new handle on `mapping`, entered in the cache's file table. The caller
-    /// took the use of the inode this handle owns (put back by the handle's drop).
+    /// `alloc_file`: a new handle on the inode `mapping`. The caller took the use of the
+    /// inode this handle owns (put back by the handle's drop).
     pub(crate) fn new(cache: Arc<CacheInner>, mapping: Arc<Inode>) -> CachedFile {
         let id = cache.next_handle.fetch_add(1, Ordering::Relaxed);
         let ra_pages = cache.config.ra_pages;
         // `errseq_sample` at open.
         let wb_err = mapping.mapping.wb.err.sample();
-        cache.table.insert_arc(id, mapping.clone());
         CachedFile {
             cache,
             id,
@@ -557,12 +555,11 @@ impl CachedFile {
 }
 
 impl Drop for CachedFile {
-    /// `close(2)`: the handle leaves the file table and puts its use of the inode (`iput`),
-    /// which parks the inode in the inode cache if it was the last.
+    /// `close(2)`: the handle puts its use of the inode (`iput`), which parks the inode in
+    /// the inode cache if it was the last.
     fn drop(&mut self) {
-        // The table's reference first, then this handle's, the inode's last use when it is
-        // the last handle: `iput` evicts the inode and tells the listener before returning.
-        drop(self.cache.table.remove(self.id));
+        // The inode's last use when this is the last handle: `iput` evicts the inode and
+        // tells the listener before returning.
         // SAFETY: taken once, here, and `self.m` is never used again.
         let m = unsafe { std::mem::ManuallyDrop::take(&mut self.m) };
         self.cache.iput(m);

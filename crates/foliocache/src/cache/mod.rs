@@ -57,9 +57,9 @@
 //! | kernel | here |
 //! |---|---|
 //! | the page allocator, memmap, memory | the cache's [`Arena`]: a fixed memory budget |
-//! | inode + `address_space` (`i_pages`, `i_size`) | a mapping: one per file (device, inode number), shared by its handles and kept in the inode cache after the last close (`cache/inode.rs`) |
+//! | inode + `address_space` (`i_pages`, `i_size`) | an inode (`cache/inode.rs`) owning an [`AddressSpace`]: one per file (device, inode number), shared by its handles and kept in the inode cache after the last close |
 //! | `struct file` (`f_ra`, `f_pos`) | [`CachedFile`]: one readahead stream per handle |
-//! | the fd table, `fdget` | the cache's [`FileTable`]: handle number -> mapping, behind a per-CPU table reference (seed 003) |
+//! | the fd table, `fdget` | none: a handle holds its inode, as a task holds its `struct file` across calls; the table mechanism is [`crate::mm::filetable`] (seed 003, the `hash` lab scenario) |
 //! | `pread(2)` | [`CachedFile::read_at`] |
 //! | `filemap_get_folio` + `folio_get` | [`CachedFile::get_folio`] -> [`PinnedFolio`] |
 //! | `readahead(2)` | [`CachedFile::readahead`] |
@@ -75,8 +75,7 @@
 //!
 //! ```text
 //! read_at(buf, off)
-//!   one RCU section on the handle's own mapping (the handle was entered in the file table
-//!   at open; reads do not look it up again)
+//!   one RCU section on the handle's own inode (nothing looks the handle up)
 //!   for each folio of the range:
 //!     lookup: RCU load of the index slot, try_get, re-check the slot   (no lock, no syscall)
 //!       miss  -> sync readahead of a window (one index lock hold per run when batched,
@@ -111,8 +110,7 @@
 //! # Why a hit is fast
 //!
 //! No lock, no system call, no shared write besides the folio's refcount: the handle keeps
-//! its mapping (the file table, `fd_install`'s analog, is written at open and close and read
-//! by nobody on the read path; a hit clones no shared `Arc`), one RCU read section covers the
+//! its inode (a hit clones no shared `Arc`), one RCU read section covers the
 //! whole hit and its index lookup, the hit itself is inlined into the caller, the statistics
 //! are per-thread-sharded counters (one shard lookup per read), and `prev_pos` is written
 //! only when it changes. The
@@ -161,7 +159,6 @@ pub use write::OpenOptions;
 
 use crate::io::{Backing, FileAttrs, FileBacking};
 use crate::mm::filemap::AddressSpace;
-use crate::mm::filetable::{FileTable, FileTableConfig, Sizing};
 use crate::mm::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
 use crate::mm::index::{Index, IndexStats, Shadow, ShadowNodes};
 use crate::mm::lru::{Evict, Lru, LruStats, ReclaimResult, WorkingsetStats};
@@ -207,13 +204,9 @@ pub(crate) struct CacheInner {
     /// close up to [`Config::unused_inodes`]. Declared before `lru`: at teardown its inodes
     /// truncate their pages while the LRU (whose release hook the final puts run) lives.
     pub(crate) icache: Mutex<Icache>,
-    /// Open handles by number (the file descriptor table), entered at open and removed at
-    /// close under the configured table reference (seed 003); a handle keeps its mapping,
-    /// so reads do not look it up.
-    pub(crate) table: FileTable<Inode>,
     /// The next handle number.
     pub(crate) next_handle: AtomicU64,
-    /// The RCU domain of the file table and the indexes.
+    /// The RCU domain of the indexes.
     rcu: Arc<Rcu>,
     /// Index counters of files already closed.
     retired_lock_acquisitions: AtomicU64,
@@ -283,16 +276,9 @@ impl FolioCache {
         let kswapd = config
             .background_reclaim
             .then(|| Arc::new(Kswapd::new(budget_pages)));
-        // One RCU domain for the file table and every index of this cache: a thread's
-        // read-side slot is cached for one domain at a time.
+        // One RCU domain for every index of this cache: a thread's read-side slot is cached
+        // for one domain at a time.
         let rcu = Arc::new(Rcu::new());
-        let table = FileTable::with_rcu(
-            FileTableConfig {
-                reference: config.experiment.file_table,
-                sizing: Sizing::Auto,
-            },
-            rcu.clone(),
-        );
         let unused_inodes = config.unused_inodes;
         let budget = budget::Budget::new(budget_pages, config.pinned_share, config.pin_wait);
         let dirty = crate::mm::writeback::DirtyAccount::new(
@@ -306,7 +292,6 @@ impl FolioCache {
                 arena,
                 counters: Counters::new(),
                 icache: Mutex::new(Icache::new(unused_inodes)),
-                table,
                 rcu,
                 next_handle: AtomicU64::new(1),
                 retired_lock_acquisitions: AtomicU64::new(0),

@@ -36,8 +36,9 @@ pub struct Experiment {
     pub strategy: RefStrategy,
     /// How readahead inserts a window's folios (seed 001). Default [`InsertMode::Batched`].
     pub insert_mode: InsertMode,
-    /// How a read pins the open-file table while it resolves its handle (seed 003). Default
-    /// [`TableRef::PercpuFast`].
+    /// How a lookup pins a [`FileTable`](crate::mm::filetable::FileTable) built for this
+    /// experiment (seed 003, the lab's `hash` scenario). Default [`TableRef::PercpuFast`]. A
+    /// cache keeps no file table (a handle holds its inode), so this does not change a cache.
     pub file_table: TableRef,
     /// The LRU add batches' drain-time dead-folio filter (seed 004). Default
     /// [`DrainFilter::Filtered`].
