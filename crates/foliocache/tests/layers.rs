@@ -11,6 +11,9 @@
 //!
 //! Nothing imports `cache` but the crate root. A path through the root's re-exports
 //! (`crate::Variant`, `crate::PAGE_SIZE`) counts as a path to the module it re-exports.
+//!
+//! And no two files reach each other through such paths (an import circle), a `mod.rs`
+//! declaring and re-exporting its own children aside.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -417,6 +420,66 @@ fn violations(sources: &[(PathBuf, String)], layers: &BTreeMap<String, u32>) -> 
     bad
 }
 
+/// The file a path points into: the longest prefix of it that is a file's module.
+fn file_of<'a>(p: &[String], modules: &'a BTreeMap<Vec<String>, PathBuf>) -> Option<&'a PathBuf> {
+    (0..=p.len()).rev().find_map(|k| modules.get(&p[..k]))
+}
+
+/// The sets of two or more files that reach each other through their paths, the edges from a
+/// `mod.rs` (or `lib.rs`) to the files below it left out.
+fn circles(sources: &[(PathBuf, String)]) -> Vec<BTreeSet<PathBuf>> {
+    let modules: BTreeMap<Vec<String>, PathBuf> = sources
+        .iter()
+        .map(|(rel, _)| (unit_of_file(rel).1, rel.clone()))
+        .collect();
+    let mut edges: BTreeMap<&PathBuf, BTreeSet<&PathBuf>> = BTreeMap::new();
+    for (rel, src) in sources {
+        if rel.starts_with("loom_tests") || rel.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let (_, module) = unit_of_file(rel);
+        let hub = rel
+            .file_name()
+            .is_some_and(|n| n == "mod.rs" || n == "lib.rs");
+        for p in paths(src, &module) {
+            let Some(to) = file_of(&p, &modules) else {
+                continue;
+            };
+            let below = unit_of_file(to).1.starts_with(&module);
+            if to != rel && !(hub && below) {
+                edges.entry(rel).or_default().insert(to);
+            }
+        }
+    }
+    let reach = |from: &PathBuf| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(f) = todo.pop() {
+            for &t in edges.get(f).into_iter().flatten() {
+                if seen.insert(t) {
+                    todo.push(t);
+                }
+            }
+        }
+        seen
+    };
+    let reached: BTreeMap<&PathBuf, BTreeSet<&PathBuf>> =
+        edges.keys().map(|&f| (f, reach(f))).collect();
+    let mut out: Vec<BTreeSet<PathBuf>> = Vec::new();
+    for (&f, r) in &reached {
+        let circle: BTreeSet<PathBuf> = r
+            .iter()
+            .filter(|&&t| reached.get(t).is_some_and(|back| back.contains(f)))
+            .map(|&t| t.clone())
+            .chain(std::iter::once(f.clone()))
+            .collect();
+        if circle.len() > 1 && !out.contains(&circle) {
+            out.push(circle);
+        }
+    }
+    out
+}
+
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
@@ -442,6 +505,32 @@ fn documented_layers() -> BTreeMap<String, u32> {
 fn every_path_points_down_the_layers() {
     let bad = violations(&library(), &documented_layers());
     assert!(bad.is_empty(), "paths up the layers:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    let found = circles(&library());
+    assert!(found.is_empty(), "import circles: {found:?}");
+}
+
+#[test]
+fn the_checker_sees_an_import_circle() {
+    let mut lib = library();
+    // `cache/write.rs` imports the handle from `cache/file.rs`; a path back closes a circle.
+    let file = lib
+        .iter_mut()
+        .find(|(p, _)| p == Path::new("cache/file.rs"))
+        .unwrap();
+    file.1
+        .push_str("\nfn back() { super::write::nothing(); }\n");
+    let found = circles(&lib);
+    assert!(
+        found
+            .iter()
+            .any(|c| c.contains(Path::new("cache/file.rs"))
+                && c.contains(Path::new("cache/write.rs"))),
+        "{found:?}"
+    );
 }
 
 #[test]
