@@ -484,7 +484,12 @@ impl FolioCache {
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
             latches: inode::Latches::new(),
-            mapping: AddressSpace::new(pages, backing, attrs.size),
+            mapping: AddressSpace::new(
+                pages,
+                backing,
+                attrs.size,
+                self.inner.config.max_folio_order,
+            ),
         });
         let mut live = self.inner.live.lock();
         live.retain(|_, w| w.strong_count() > 0);
@@ -952,11 +957,6 @@ impl crate::mm::readahead::RaHost for CacheInner {
     #[inline]
     fn insert_mode(&self) -> crate::mm::readahead::InsertMode {
         self.config.experiment.insert_mode
-    }
-
-    #[inline]
-    fn max_folio_order(&self) -> u32 {
-        self.config.max_folio_order
     }
 
     #[inline]

@@ -22,7 +22,7 @@
 //! | `writer` | `a_ops->writepages` | the first handle opened for writing |
 //! | `wb`, `wb_seq` | the index's marks, `I_SYNC`, `wb_err` | writeback, the write path |
 //! | `invalidate_lock` | `mapping->invalidate_lock` | fills (shared), truncation (exclusive) |
-//! | `large_folios` | `mapping_large_folio_support` | the user (`CachedFile::set_large_folios`) |
+//! | `large_folios`, `max_order` | `mapping_large_folio_support`, `mapping_max_folio_order` | the user (`CachedFile::set_large_folios`); the cache's maximum at open |
 //!
 //! # Invariants
 //!
@@ -82,11 +82,20 @@ pub(crate) struct AddressSpace {
     /// `mapping_large_folio_support`: misses may fill this file's pages in folios of more
     /// than one page (cleared by `CachedFile::set_large_folios`).
     pub(crate) large_folios: AtomicBool,
+    /// `mapping_max_folio_order`: the largest folio order a miss may allocate while
+    /// `large_folios` is set (the cache's maximum, set when the file is opened).
+    pub(crate) max_order: u32,
 }
 
 impl AddressSpace {
-    /// An address space over `pages`, filled from `backing`, which holds `size` bytes.
-    pub(crate) fn new(pages: Index, backing: Arc<dyn Backing>, size: u64) -> AddressSpace {
+    /// An address space over `pages`, filled from `backing`, which holds `size` bytes, in
+    /// folios of order `max_order` at most (`mapping_set_folio_order_range`).
+    pub(crate) fn new(
+        pages: Index,
+        backing: Arc<dyn Backing>,
+        size: u64,
+        max_order: u32,
+    ) -> AddressSpace {
         AddressSpace {
             pages,
             size: AtomicU64::new(size),
@@ -97,6 +106,7 @@ impl AddressSpace {
             wb_seq: AtomicU64::new(0),
             invalidate_lock: RwLock::new(()),
             large_folios: AtomicBool::new(true),
+            max_order,
         }
     }
 
@@ -115,12 +125,12 @@ impl AddressSpace {
         self.size().div_ceil(crate::mm::folio::PAGE_SIZE as u64)
     }
 
-    /// The largest folio order a miss of this file may allocate, for a cache whose maximum
-    /// is `max` (0 if the file opted out of large folios).
+    /// `mapping_max_folio_order`: the largest folio order a miss of this file may allocate
+    /// now (0 if the file opted out of large folios).
     #[inline]
-    pub(crate) fn max_folio_order(&self, max: u32) -> u32 {
+    pub(crate) fn max_folio_order(&self) -> u32 {
         if self.large_folios.load(Ordering::Relaxed) {
-            max
+            self.max_order
         } else {
             0
         }

@@ -45,7 +45,7 @@ impl<'a> Ractl<'a> {
             pages: &m.pages,
             backing: &*m.backing,
             mode: host.insert_mode(),
-            max_order: m.max_folio_order(host.max_folio_order()),
+            max_order: m.max_folio_order(),
         }
     }
 

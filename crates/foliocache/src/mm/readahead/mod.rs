@@ -124,10 +124,6 @@ pub(crate) trait RaHost {
 
     /// How windows insert their folios (the cache's experiment).
     fn insert_mode(&self) -> InsertMode;
-
-    /// The largest folio order the cache allows ([`crate::Config::max_folio_order`]); a file
-    /// that opted out of large folios gets pages whatever this says.
-    fn max_folio_order(&self) -> u32;
 }
 
 /// What readahead counts (each is one of the cache's vmstat counters).
