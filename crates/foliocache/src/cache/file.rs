@@ -169,7 +169,7 @@ impl CachedFile {
     /// last looked (a write that bypassed the cache), its cached pages are dropped and
     /// [`CachedFile::len`] takes the new size. Returns whether the file had changed.
     ///
-    /// For a file opened with a custom [`Backing`] only the size is compared.
+    /// For a file opened with a custom [`Backing`](crate::backing::Backing) only the size is compared.
     pub fn refresh(&self) -> Result<bool, CacheError> {
         let m = self.mapping();
         let r = m

@@ -23,7 +23,7 @@
 //! | [`Backing::set_len`] | `ftruncate(2)` |
 //!
 //! The write half has defaults for read-only backings: writes and `set_len` fail with
-//! [`io::ErrorKind::Unsupported`], syncs succeed (nothing was written).
+//! [`io::ErrorKind::Unsupported`](std::io::ErrorKind::Unsupported), syncs succeed (nothing was written).
 //!
 //! Readahead fills a contiguous run of folios with **one** call of
 //! [`read_run`]: a single vectored read whose buffers are the run's data frames (they are not

@@ -22,7 +22,7 @@
 //! | [`index`] | per-file XArray-like radix tree: lockless RCU lookup with speculative `try_get` + re-check, one-folio and batched range insertion (seed 001), delete, evict, truncate, invalidate; shadow entries and the shadow-node shrinker | `filemap_get_entry`, `__filemap_add_folio`, `filemap_add_folio_range`, `page_cache_delete`, `__remove_mapping` |
 //! | [`lru`] | active/inactive lists under one lock, per-CPU add batches of 31, drain-time dead-folio filter (seed 004), reclaim under the budget, workingset detection (shadow entries, refault activation) | `mm/swap.c`: `folio_add_lru`, `folio_batch_move_lru`, `lru_add_drain_all`; `mm/vmscan.c`: `shrink_lruvec`; `mm/workingset.c` |
 //! | [`errseq`] | the writeback error sequence: one word per file, each reader told of an error once | `lib/errseq.c` |
-//! | [`filemap`] | the address space: a file's index, `i_size`, backing, writeback state and error sequence, large-folio flag, `invalidate_lock`; what readahead and writeback take | `struct address_space` |
+//! | `filemap` | the address space: a file's index, `i_size`, backing, writeback state and error sequence, large-folio flag, `invalidate_lock`; what readahead and writeback take | `struct address_space` |
 //! | [`readahead`] | the on-demand window, batched (seed 001) or one-by-one folio insertion | `mm/readahead.c` |
 //! | the root | [`FolioCache`](crate::FolioCache): inodes that outlive their handles, open files, `read_at` (pread), `write_at` (pwrite), `set_len`, syncs, pinned and writable folio guards, readahead, invalidate, statistics | `filemap_read`, `filemap_get_pages`, `generic_perform_write`, `fs/inode.c` |
 //! | [`writeback`] | dirty and writeback tags, `writepages`, dirty throttling, the error sequence (`errseq_t`) | `mm/page-writeback.c`, `lib/errseq.c` |
@@ -45,7 +45,7 @@
 //! | 4 | [`folio`] | `refcount`, `rmap` |
 //! | 5 | [`index`], [`space`] | `folio`, `rcu`, `refcount`; `folio`, `refcount`, `rmap` |
 //! | 6 | [`lru`] | `index`, `folio`, `refcount` |
-//! | 7 | [`filemap`] | `index`, `folio`, `errseq`, [`io`](crate::io) |
+//! | 7 | `filemap` | `index`, `folio`, `errseq`, [`io`](crate::io) |
 //! | 8 | [`writeback`], [`readahead`] | `filemap`, `index`, `folio`, [`io`](crate::io) |
 //! | 9 | [`Experiment`] | the variant enums of `refcount`, `readahead`, `filetable`, `lru` |
 //!
@@ -53,7 +53,7 @@
 //! [`lru::Evict`] for reclaim, readahead's host trait (allocation, what follows an
 //! insertion, counters) for filling a window, and writeback's (the dirty accounting, the
 //! error policy, the LRU's rotation) for a pass. A file reaches them as its
-//! [`filemap::AddressSpace`], which the cache's inode owns.
+//! `filemap::AddressSpace`, which the cache's inode owns.
 //!
 //! `tests/layers.rs` reads this table from here and checks every `crate::` and `super::`
 //! path of every library file against it (inline paths and grouped `use`s included, the

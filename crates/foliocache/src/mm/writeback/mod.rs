@@ -17,8 +17,7 @@
 //! # State
 //!
 //! A file's part of it (`WbState`: the tags, `I_SYNC`, the error sequence) lives in its
-//! [`AddressSpace`](crate::mm::filemap::AddressSpace), which a pass takes with the
-//! [`WbHost`] of its cache; this module holds the operations on it and the cache-wide
+//! `AddressSpace` (`mm::filemap`), which a pass takes with the `WbHost` of its cache; this module holds the operations on it and the cache-wide
 //! accounting (`DirtyAccount`).
 //!
 //! | state | where | set by | cleared by |
