@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use super::worker::Worker;
-use super::CacheInner;
 use crate::mm::folio::Arena;
 use crate::mm::lru::Watermarks;
 use crate::mm::sync::{AtomicU64, Ordering};
@@ -54,16 +53,23 @@ impl Kswapd {
         }
     }
 
-    /// The thread's loop: sleep, then `balance_pgdat` while the cache lives.
-    pub(crate) fn run(&self, cache: std::sync::Weak<CacheInner>) {
+    /// The thread's loop: sleep, then `balance_pgdat` while the cache lives. `low` says
+    /// whether the cache's free pages are below a watermark's low mark; `balance` reclaims up
+    /// to its high one (run with [`Worker::busy`] held), `after` follows it with no lock held.
+    pub(crate) fn run<C>(
+        &self,
+        cache: std::sync::Weak<C>,
+        low: impl Fn(&C, &Watermarks) -> bool,
+        balance: impl Fn(&C, Watermarks),
+        after: impl Fn(&C),
+    ) {
         self.worker.run(KSWAPD_INTERVAL, cache, |c| {
             let wm = self.wm();
-            if c.arena.stats().free_pages < wm.low {
+            if low(c, &wm) {
                 let busy = self.worker.busy.lock();
-                c.lru.balance(&c.arena, &**c, wm);
-                c.shrink_slab();
+                balance(c, wm);
                 drop(busy);
-                c.deliver();
+                after(c);
             }
         });
     }

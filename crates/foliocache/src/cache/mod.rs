@@ -312,7 +312,17 @@ impl FolioCache {
             let (k, weak) = (k.clone(), Arc::downgrade(&cache.inner));
             std::thread::Builder::new()
                 .name("foliocache-kswapd".into())
-                .spawn(move || k.run(weak))
+                .spawn(move || {
+                    k.run(
+                        weak,
+                        |c: &CacheInner, wm| c.arena.stats().free_pages < wm.low,
+                        |c, wm| {
+                            c.lru.balance(&c.arena, c, wm);
+                            c.shrink_slab();
+                        },
+                        CacheInner::deliver,
+                    )
+                })
                 .map_err(CacheError::Spawn)?;
         }
         Ok(cache)

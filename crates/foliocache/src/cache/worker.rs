@@ -10,7 +10,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::CacheInner;
 use crate::mm::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering};
 
 /// A background thread's doorbell, its sleep, and the lock it holds while it works.
@@ -69,13 +68,14 @@ impl Worker {
         true
     }
 
-    /// The thread's loop: sleep (at most `interval`), then one `round` on the cache, while
-    /// the cache lives and nobody stopped the thread.
-    pub(crate) fn run(
+    /// The thread's loop: sleep (at most `interval`), then one `round` on the cache (whatever
+    /// state the thread serves, held weakly), while the cache lives and nobody stopped the
+    /// thread.
+    pub(crate) fn run<C>(
         &self,
         interval: Duration,
-        cache: std::sync::Weak<CacheInner>,
-        mut round: impl FnMut(&Arc<CacheInner>),
+        cache: std::sync::Weak<C>,
+        mut round: impl FnMut(&Arc<C>),
     ) {
         while self.sleep(interval) {
             let Some(c) = cache.upgrade() else {
