@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `off_t`'s range | `MAX_LFS_FILESIZE` | [`MAX_FILE_SIZE`] |
 //! | the file system's | `sb->s_maxbytes` | [`Inode::max_bytes`]: from the file system's type at open ([`fs_max_bytes`]), lowered to the offset of any write the file system refused with `EFBIG` |
-//! | the process's | `RLIMIT_FSIZE` (with `SIGXFSZ`) | `CacheInner::fsize_limit`: read when the cache is made and again after each `EFBIG` |
+//! | the process's | `RLIMIT_FSIZE` (with `SIGXFSZ`) | `Core::fsize_limit`: read when the cache is made and again after each `EFBIG` |
 //!
 //! An offset or size past `off_t`'s range is an invalid argument (`EINVAL`, as the kernel
 //! answers a negative offset). A write that starts at or past the limit fails at once with
@@ -23,8 +23,9 @@
 //! `MAX_LFS_FILESIZE` are known by type (ext2/3/4 and FAT); any other limit is learned from
 //! the first write it refuses.
 
+use super::core::Core;
+use super::error::CacheError;
 use super::inode::Inode;
-use super::{CacheError, CacheInner};
 use crate::mm::sync::Ordering;
 
 /// The largest file size at all (`MAX_LFS_FILESIZE`: `off_t`'s range).
@@ -71,7 +72,7 @@ pub(crate) fn fs_max_bytes(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
 }
 
 /// Which limit stopped a write.
-fn limit_name(c: &CacheInner, m: &Inode) -> &'static str {
+fn limit_name(c: &Core, m: &Inode) -> &'static str {
     if c.fsize_limit.load(Ordering::Relaxed) <= m.max_bytes.load(Ordering::Relaxed) {
         "the process's file size limit (RLIMIT_FSIZE)"
     } else {
@@ -79,7 +80,7 @@ fn limit_name(c: &CacheInner, m: &Inode) -> &'static str {
     }
 }
 
-fn too_large(c: &CacheInner, m: &Inode, size: u64, limit: u64) -> CacheError {
+fn too_large(c: &Core, m: &Inode, size: u64, limit: u64) -> CacheError {
     CacheError::FileTooLarge {
         path: m.path.clone(),
         size,
@@ -99,7 +100,7 @@ fn past_off_t(m: &Inode, what: &str, at: u64) -> CacheError {
     }
 }
 
-impl CacheInner {
+impl Core {
     /// The largest size file `m` may reach now: the smallest of the three limits.
     pub(crate) fn size_limit(&self, m: &Inode) -> u64 {
         // ORDERING: Relaxed; each is a limit read afresh by every check, lowered (or, for

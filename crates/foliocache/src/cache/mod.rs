@@ -119,6 +119,7 @@
 
 mod budget;
 mod config;
+mod core;
 mod cursor;
 mod error;
 mod file;
@@ -157,10 +158,11 @@ pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 pub use write::OpenOptions;
 
+use self::core::Core;
 use crate::io::{Backing, FileAttrs, FileBacking};
 use crate::mm::filemap::AddressSpace;
 use crate::mm::folio::{AllocError, Arena, ArenaConfig, FolioLocked, FolioRef};
-use crate::mm::index::{Index, IndexStats, Shadow, ShadowNodes};
+use crate::mm::index::{Index, Shadow, ShadowNodes};
 use crate::mm::lru::{Evict, Lru, LruStats, ReclaimResult, WorkingsetStats};
 use crate::mm::rcu::Rcu;
 use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
@@ -195,35 +197,18 @@ pub struct FolioCache {
     inner: Arc<CacheInner>,
 }
 
-/// The shared state of a cache.
+/// The shared state of a cache: its core ([`Core`], which it dereferences to), the inode
+/// cache, the live mappings and the flusher.
 pub(crate) struct CacheInner {
-    pub(crate) config: Config,
-    pub(crate) arena: Arc<Arena>,
-    pub(crate) counters: Counters,
     /// The inode cache: every file opened by path, by (device, inode), kept after its last
-    /// close up to [`Config::unused_inodes`]. Declared before `lru`: at teardown its inodes
+    /// close up to [`Config::unused_inodes`]. Declared before `core`: at teardown its inodes
     /// truncate their pages while the LRU (whose release hook the final puts run) lives.
     pub(crate) icache: Mutex<Icache>,
-    /// The next handle number.
-    pub(crate) next_handle: AtomicU64,
-    /// The RCU domain of the indexes.
-    rcu: Arc<Rcu>,
-    /// Index counters of files already closed.
-    retired_lock_acquisitions: AtomicU64,
-    retired_pages_inserted: AtomicU64,
     /// Every live mapping by id (`folio->mapping`): statistics, and reclaim's way from a
     /// folio to its index. Dead entries are pruned when a mapping is added.
     live: Mutex<HashMap<u64, std::sync::Weak<Inode>>>,
-    /// The LRU and reclaim (seed 004); its final-put hook is installed in `arena`.
-    pub(crate) lru: Lru,
-    /// Dirty and writeback page counts and the dirty limits (`writeback`).
-    pub(crate) dirty: crate::mm::writeback::DirtyAccount,
-    /// Every file's writeback errors, for [`FolioCache::sync_all`] (`sb->s_wb_err`).
-    pub(crate) sb_err: crate::mm::writeback::SbErr,
-    /// `RLIMIT_FSIZE` as last read (at construction, and again after each `EFBIG`).
-    pub(crate) fsize_limit: AtomicU64,
-    /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
-    kswapd: Option<Arc<Kswapd>>,
+    /// The configuration, the arena, the LRU, the counters, the dirty accounting.
+    pub(crate) core: Core,
     /// The background flusher, started by the first write if
     /// [`Config::background_writeback`] is on.
     flusher: std::sync::OnceLock<Arc<flusher::Flusher>>,
@@ -231,6 +216,15 @@ pub(crate) struct CacheInner {
     shadow_shrinker: Mutex<()>,
     /// The balloon, the pin limit and the eviction listener (`cache/budget.rs`).
     pub(crate) budget: budget::Budget,
+}
+
+impl std::ops::Deref for CacheInner {
+    type Target = Core;
+
+    #[inline]
+    fn deref(&self) -> &Core {
+        &self.core
+    }
 }
 
 impl Drop for CacheInner {
@@ -288,20 +282,22 @@ impl FolioCache {
         );
         let cache = FolioCache {
             inner: Arc::new(CacheInner {
-                config,
-                arena,
-                counters: Counters::new(),
                 icache: Mutex::new(Icache::new(unused_inodes)),
-                rcu,
-                next_handle: AtomicU64::new(1),
-                retired_lock_acquisitions: AtomicU64::new(0),
-                retired_pages_inserted: AtomicU64::new(0),
                 live: Mutex::new(HashMap::new()),
-                lru,
-                dirty,
-                sb_err: crate::mm::writeback::SbErr::default(),
-                fsize_limit: AtomicU64::new(limits::rlimit_fsize()),
-                kswapd,
+                core: Core {
+                    config,
+                    arena,
+                    counters: Counters::new(),
+                    next_handle: AtomicU64::new(1),
+                    rcu,
+                    retired_lock_acquisitions: AtomicU64::new(0),
+                    retired_pages_inserted: AtomicU64::new(0),
+                    lru,
+                    dirty,
+                    sb_err: crate::mm::writeback::SbErr::default(),
+                    fsize_limit: AtomicU64::new(limits::rlimit_fsize()),
+                    kswapd,
+                },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
                 budget,
@@ -838,18 +834,6 @@ impl CacheInner {
         Ok(f)
     }
 
-    /// What follows a folio's insertion into an index of this cache (`filemap_add_folio`'s
-    /// tail), on every path that inserts one (readahead, single-page reads, writes, splits
-    /// and replacements): if it replaced a `shadow` entry, `workingset_refault` decides
-    /// whether it joins the LRU as active; then `folio_add_lru`.
-    #[inline]
-    pub(crate) fn folio_added(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
-        if let Some(shadow) = shadow {
-            self.lru.workingset_refault(folio, shadow);
-        }
-        self.lru.add(&self.arena, folio.folio_ref());
-    }
-
     /// `shrink_slab` for the one shrinker we have (`mm-shadow`): if the cache's indexes hold
     /// more shadow nodes than [`ShadowNodes::limit`] allows for the budget, free half the
     /// excess (a shrinker with `seeks = 0` is asked for half of what it reports freeable). A
@@ -899,22 +883,6 @@ impl CacheInner {
         freed
     }
 
-    /// `folio_mark_accessed` for a folio a read used after finding it (`filled` false) or
-    /// after missing it and having it filled (`filled` true): the fill's own access counts only
-    /// if [`LruConfig::reference_on_fill`](crate::mm::lru::LruConfig::reference_on_fill) says so.
-    #[inline]
-    pub(crate) fn mark_accessed_after(&self, folio: &FolioRef<'_>, filled: bool) {
-        if !filled || self.config.experiment.reference_on_fill {
-            self.mark_accessed(folio);
-        }
-    }
-
-    /// `folio_mark_accessed` for a folio a read used.
-    #[inline]
-    pub(crate) fn mark_accessed(&self, folio: &FolioRef<'_>) {
-        self.lru.mark_accessed(&self.arena, folio);
-    }
-
     /// The out-of-memory error for a read that needed `needed_pages` at once (and counts it).
     pub(crate) fn out_of_memory(&self, needed_pages: usize) -> CacheError {
         self.counters.inc(Event::OutOfMemory);
@@ -924,29 +892,6 @@ impl CacheInner {
             free_pages: a.free_pages,
             budget_pages: self.budget_pages(),
         }
-    }
-
-    /// Folds a closed file's index counters into the cache's totals.
-    pub(crate) fn retire_index_stats(&self, s: IndexStats) {
-        self.retired_lock_acquisitions
-            .fetch_add(s.lock_acquisitions, Ordering::Relaxed);
-        self.retired_pages_inserted
-            .fetch_add(s.pages_inserted, Ordering::Relaxed);
-    }
-}
-
-impl CacheInner {
-    /// `shrink_folio_list` meeting a dirty or writeback folio: never freed before its bytes
-    /// are in the backing file. It is marked for reclaim (`PG_reclaim`) and kept; the dirty
-    /// limit guarantees reclaim finds clean folios meanwhile.
-    fn keep_unwritten(&self, folio: &FolioLocked<'_>) -> bool {
-        use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
-        if folio.flags() & (PG_DIRTY | PG_WRITEBACK) == 0 {
-            return false;
-        }
-        folio.set_flag(PG_RECLAIM);
-        self.counters.inc(Event::ReclaimDirtyKept);
-        true
     }
 }
 
@@ -961,7 +906,7 @@ impl crate::mm::readahead::RaHost for CacheInner {
 
     #[inline]
     fn folio_added(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
-        CacheInner::folio_added(self, folio, shadow)
+        Core::folio_added(self, folio, shadow)
     }
 
     #[inline]
@@ -983,22 +928,6 @@ impl crate::mm::readahead::RaHost for CacheInner {
             R::IoErrors => Event::IoErrors,
         };
         self.counters.add(ev, n);
-    }
-}
-
-impl crate::mm::writeback::WbHost for CacheInner {
-    fn dirty_account(&self) -> &crate::mm::writeback::DirtyAccount {
-        &self.dirty
-    }
-
-    fn error_policy(&self) -> crate::mm::writeback::WbErrorPolicy {
-        self.config.writeback_errors
-    }
-
-    fn rotate_reclaimable(&self, folio: &FolioRef<'_>) {
-        if self.lru.rotate_reclaimable(&self.arena, folio) {
-            self.counters.inc(Event::ReclaimRotated);
-        }
     }
 }
 

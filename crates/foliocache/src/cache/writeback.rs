@@ -3,6 +3,7 @@
 //! entry, `balance_dirty_pages` (`mm/page-writeback.c`), which writers call before they dirty
 //! a page. The mechanism itself (tags, `writepages`, accounting) is [`crate::mm::writeback`].
 
+use super::core::Core;
 use super::inode::Inode;
 use super::stats::Event;
 use super::CacheInner;
@@ -11,7 +12,7 @@ use crate::mm::writeback::{self, SyncMode, WbOutcome};
 /// One writeback pass over the pages `first..=last` of `m` (the file's writer backing), with
 /// its effects on the mapping: the backing's known size grows, and its attributes are ours.
 pub(crate) fn writeback_mapping(
-    c: &CacheInner,
+    c: &Core,
     m: &Inode,
     first: u64,
     last: u64,

@@ -1,0 +1,120 @@
+//! The core of a cache's shared state (the kernel's per-node `pglist_data` with the
+//! superblock's counters): the configuration, the arena, the LRU and reclaim's workingset,
+//! the counters, the dirty accounting, the cache-wide error sequence, the RCU domain of the
+//! indexes and the background reclaimer's doorbell; and what needs only these: what follows
+//! an insertion, marking accesses, the dirty-page rotation writeback asks for (the
+//! [`WbHost`](crate::mm::writeback::WbHost) the mechanisms call back through).
+//!
+//! It imports only leaves of `cache/` (configuration, statistics, the reclaimer's doorbell)
+//! and `mm`; the inode cache, the live mappings, the budget and the flusher sit above it in
+//! [`CacheInner`](super::CacheInner), which dereferences to it.
+
+use super::config::Config;
+use super::kswapd::Kswapd;
+use super::stats::{Counters, Event};
+use crate::mm::folio::{Arena, FolioLocked, FolioRef};
+use crate::mm::index::{IndexStats, Shadow};
+use crate::mm::lru::Lru;
+use crate::mm::rcu::Rcu;
+use crate::mm::sync::{Arc, AtomicU64, Ordering};
+
+/// The core of a cache's shared state.
+pub(crate) struct Core {
+    pub(crate) config: Config,
+    pub(crate) arena: Arc<Arena>,
+    pub(crate) counters: Counters,
+    /// The next handle number.
+    pub(crate) next_handle: AtomicU64,
+    /// The RCU domain of the indexes.
+    pub(crate) rcu: Arc<Rcu>,
+    /// Index counters of files already closed.
+    pub(crate) retired_lock_acquisitions: AtomicU64,
+    pub(crate) retired_pages_inserted: AtomicU64,
+    /// The LRU and reclaim (seed 004); its final-put hook is installed in `arena`.
+    pub(crate) lru: Lru,
+    /// Dirty and writeback page counts and the dirty limits (`writeback`).
+    pub(crate) dirty: crate::mm::writeback::DirtyAccount,
+    /// Every file's writeback errors, for [`FolioCache::sync_all`](crate::FolioCache::sync_all)
+    /// (`sb->s_wb_err`).
+    pub(crate) sb_err: crate::mm::writeback::SbErr,
+    /// `RLIMIT_FSIZE` as last read (at construction, and again after each `EFBIG`).
+    pub(crate) fsize_limit: AtomicU64,
+    /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
+    pub(crate) kswapd: Option<Arc<Kswapd>>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("config", &self.config)
+            .field("arena", &self.arena)
+            .finish()
+    }
+}
+
+impl Core {
+    /// What follows a folio's insertion into an index of this cache (`filemap_add_folio`'s
+    /// tail), on every path that inserts one (readahead, single-page reads, writes, splits
+    /// and replacements): if it replaced a `shadow` entry, `workingset_refault` decides
+    /// whether it joins the LRU as active; then `folio_add_lru`.
+    #[inline]
+    pub(crate) fn folio_added(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
+        if let Some(shadow) = shadow {
+            self.lru.workingset_refault(folio, shadow);
+        }
+        self.lru.add(&self.arena, folio.folio_ref());
+    }
+
+    /// `folio_mark_accessed` for a folio a read used after finding it (`filled` false) or
+    /// after missing it and having it filled (`filled` true): the fill's own access counts only
+    /// if [`LruConfig::reference_on_fill`](crate::mm::lru::LruConfig::reference_on_fill) says so.
+    #[inline]
+    pub(crate) fn mark_accessed_after(&self, folio: &FolioRef<'_>, filled: bool) {
+        if !filled || self.config.experiment.reference_on_fill {
+            self.mark_accessed(folio);
+        }
+    }
+
+    /// `folio_mark_accessed` for a folio a read used.
+    #[inline]
+    pub(crate) fn mark_accessed(&self, folio: &FolioRef<'_>) {
+        self.lru.mark_accessed(&self.arena, folio);
+    }
+
+    /// Folds a closed file's index counters into the cache's totals.
+    pub(crate) fn retire_index_stats(&self, s: IndexStats) {
+        self.retired_lock_acquisitions
+            .fetch_add(s.lock_acquisitions, Ordering::Relaxed);
+        self.retired_pages_inserted
+            .fetch_add(s.pages_inserted, Ordering::Relaxed);
+    }
+
+    /// `shrink_folio_list` meeting a dirty or writeback folio: never freed before its bytes
+    /// are in the backing file. It is marked for reclaim (`PG_reclaim`) and kept; the dirty
+    /// limit guarantees reclaim finds clean folios meanwhile.
+    pub(crate) fn keep_unwritten(&self, folio: &FolioLocked<'_>) -> bool {
+        use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
+        if folio.flags() & (PG_DIRTY | PG_WRITEBACK) == 0 {
+            return false;
+        }
+        folio.set_flag(PG_RECLAIM);
+        self.counters.inc(Event::ReclaimDirtyKept);
+        true
+    }
+}
+
+impl crate::mm::writeback::WbHost for Core {
+    fn dirty_account(&self) -> &crate::mm::writeback::DirtyAccount {
+        &self.dirty
+    }
+
+    fn error_policy(&self) -> crate::mm::writeback::WbErrorPolicy {
+        self.config.writeback_errors
+    }
+
+    fn rotate_reclaimable(&self, folio: &FolioRef<'_>) {
+        if self.lru.rotate_reclaimable(&self.arena, folio) {
+            self.counters.inc(Event::ReclaimRotated);
+        }
+    }
+}
