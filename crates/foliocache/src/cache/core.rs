@@ -9,7 +9,9 @@
 //! and `mm`; the inode cache, the live mappings, the budget and the flusher sit above it in
 //! [`CacheInner`](super::CacheInner), which dereferences to it.
 
+use super::budget::Budget;
 use super::config::Config;
+use super::error::CacheError;
 use super::kswapd::Kswapd;
 use super::stats::{Counters, Event};
 use crate::mm::folio::{Arena, FolioLocked, FolioRef};
@@ -41,6 +43,8 @@ pub(crate) struct Core {
     pub(crate) fsize_limit: AtomicU64,
     /// The background reclaimer's doorbell, if [`Config::background_reclaim`] is on.
     pub(crate) kswapd: Option<Arc<Kswapd>>,
+    /// The balloon, the pin limit and the eviction listener (`cache/budget.rs`).
+    pub(crate) budget: Budget,
 }
 
 impl std::fmt::Debug for Core {
@@ -53,10 +57,28 @@ impl std::fmt::Debug for Core {
 }
 
 impl Core {
+    /// The out-of-memory error for a read that needed `needed_pages` at once (and counts it).
+    pub(crate) fn out_of_memory(&self, needed_pages: usize) -> CacheError {
+        self.counters.inc(Event::OutOfMemory);
+        let a = self.arena.stats();
+        CacheError::OutOfMemory {
+            needed_pages,
+            free_pages: a.free_pages,
+            budget_pages: self.budget_pages(),
+        }
+    }
+
     /// What follows a folio's insertion into an index of this cache (`filemap_add_folio`'s
     /// tail), on every path that inserts one (readahead, single-page reads, writes, splits
     /// and replacements): if it replaced a `shadow` entry, `workingset_refault` decides
     /// whether it joins the LRU as active; then `folio_add_lru`.
+    /// Tells the listener of the evictions collected so far ([`Budget::deliver`]), in this
+    /// thread, which must hold no lock of the cache.
+    #[inline]
+    pub(crate) fn deliver(&self) {
+        self.budget.deliver();
+    }
+
     #[inline]
     pub(crate) fn folio_added(&self, folio: &FolioLocked<'_>, shadow: Option<Shadow>) {
         if let Some(shadow) = shadow {

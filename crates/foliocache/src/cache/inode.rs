@@ -59,11 +59,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::ops::Range;
 use std::path::PathBuf;
 
+use super::budget::{Eviction, EvictionReason};
+use super::core::Core;
 use super::error::CacheError;
 use super::stats::Event;
-use super::CacheInner;
 use crate::io::{Backing, FileAttrs, RunError};
 use crate::mm::filemap::AddressSpace;
 use crate::mm::folio::PAGE_SIZE;
@@ -213,7 +215,7 @@ impl Icache {
 pub(crate) struct Inode {
     /// The cache, for the counters an eviction folds in (weak: the inode cache holds
     /// mappings, so a strong reference would be a cycle).
-    pub(crate) cache: std::sync::Weak<CacheInner>,
+    pub(crate) cache: std::sync::Weak<dyn std::ops::Deref<Target = Core> + Send + Sync>,
     /// Inode id stored in every folio of this file (`folio->mapping`).
     pub(crate) id: u64,
     /// The path given to the `open` that created the inode (error messages).
@@ -281,7 +283,7 @@ impl Inode {
     /// issued since the last look nor while this one looked (`wb_seq`); a foreign write that
     /// lands while the cache is writing the same file back goes unnoticed (documented at
     /// `FolioCache::open`).
-    pub(crate) fn revalidate(&self, c: &CacheInner) -> io::Result<bool> {
+    pub(crate) fn revalidate(&self, c: &Core) -> io::Result<bool> {
         // Writers hold `i_rwsem` from before they insert a page until it is dirty: holding it
         // here, the dirty check below cannot miss a write in progress.
         let _w = self.i_rwsem.lock();
@@ -318,7 +320,7 @@ impl Inode {
             self,
             0..was.size.div_ceil(PAGE_SIZE as u64),
             dropped.pages_freed + dropped.busy,
-            super::EvictionReason::Invalidate,
+            EvictionReason::Invalidate,
         );
         Ok(true)
     }
@@ -367,7 +369,7 @@ impl Drop for Inode {
                 0..self.nr_pages(),
                 // Pinned folios were detached: they left the cache too.
                 dropped.pages_freed + dropped.busy,
-                super::EvictionReason::InodeEviction,
+                EvictionReason::InodeEviction,
             );
         }
     }
@@ -494,4 +496,27 @@ struct Latch {
     index: u64,
     handle: u64,
     thread: std::thread::ThreadId,
+}
+
+/// The budget's side of an inode: the eviction listener's record names the file.
+impl Core {
+    /// An eviction of `mapping`'s pages `pages` (`nr_pages` of them freed) for `reason`.
+    pub(crate) fn note_eviction(
+        &self,
+        m: &Inode,
+        pages: Range<u64>,
+        nr_pages: u64,
+        reason: EvictionReason,
+    ) {
+        if !self.budget.listening() {
+            return;
+        }
+        self.budget.note(Eviction {
+            path: m.path.clone(),
+            dev_ino: m.key.map(|k| (k.dev, k.ino)),
+            pages,
+            nr_pages,
+            reason,
+        });
+    }
 }

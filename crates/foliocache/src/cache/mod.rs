@@ -117,6 +117,7 @@
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
 //! choice ([`Experiment::strategy`](crate::mm::Experiment::strategy)).
 
+mod balloon;
 mod budget;
 mod config;
 mod core;
@@ -214,8 +215,6 @@ pub(crate) struct CacheInner {
     flusher: std::sync::OnceLock<Arc<flusher::Flusher>>,
     /// Held by the one thread running the shadow-node shrinker.
     shadow_shrinker: Mutex<()>,
-    /// The balloon, the pin limit and the eviction listener (`cache/budget.rs`).
-    pub(crate) budget: budget::Budget,
 }
 
 impl std::ops::Deref for CacheInner {
@@ -297,10 +296,10 @@ impl FolioCache {
                     sb_err: crate::mm::writeback::SbErr::default(),
                     fsize_limit: AtomicU64::new(limits::rlimit_fsize()),
                     kswapd,
+                    budget,
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
-                budget,
             }),
         };
         cache.inner.init_balloon(budget_pages)?;
@@ -316,7 +315,7 @@ impl FolioCache {
                             c.lru.balance(&c.arena, c, wm);
                             c.shrink_slab();
                         },
-                        CacheInner::deliver,
+                        |c| c.deliver(),
                     )
                 })
                 .map_err(CacheError::Spawn)?;
@@ -481,7 +480,10 @@ impl FolioCache {
             self.inner.lru.shadow_nodes().clone(),
         );
         let m = Arc::new(Inode {
-            cache: Arc::downgrade(&self.inner),
+            cache: {
+                let weak: std::sync::Weak<CacheInner> = Arc::downgrade(&self.inner);
+                weak
+            },
             id: pages.mapping_id(),
             path,
             key,
@@ -881,17 +883,6 @@ impl CacheInner {
         drop(_one);
         drop(live);
         freed
-    }
-
-    /// The out-of-memory error for a read that needed `needed_pages` at once (and counts it).
-    pub(crate) fn out_of_memory(&self, needed_pages: usize) -> CacheError {
-        self.counters.inc(Event::OutOfMemory);
-        let a = self.arena.stats();
-        CacheError::OutOfMemory {
-            needed_pages,
-            free_pages: a.free_pages,
-            budget_pages: self.budget_pages(),
-        }
     }
 }
 
