@@ -23,10 +23,11 @@
 
 use std::time::{Duration, Instant};
 
+use super::core::Core;
 use super::inode::Inode;
 use super::worker::Worker;
 use super::writeback::writeback_mapping;
-use super::CacheInner;
+use crate::mm::sync::Arc;
 use crate::mm::writeback::{SyncMode, WB_BACKGROUND_CHUNK};
 
 /// The flusher: its [`Worker`] and its two intervals.
@@ -50,20 +51,24 @@ impl Flusher {
         self.worker.kick();
     }
 
-    /// The thread's loop: sleep, then the passes, while the cache lives.
-    pub(crate) fn run(&self, cache: std::sync::Weak<CacheInner>) {
+    /// The thread's loop: sleep, then the passes over the files `live` lists (the cache's live
+    /// files, `CacheInner::live_mappings`), while the cache lives.
+    pub(crate) fn run<C: std::ops::Deref<Target = Core>>(
+        &self,
+        cache: std::sync::Weak<C>,
+        live: impl Fn(&C) -> Vec<Arc<Inode>>,
+    ) {
         self.worker.run(self.interval, cache, |c| {
             let _busy = self.worker.busy.lock();
-            flush_pass(c, self.expire);
+            flush_pass(c, live(c), self.expire);
         });
     }
 }
 
 /// One wake-up's work: the kupdate pass, then the background pass.
-pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
+pub(crate) fn flush_pass(c: &Core, live: Vec<Arc<Inode>>, expire: Duration) {
     let now = Instant::now();
-    let mut dirty: Vec<_> = c
-        .live_mappings()
+    let mut dirty: Vec<_> = live
         .into_iter()
         .filter_map(|m| m.mapping.wb.dirtied_when().map(|t| (t, m)))
         .collect();
@@ -82,7 +87,7 @@ pub(crate) fn flush_pass(c: &CacheInner, expire: Duration) {
 /// Background passes over `m` while `more()` says so and a pass wrote a whole chunk (a pass
 /// stops after `WB_BACKGROUND_CHUNK` pages, so that a sync waiting for the file gets its
 /// turn between two); a file another pass has, or one a sync waits for, is left to it.
-fn write_chunks(c: &CacheInner, m: &Inode, more: impl Fn() -> bool) {
+fn write_chunks(c: &Core, m: &Inode, more: impl Fn() -> bool) {
     while more() {
         let out = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
         if out.busy || out.pages < WB_BACKGROUND_CHUNK {

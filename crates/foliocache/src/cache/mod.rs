@@ -777,7 +777,7 @@ impl CacheInner {
             // limit and eviction still write everything back.
             let _ = std::thread::Builder::new()
                 .name("foliocache-flush".into())
-                .spawn(move || t.run(weak));
+                .spawn(move || t.run(weak, |c: &CacheInner| c.live_mappings()));
             f
         });
         if self.dirty.dirty() >= self.dirty.background() {

@@ -6,7 +6,7 @@
 use super::core::Core;
 use super::inode::Inode;
 use super::stats::Event;
-use super::CacheInner;
+use crate::mm::sync::Arc;
 use crate::mm::writeback::{self, SyncMode, WbOutcome};
 
 /// One writeback pass over the pages `first..=last` of `m` (the file's writer backing), with
@@ -39,8 +39,9 @@ pub(crate) fn writeback_mapping(
 /// folios back in this thread, this file's first, then other files', until the count is
 /// under the background threshold, and tries again. A file another pass is writing back
 /// already is left to it; if every dirty file is, the writer sleeps until those passes have
-/// made room (the flusher's I/O then overlaps this writer's copies).
-pub(super) fn balance_dirty_pages(c: &CacheInner, m: &Inode) {
+/// made room (the flusher's I/O then overlaps this writer's copies). `live` lists the cache's
+/// live files (`CacheInner::live_mappings`), looked at again at each round.
+pub(super) fn balance_dirty_pages(c: &Core, m: &Inode, live: impl Fn() -> Vec<Arc<Inode>>) {
     let acct = &c.dirty;
     if acct.try_reserve(1) {
         return;
@@ -48,7 +49,7 @@ pub(super) fn balance_dirty_pages(c: &CacheInner, m: &Inode) {
     c.counters.inc(Event::DirtyThrottled);
     loop {
         let mut wrote = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background).pages;
-        for other in c.live_mappings() {
+        for other in live() {
             if acct.dirty() < acct.background() {
                 break;
             }
