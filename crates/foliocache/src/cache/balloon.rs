@@ -6,8 +6,8 @@ use super::budget::{pin_limit, Budget, EvictionListener, EvictionReason};
 use super::core::Core;
 use super::error::{BudgetError, CacheError};
 use super::inode::Inode;
+use super::sb::{CacheInner, FolioCache};
 use super::stats::Event;
-use super::{CacheInner, FolioCache};
 use crate::mm::folio::{PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Ordering;
 

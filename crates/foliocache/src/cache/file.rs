@@ -8,9 +8,10 @@ use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
 
+use super::error::CacheError;
 use super::inode::Inode;
+use super::sb::CacheInner;
 use super::stats::Event;
-use super::{CacheError, CacheInner};
 use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, PAGE_SHIFT};
 use crate::mm::rcu::RcuReadGuard;
@@ -423,7 +424,7 @@ impl CachedFile {
             &m,
             first..last + 1,
             out.pages_freed,
-            super::EvictionReason::Invalidate,
+            super::budget::EvictionReason::Invalidate,
         );
         drop(m);
         c.deliver();

@@ -5,10 +5,10 @@
 use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
+use super::sb::CacheInner;
 use super::stats::Event;
 use super::write::{lookup_stable, swap_in, write_end};
 use super::writeback::balance_dirty_pages;
-use super::CacheInner;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Arc;
 use crate::mm::writeback;

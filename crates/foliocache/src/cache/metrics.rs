@@ -14,7 +14,8 @@
 
 use std::collections::HashSet;
 
-use super::{CacheStats, FolioCache};
+use super::sb::FolioCache;
+use super::stats::CacheStats;
 use crate::mm::lru::{LruStats, WorkingsetStats};
 
 /// The prefix of every metric name.

@@ -21,8 +21,8 @@
 
 use super::error::CacheError;
 use super::inode::Inode;
+use super::sb::CacheInner;
 use super::stats::Event;
-use super::CacheInner;
 use crate::mm::folio::flags::{PG_ACTIVE, PG_DIRTY, PG_WORKINGSET, PG_WRITEBACK};
 use crate::mm::folio::{FolioLocked, PAGE_SIZE};
 

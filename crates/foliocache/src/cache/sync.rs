@@ -99,7 +99,7 @@ impl CachedFile {
     }
 }
 
-impl super::FolioCache {
+impl super::sb::FolioCache {
     /// `syncfs(2)`: writes back every file's dirty pages, waits for them, and syncs every
     /// file the cache may write (`fsync`, `sync_filesystem`); then returns the first
     /// writeback or sync error recorded for any file since the previous `sync_all` (or since

@@ -9,10 +9,10 @@
 use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
+use super::sb::CacheInner;
 use super::split::split_across;
 use super::stats::Event;
 use super::write::modify_cached;
-use super::CacheInner;
 use crate::mm::folio::{PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Ordering;
 use crate::mm::writeback;
@@ -75,7 +75,7 @@ impl CachedFile {
                 &m,
                 cut..old_pages.max(cut),
                 out.pages_freed + out.busy,
-                super::EvictionReason::Truncate,
+                super::budget::EvictionReason::Truncate,
             );
         }
         // ORDERING: SeqCst; revalidation's loads around its `fstat` pair with it.

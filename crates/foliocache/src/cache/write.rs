@@ -54,10 +54,10 @@
 use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
+use super::sb::CacheInner;
 use super::split::split_folio_at;
 use super::stats::Event;
 use super::writeback::balance_dirty_pages;
-use super::CacheInner;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::index::AddError;
 use crate::mm::sync::{Arc, Ordering};
