@@ -13,7 +13,9 @@
 //! (`crate::Variant`, `crate::PAGE_SIZE`) counts as a path to the module it re-exports.
 //!
 //! And no two files reach each other through such paths (an import circle), a `mod.rs`
-//! declaring and re-exporting its own children aside.
+//! declaring and re-exporting its own children aside; and no file of `cache/` imports from
+//! `cache/mod.rs` (its hub: an item it defines or re-exports), only from the file that
+//! defines the item (or through the crate root's re-exports).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -480,6 +482,32 @@ fn circles(sources: &[(PathBuf, String)]) -> Vec<BTreeSet<PathBuf>> {
     out
 }
 
+/// The paths by which a file of `cache/` imports back up from `cache/mod.rs` (anything that
+/// file holds, defined there or re-exported), as `file: path`.
+fn hub_imports(sources: &[(PathBuf, String)]) -> Vec<String> {
+    let modules: BTreeMap<Vec<String>, PathBuf> = sources
+        .iter()
+        .map(|(rel, _)| (unit_of_file(rel).1, rel.clone()))
+        .collect();
+    let hub = Path::new("cache/mod.rs");
+    let mut bad = Vec::new();
+    for (rel, src) in sources {
+        if !rel.starts_with("cache") || rel == hub {
+            continue;
+        }
+        let (_, module) = unit_of_file(rel);
+        for p in paths(src, &module) {
+            // `crate::cache` alone names the module, not an item of its file.
+            if p.len() > 1 && file_of(&p, &modules).is_some_and(|f| f == hub) {
+                bad.push(format!("{}: crate::{}", rel.display(), p.join("::")));
+            }
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    bad
+}
+
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
@@ -530,6 +558,39 @@ fn the_checker_sees_an_import_circle() {
             .any(|c| c.contains(Path::new("cache/file.rs"))
                 && c.contains(Path::new("cache/write.rs"))),
         "{found:?}"
+    );
+}
+
+#[test]
+fn no_file_of_the_cache_imports_from_its_hub() {
+    let bad = hub_imports(&library());
+    assert!(
+        bad.is_empty(),
+        "imports back up from cache/mod.rs:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_an_import_from_the_hub() {
+    let mut lib = library();
+    // A grouped `use` through the hub, and an inline path to a re-export: both go back up.
+    let latch = lib
+        .iter_mut()
+        .find(|(p, _)| p == Path::new("cache/latch.rs"))
+        .unwrap();
+    latch.1 = format!(
+        "use super::{{CacheInner, inode::Inode}};\n{}\nfn up() {{ crate::cache::FolioCache::new(); }}\n",
+        latch.1
+    );
+    let bad = hub_imports(&lib);
+    assert_eq!(
+        bad,
+        [
+            "cache/latch.rs: crate::cache::CacheInner",
+            "cache/latch.rs: crate::cache::FolioCache::new",
+        ],
+        "{bad:?}"
     );
 }
 
