@@ -260,7 +260,7 @@ impl FolioCache {
     }
 
     /// Sets (or, with `None`, removes) the eviction listener: a function told of pages that left
-    /// the cache, with the file, the pages and the reason ([`Eviction`]).
+    /// the cache, with the file, the pages and the reason ([`Eviction`](super::budget::Eviction)).
     ///
     /// The listener is called after the eviction, by the thread whose call evicted (a read, pin
     /// or write that reclaimed, `invalidate`, `set_len`, `set_budget`, `drop_caches`, `open`

@@ -7,7 +7,8 @@
 //!
 //! Outermost first; a thread holding a lock of one row takes only locks of later rows. (Checked
 //! against the code: `write.rs`, `truncate.rs`, `sync.rs`, `latch.rs` for writes, truncation,
-//! syncs and latches, `inode.rs` for revalidation, `file.rs` for the read path,
+//! syncs and latches, `inode.rs` for revalidation, `file.rs` for the read path, `sb.rs` for
+//! `iput`, allocation and reclaim's evictions, `balloon.rs` for the balloon,
 //! `mm/readahead` for fills, `mm/writeback` for passes, `mm/index` and `mm/lru` for their
 //! own.)
 //!
@@ -22,9 +23,13 @@
 //! | 7 | LRU: per-CPU batch lock, then the lruvec lock | [`crate::mm::lru`] | no index or folio lock is taken under either (reclaim drops the lruvec lock before it touches an index, and takes folio locks by trylock only) |
 //!
 //! Leaf locks, under which nothing else is taken: the latch table's mutex, the writer slot
-//! (`AddressSpace::writer`), the inode cache (`icache`: an evicted inode is dropped after it
-//! is released), the live-mapping map, a handle's readahead state and error sample, the
-//! throttle's mutex (`DirtyAccount`), the cache-wide error sequence's sample. Waiting for a
+//! (`AddressSpace::writer`), the inode cache (`icache`, `sb.rs`: an evicted inode is dropped
+//! after it is released), the live-mapping map (`sb.rs`), a handle's readahead state and
+//! error sample, the throttle's mutex (`DirtyAccount`), the cache-wide error sequence's
+//! sample, the budget's listener and pending-eviction mutexes (`budget.rs`: the listener is
+//! called with none held). Two mutexes sit outside the rows, each serializing one job: the
+//! balloon's `resize` (`balloon.rs`), taken by `set_budget` with no other lock held, and the
+//! shadow-node shrinker's (`sb.rs`), taken by trylock only. Waiting for a
 //! folio's writeback to end (`folio_wait_stable`, truncation, an integrity pass meeting a
 //! folio already under writeback) is not a lock: the write it waits for needs no lock, and a
 //! pass takes no folio lock after it starts a folio's writeback.
@@ -33,7 +38,9 @@
 //!
 //! | file | what it holds | kernel |
 //! |---|---|---|
-//! | `mod.rs` | [`FolioCache`] and its shared state (`CacheInner`): open, drop_caches, statistics, validate; the allocation hook; the hosts the mechanisms call back through (`RaHost`, `WbHost`, `Evict`) | `fs/super.c` |
+//! | `mod.rs` | [`FolioCache`]'s public calls: open, drop_caches, statistics, validate; the map of the files below (none of which imports from it) | `fs/super.c`, `fs/open.c` |
+//! | `core.rs` | the core of the shared state (`Core`): configuration, arena, LRU, counters, dirty accounting, RCU domain, the reclaimer's doorbell, the budget's state; what follows an insertion, marking accesses, the [`WbHost`](crate::mm::writeback::WbHost) the mechanisms call back through. Imports only leaves (`config`, `error`, `stats`, `budget`, `kswapd`) and `mm` | `pglist_data`, the superblock's counters |
+//! | `sb.rs` | [`FolioCache`] and the whole shared state (`CacheInner`: the inode cache, the live mappings, the flusher, over its `Core`): `iput`, the allocation hook, the [`RaHost`](crate::mm::readahead::RaHost) and [`Evict`](crate::mm::lru::Evict) hosts (reclaim finds a folio's file through the live mappings), the shadow-node shrinker, the writeback at drop. Imports the core, the inode, the flusher and one writeback pass | `struct super_block` |
 //! | `inode.rs` | the inode ([`Inode`]: identity, path, users, attributes, `i_rwsem`, page latches; owns its [`AddressSpace`](crate::mm::filemap::AddressSpace)), revalidation, and the inode cache: one inode per (device, inode number), kept after the last close up to a limit | `fs/inode.c` |
 //! | `file.rs` | the handle and the read path | `struct file`, `filemap_read`, `filemap_get_pages` |
 //! | `guard.rs`, `range.rs` | pinned folios, and pinned byte ranges over folios of any size | `folio_get`/`folio_put` |
@@ -42,8 +49,8 @@
 //! | `sync.rs` | `sync_data`, `sync_all`, `sync_range`, [`FolioCache::sync_all`], error reporting | `fs/sync.c` |
 //! | `writeback.rs` | one writeback pass over an inode, the dirty throttle's entry | `mm/page-writeback.c` |
 //! | `latch.rs` | the writable latch, [`FolioMut`] | a buffer manager's page latch |
-//! | `worker.rs`, `kswapd.rs`, `flusher.rs` | the background threads: one small thread type (a doorbell, a timed sleep, a round of work while the cache lives), the reclaimer and the flusher | `kswapd`, `wb_workfn` |
-//! | `budget.rs`, `limits.rs` | the budget at run time, the pin share, the uncached read, the eviction listener; file size limits | `balloon`, `generic_write_check_limits` |
+//! | `worker.rs`, `kswapd.rs`, `flusher.rs` | the background threads: one small thread type (a doorbell, a timed sleep, a round of work while the cache lives), the reclaimer and the flusher; none names the shared state (their rounds take the core, and what needs more is passed in by `sb.rs`) | `kswapd`, `wb_workfn` |
+//! | `budget.rs`, `balloon.rs`, `limits.rs` | the budget's state and the eviction listener's queue (a leaf); the budget at run time, the pin share, the uncached read; file size limits | `balloon`, `generic_write_check_limits` |
 //! | `config.rs`, `error.rs`, `stats.rs`, `metrics.rs`, `cursor.rs` | settings, errors, counters, their export, a `Read`/`Write` stream | `vmstat` |
 //!
 //! # What it models
