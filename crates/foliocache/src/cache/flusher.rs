@@ -51,8 +51,9 @@ impl Flusher {
         self.worker.kick();
     }
 
-    /// The thread's loop: sleep, then the passes over the files `live` lists (the cache's live
-    /// files, `CacheInner::live_mappings`), while the cache lives.
+    /// The thread's loop: sleep, then the passes over the files `live` lists (the cache's
+    /// dirty files, oldest dirtied first: `CacheInner::dirty_inodes`, `b_dirty`), while the
+    /// cache lives.
     pub(crate) fn run<C: std::ops::Deref<Target = Core>>(
         &self,
         cache: std::sync::Weak<C>,
@@ -72,7 +73,8 @@ pub(crate) fn flush_pass(c: &Core, live: Vec<Arc<Inode>>, expire: Duration) {
         .into_iter()
         .filter_map(|m| m.mapping.wb.dirtied_when().map(|t| (t, m)))
         .collect();
-    // The longest dirty first (`b_dirty` is kept in `dirtied_when` order).
+    // The longest dirty first (the list is kept in `dirtied_when` order; sorted again in
+    // case a file was cleaned and dirtied again since the snapshot).
     dirty.sort_by_key(|(t, _)| *t);
     for (t, m) in &dirty {
         if now.duration_since(*t) >= expire {

@@ -359,6 +359,8 @@ impl Drop for Inode {
         let dirty = self.mapping.wb.nr_dirty();
         let dropped = self.mapping.pages.truncate(0, u64::MAX);
         if let Some(c) = self.cache.upgrade() {
+            // Dirty pages that go with the file take it off the dirty-file list.
+            c.dirty.file_dropped(&self.mapping.wb);
             // Pages still dirty here could not be written back (a failure kept them dirty):
             // they leave the accounting with the file.
             c.dirty.unreserve(dirty);

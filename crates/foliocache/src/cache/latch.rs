@@ -222,7 +222,7 @@ impl FolioMut<'_> {
         }
         // Reserve the page's dirtiness as a write does (no folio lock held: the pass this may
         // run writes the old page like any other).
-        balance_dirty_pages(&c, &m, || c.live_mappings());
+        balance_dirty_pages(&c, &m, || c.dirty_inodes());
         {
             // `i_rwsem`, as a write's: revalidation must not miss a page being dirtied.
             let _w = m.i_rwsem.lock();

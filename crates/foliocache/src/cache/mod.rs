@@ -19,7 +19,7 @@
 //! | 3 | the attributes seen at the last look (`attrs`) | inode | revalidation only, which takes `invalidate_lock` under it |
 //! | 4 | `invalidate_lock` (shared by fills, exclusive by truncation) **or** `I_SYNC` (one writeback pass per file) | address space | fills from their insertion to the end of their reads; `set_len` and revalidation around the size change and the cut; writeback passes. The two are never held together |
 //! | 5 | folio lock | folio | fills (inserted locked), `write_begin`..`write_end`, truncation, writeback's start, reclaim (trylock only) |
-//! | 6 | index lock (`xa_lock`) and the writeback tags' mutex | index; address space | insertion, deletion, replacement, eviction; tag changes, always under the folio lock |
+//! | 6 | index lock (`xa_lock`) and the writeback tags' mutex | index; address space | insertion, deletion, replacement, eviction; tag changes, always under the folio lock; a file's first or last DIRTY tag takes the dirty-file list's mutex (`b_dirty`, a leaf) under the tags' mutex |
 //! | 7 | LRU: per-CPU batch lock, then the lruvec lock | [`crate::mm::lru`] | no index or folio lock is taken under either (reclaim drops the lruvec lock before it touches an index, and takes folio locks by trylock only) |
 //!
 //! Leaf locks, under which nothing else is taken: the latch table's mutex, the writer slot
@@ -602,6 +602,22 @@ impl FolioCache {
             return Err(format!(
                 "the cache counts {} dirty pages, its files hold {total}",
                 c.dirty.dirty()
+            ));
+        }
+        // The dirty-file list (`b_dirty`) names exactly the files with dirty pages.
+        let mut listed = c.dirty.dirty_files();
+        listed.sort_unstable();
+        let mut dirty_files: Vec<u64> = c
+            .live_mappings()
+            .iter()
+            .filter(|m| m.mapping.wb.nr_dirty() > 0)
+            .map(|m| m.id)
+            .collect();
+        dirty_files.sort_unstable();
+        if listed != dirty_files {
+            return Err(format!(
+                "the dirty-file list names files {listed:?}, the files with dirty pages are \
+                 {dirty_files:?}"
             ));
         }
         let (charged, writeback) = (c.dirty.charged(), c.dirty.writeback());

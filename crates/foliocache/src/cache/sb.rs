@@ -167,7 +167,7 @@ impl CacheInner {
             // limit and eviction still write everything back.
             let _ = std::thread::Builder::new()
                 .name("foliocache-flush".into())
-                .spawn(move || t.run(weak, |c: &CacheInner| c.live_mappings()));
+                .spawn(move || t.run(weak, |c: &CacheInner| c.dirty_inodes()));
             f
         });
         if self.dirty.dirty() >= self.dirty.background() {
@@ -189,6 +189,16 @@ impl CacheInner {
                 self.counters.inc(Event::WritebackErrors);
             }
         }
+    }
+
+    /// The files with dirty pages, oldest dirtied first (the dirty-file list, `b_dirty`): what
+    /// the flusher and a throttled writer walk instead of every live file.
+    pub(crate) fn dirty_inodes(&self) -> Vec<Arc<Inode>> {
+        let ids = self.dirty.dirty_files();
+        let live = self.live.lock();
+        ids.iter()
+            .filter_map(|id| live.get(id).and_then(|w| w.upgrade()))
+            .collect()
     }
 
     /// Every mapping alive now (open or cached), for statistics and `drop_caches`.

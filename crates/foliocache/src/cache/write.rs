@@ -273,7 +273,7 @@ impl CachedFile {
             let within = (at & (PAGE_SIZE as u64 - 1)) as usize;
             let n = (PAGE_SIZE - within).min((end - at) as usize);
             let src = &buf[(at - pos) as usize..][..n];
-            balance_dirty_pages(c, m, || c.live_mappings());
+            balance_dirty_pages(c, m, || c.dirty_inodes());
             match write_page(c, m, index, within, src) {
                 Ok(()) => at += n as u64,
                 Err(e) => {

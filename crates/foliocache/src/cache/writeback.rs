@@ -40,7 +40,8 @@ pub(crate) fn writeback_mapping(
 /// under the background threshold, and tries again. A file another pass is writing back
 /// already is left to it; if every dirty file is, the writer sleeps until those passes have
 /// made room (the flusher's I/O then overlaps this writer's copies). `live` lists the cache's
-/// live files (`CacheInner::live_mappings`), looked at again at each round.
+/// dirty files, oldest dirtied first (`CacheInner::dirty_inodes`, the dirty-file list),
+/// looked at again at each round.
 pub(super) fn balance_dirty_pages(c: &Core, m: &Inode, live: impl Fn() -> Vec<Arc<Inode>>) {
     let acct = &c.dirty;
     if acct.try_reserve(1) {

@@ -96,13 +96,17 @@ impl AddressSpace {
         size: u64,
         max_order: u32,
     ) -> AddressSpace {
+        let id = pages.mapping_id();
         AddressSpace {
             pages,
             size: AtomicU64::new(size),
             disk_size: AtomicU64::new(size),
             backing,
             writer: Mutex::new(None),
-            wb: WbState::default(),
+            wb: WbState {
+                id,
+                ..WbState::default()
+            },
             wb_seq: AtomicU64::new(0),
             invalidate_lock: RwLock::new(()),
             large_folios: AtomicBool::new(true),
@@ -169,6 +173,8 @@ pub(crate) struct Tags {
 /// exclusion of its writeback passes (`I_SYNC`).
 #[derive(Debug, Default)]
 pub(crate) struct WbState {
+    /// The address space's id (`folio->mapping`), naming it on the cache's dirty-file list.
+    pub(crate) id: u64,
     pub(crate) tags: Mutex<Tags>,
     /// `mapping->wb_err`.
     pub(crate) err: ErrSeq,
@@ -203,11 +209,9 @@ impl WbState {
 
     /// When the file went from clean to dirty, if it is dirty (`inode->dirtied_when`).
     pub(crate) fn dirtied_when(&self) -> Option<std::time::Instant> {
-        let mut t = self.tags.lock();
-        if t.dirty.is_empty() {
-            t.dirtied_when = None;
-        }
-        t.dirtied_when
+        // Set with the first DIRTY tag and taken with the last (`writeback::tag_dirty`,
+        // `untag_dirty`), which keep the cache's dirty-file list with it.
+        self.tags.lock().dirtied_when
     }
 
     /// The dirty or writeback pages from page `first` on (truncation's work list).

@@ -103,6 +103,7 @@
 /// first path stays valid.
 pub use crate::mm::errseq;
 
+use std::collections::BTreeSet;
 use std::io::{self, IoSlice};
 
 use crate::io::Backing;
@@ -188,6 +189,12 @@ pub(crate) struct DirtyAccount {
     throttled: AtomicU32,
     throttle: Mutex<()>,
     room: Condvar,
+    /// `wb->b_dirty`: the files with dirty pages, by when each went from clean to dirty
+    /// (oldest first), named by their address space's id. A file joins when its first page
+    /// is tagged DIRTY and leaves when its last DIRTY tag goes ([`tag_dirty`],
+    /// [`untag_dirty`], under the file's tag mutex: this mutex nests inside it and is a
+    /// leaf), or when it is evicted dirty ([`DirtyAccount::file_dropped`]).
+    files: Mutex<BTreeSet<(std::time::Instant, u64)>>,
 }
 
 impl DirtyAccount {
@@ -204,6 +211,7 @@ impl DirtyAccount {
             throttled: AtomicU32::new(0),
             throttle: Mutex::new(()),
             room: Condvar::new(),
+            files: Mutex::new(BTreeSet::new()),
         };
         a.set_budget(budget_pages, ratio_pct, background_pct);
         a
@@ -398,11 +406,46 @@ pub(crate) fn mark_dirty_reserved(folio: &FolioLocked<'_>, wb: &WbState, acct: &
         return;
     }
     let mut t = wb.tags.lock();
+    tag_dirty(&mut t, folio.index(), wb, acct);
+}
+
+/// Tags page `index` DIRTY; a file's first dirty page puts it on the dirty-file list
+/// (`__mark_inode_dirty`: its dirty age starts now). The caller holds the tag mutex.
+pub(crate) fn tag_dirty(t: &mut Tags, index: u64, wb: &WbState, acct: &DirtyAccount) {
     if t.dirty.is_empty() {
-        // `__mark_inode_dirty`: the file's dirty age starts now.
-        t.dirtied_when = Some(std::time::Instant::now());
+        let now = std::time::Instant::now();
+        t.dirtied_when = Some(now);
+        acct.files.lock().insert((now, wb.id));
     }
-    t.dirty.insert(folio.index());
+    t.dirty.insert(index);
+}
+
+/// Untags page `index` (DIRTY and TOWRITE); a file's last dirty page takes it off the
+/// dirty-file list. The caller holds the tag mutex.
+pub(crate) fn untag_dirty(t: &mut Tags, index: u64, wb: &WbState, acct: &DirtyAccount) {
+    t.towrite.remove(&index);
+    if t.dirty.remove(&index) && t.dirty.is_empty() {
+        if let Some(when) = t.dirtied_when.take() {
+            acct.files.lock().remove(&(when, wb.id));
+        }
+    }
+}
+
+impl DirtyAccount {
+    /// The files with dirty pages, oldest dirtied first (`b_dirty`): their address spaces'
+    /// ids, a snapshot.
+    pub(crate) fn dirty_files(&self) -> Vec<u64> {
+        self.files.lock().iter().map(|&(_, id)| id).collect()
+    }
+
+    /// A file evicted with dirty pages (a deleted file, or one whose writeback failed and
+    /// kept them) leaves the dirty-file list.
+    pub(crate) fn file_dropped(&self, wb: &WbState) {
+        let mut t = wb.tags.lock();
+        if let Some(when) = t.dirtied_when.take() {
+            self.files.lock().remove(&(when, wb.id));
+        }
+    }
 }
 
 /// `folio_cancel_dirty` (truncation) and the dirty hand-over of a replaced folio: clears
@@ -413,8 +456,7 @@ pub(crate) fn cancel_dirty(folio: &FolioLocked<'_>, wb: &WbState, acct: &DirtyAc
         return false;
     }
     let mut t = wb.tags.lock();
-    t.dirty.remove(&folio.index());
-    t.towrite.remove(&folio.index());
+    untag_dirty(&mut t, folio.index(), wb, acct);
     drop(t);
     acct.sub_dirty(folio.nr_pages() as u64);
     true
@@ -677,8 +719,7 @@ fn prepare_writeback<'a>(
         // Wholly past EOF (a truncation is cutting it): nothing of it belongs in the file.
         folio.clear_flag(PG_DIRTY);
         let mut tags = t.wb.tags.lock();
-        tags.dirty.remove(&index);
-        tags.towrite.remove(&index);
+        untag_dirty(&mut tags, index, t.wb, t.acct);
         drop(tags);
         t.acct.sub_dirty(nr);
         return None;
@@ -687,8 +728,7 @@ fn prepare_writeback<'a>(
     folio.set_flag(PG_WRITEBACK);
     {
         let mut tags = t.wb.tags.lock();
-        tags.dirty.remove(&index);
-        tags.towrite.remove(&index);
+        untag_dirty(&mut tags, index, t.wb, t.acct);
         tags.writeback.insert(index);
     }
     t.acct.start_writeback(nr);
@@ -739,10 +779,7 @@ fn submit(t: &Wbc<'_>, run: Run<'_>, out: &mut WbOutcome) {
             // cancels this dirtiness if the page goes away meanwhile.
             let mut tags = t.wb.tags.lock();
             if folio.mapping() == t.pages.mapping_id() {
-                if tags.dirty.is_empty() {
-                    tags.dirtied_when = Some(std::time::Instant::now());
-                }
-                tags.dirty.insert(folio.index());
+                tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
                 drop(tags);
                 t.acct.redirty_from_writeback(folio.nr_pages() as u64);
                 kept = true;
@@ -832,5 +869,43 @@ pub(crate) fn wait_writeback_range(m: &AddressSpace, start: u64, end: u64) {
         if let Some(f) = m.pages.lookup(index) {
             f.wait_writeback();
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dirty_file_list_holds_the_dirty_files_oldest_first() {
+        let acct = DirtyAccount::new(100, 20, 10);
+        let a = WbState {
+            id: 1,
+            ..WbState::default()
+        };
+        let b = WbState {
+            id: 2,
+            ..WbState::default()
+        };
+        let tag = |wb: &WbState, i| tag_dirty(&mut wb.tags.lock(), i, wb, &acct);
+        let untag = |wb: &WbState, i| untag_dirty(&mut wb.tags.lock(), i, wb, &acct);
+        tag(&a, 5);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        tag(&b, 0);
+        tag(&b, 1);
+        tag(&a, 6);
+        assert_eq!(acct.dirty_files(), [1, 2], "a was dirtied first");
+        untag(&a, 5);
+        assert_eq!(acct.dirty_files(), [1, 2], "a still has page 6");
+        untag(&a, 6);
+        assert_eq!(acct.dirty_files(), [2]);
+        assert_eq!(a.dirtied_when(), None);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        tag(&a, 7);
+        assert_eq!(acct.dirty_files(), [2, 1], "dirtied again: the newest");
+        acct.file_dropped(&b);
+        assert_eq!(acct.dirty_files(), [1]);
+        untag(&a, 7);
+        assert!(acct.dirty_files().is_empty());
     }
 }
