@@ -21,14 +21,14 @@
 //! The thread starts with the first write to the cache (a read-only cache never has one),
 //! holds only a weak reference on the cache, and exits when the cache goes away.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::core::Core;
 use super::inode::Inode;
 use super::worker::Worker;
-use super::writeback::writeback_mapping;
+use super::writeback::DirtyHost;
 use crate::mm::sync::Arc;
-use crate::mm::writeback::{SyncMode, WB_BACKGROUND_CHUNK};
+use crate::mm::writeback::balance;
 
 /// The flusher: its [`Worker`] and its two intervals.
 pub(crate) struct Flusher {
@@ -61,39 +61,11 @@ impl Flusher {
     ) {
         self.worker.run(self.interval, cache, |c| {
             let _busy = self.worker.busy.lock();
-            flush_pass(c, live(c), self.expire);
+            let host = DirtyHost {
+                core: c,
+                live: || live(c),
+            };
+            balance::flush_pass(&host, self.expire);
         });
-    }
-}
-
-/// One wake-up's work: the kupdate pass, then the background pass.
-pub(crate) fn flush_pass(c: &Core, live: Vec<Arc<Inode>>, expire: Duration) {
-    let now = Instant::now();
-    let mut dirty: Vec<_> = live
-        .into_iter()
-        .filter_map(|m| m.mapping.wb.dirtied_when().map(|t| (t, m)))
-        .collect();
-    // The longest dirty first (the list is kept in `dirtied_when` order; sorted again in
-    // case a file was cleaned and dirtied again since the snapshot).
-    dirty.sort_by_key(|(t, _)| *t);
-    for (t, m) in &dirty {
-        if now.duration_since(*t) >= expire {
-            write_chunks(c, m, || true);
-        }
-    }
-    for (_, m) in &dirty {
-        write_chunks(c, m, || c.dirty.dirty() >= c.dirty.background());
-    }
-}
-
-/// Background passes over `m` while `more()` says so and a pass wrote a whole chunk (a pass
-/// stops after `WB_BACKGROUND_CHUNK` pages, so that a sync waiting for the file gets its
-/// turn between two); a file another pass has, or one a sync waits for, is left to it.
-fn write_chunks(c: &Core, m: &Inode, more: impl Fn() -> bool) {
-    while more() {
-        let out = writeback_mapping(c, m, 0, u64::MAX, SyncMode::Background);
-        if out.busy || out.pages < WB_BACKGROUND_CHUNK {
-            break;
-        }
     }
 }

@@ -47,7 +47,7 @@
 //! | `write.rs` | writes and appends, [`OpenOptions`] | `generic_perform_write` (`mm/filemap.c`) |
 //! | `truncate.rs`, `split.rs` | `set_len`; splitting a large folio before a write or a cut inside it | `mm/truncate.c`, `split_folio` |
 //! | `sync.rs` | `sync_data`, `sync_all`, `sync_range`, [`FolioCache::sync_all`], error reporting | `fs/sync.c` |
-//! | `writeback.rs` | one writeback pass over an inode, the dirty throttle's entry | `mm/page-writeback.c` |
+//! | `writeback.rs` | one writeback pass over an inode with its effects on the cache, and the cache as the dirty-file passes of `mm::writeback` see it (the throttle's entry and the flusher's passes live there) | `mm/page-writeback.c` |
 //! | `latch.rs` | the writable latch, [`FolioMut`] | a buffer manager's page latch |
 //! | `worker.rs`, `kswapd.rs`, `flusher.rs` | the background threads: one small thread type (a doorbell, a timed sleep, a round of work while the cache lives), the reclaimer and the flusher; none names the shared state (their rounds take the core, and what needs more is passed in by `sb.rs`) | `kswapd`, `wb_workfn` |
 //! | `budget.rs`, `balloon.rs`, `limits.rs` | the budget's state and the eviction listener's queue (a leaf); the budget at run time, the pin share, the uncached read; file size limits | `balloon`, `generic_write_check_limits` |

@@ -104,6 +104,8 @@
 pub use crate::mm::errseq;
 
 use std::collections::BTreeSet;
+
+pub(crate) mod balance;
 use std::io::{self, IoSlice};
 
 use crate::io::Backing;
