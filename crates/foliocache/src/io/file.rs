@@ -72,28 +72,18 @@ impl Backing for FileBacking {
         if n == 0 {
             return Ok(0);
         }
-        let offset = libc::off_t::try_from(offset)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off_t"))?;
-        loop {
-            // SAFETY: `IoSlice` is guaranteed ABI-compatible with `struct iovec` on Unix; the
-            // first `n` entries are valid buffers borrowed for the call; the descriptor is open
-            // for the lifetime of `self.file`.
-            let r = unsafe {
-                libc::pwritev(
-                    self.file.as_raw_fd(),
-                    bufs.as_ptr().cast::<libc::iovec>(),
-                    n as libc::c_int,
-                    offset,
-                )
-            };
-            if r >= 0 {
-                return Ok(r as usize);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
+        let offset = off_t(offset)?;
+        // SAFETY: `IoSlice` is guaranteed ABI-compatible with `struct iovec` on Unix; the
+        // first `n` entries are valid buffers borrowed for the call; the descriptor is open for
+        // the lifetime of `self.file`.
+        retry_interrupted(|| unsafe {
+            libc::pwritev(
+                self.file.as_raw_fd(),
+                bufs.as_ptr().cast::<libc::iovec>(),
+                n as libc::c_int,
+                offset,
+            )
+        })
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -122,27 +112,38 @@ impl Backing for FileBacking {
         if n == 0 {
             return Ok(0);
         }
-        let offset = libc::off_t::try_from(offset)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off_t"))?;
-        loop {
-            // SAFETY: `IoSliceMut` is guaranteed ABI-compatible with `struct iovec` on Unix;
-            // the first `n` entries are valid, writable buffers borrowed mutably for the call;
-            // the descriptor is open for the lifetime of `self.file`.
-            let r = unsafe {
-                libc::preadv(
-                    self.file.as_raw_fd(),
-                    bufs.as_mut_ptr().cast::<libc::iovec>(),
-                    n as libc::c_int,
-                    offset,
-                )
-            };
-            if r >= 0 {
-                return Ok(r as usize);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+        let offset = off_t(offset)?;
+        // SAFETY: `IoSliceMut` is guaranteed ABI-compatible with `struct iovec` on Unix; the
+        // first `n` entries are valid, writable buffers borrowed mutably for the call; the
+        // descriptor is open for the lifetime of `self.file`.
+        retry_interrupted(|| unsafe {
+            libc::preadv(
+                self.file.as_raw_fd(),
+                bufs.as_mut_ptr().cast::<libc::iovec>(),
+                n as libc::c_int,
+                offset,
+            )
+        })
+    }
+}
+
+/// A file offset as `off_t`, or `InvalidInput` past its range.
+fn off_t(offset: u64) -> io::Result<libc::off_t> {
+    libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off_t"))
+}
+
+/// Runs a vectored system call until it is not interrupted (`EINTR`): its byte count, or its
+/// error.
+fn retry_interrupted(mut call: impl FnMut() -> isize) -> io::Result<usize> {
+    loop {
+        let r = call();
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }
