@@ -71,21 +71,18 @@ pub(crate) fn fs_max_bytes(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
     }
 }
 
-/// Which limit stopped a write.
-fn limit_name(c: &Core, m: &Inode) -> &'static str {
-    if c.fsize_limit.load(Ordering::Relaxed) <= m.max_bytes.load(Ordering::Relaxed) {
-        "the process's file size limit (RLIMIT_FSIZE)"
-    } else {
-        "the file system's largest file size"
-    }
+/// The limit a size check meets: its value and which one it is.
+struct Limit {
+    bytes: u64,
+    which: &'static str,
 }
 
-fn too_large(c: &Core, m: &Inode, size: u64, limit: u64) -> CacheError {
+fn too_large(m: &Inode, size: u64, limit: Limit) -> CacheError {
     CacheError::FileTooLarge {
         path: m.path.clone(),
         size,
-        limit,
-        which: limit_name(c, m),
+        limit: limit.bytes,
+        which: limit.which,
     }
 }
 
@@ -101,15 +98,25 @@ fn past_off_t(m: &Inode, what: &str, at: u64) -> CacheError {
 }
 
 impl Core {
-    /// The largest size file `m` may reach now: the smallest of the three limits.
-    pub(crate) fn size_limit(&self, m: &Inode) -> u64 {
+    /// The largest size file `m` may reach now: the smaller of the process's and the file
+    /// system's limits (both at most `MAX_FILE_SIZE`), and which it is.
+    fn size_limit(&self, m: &Inode) -> Limit {
         // ORDERING: Relaxed; each is a limit read afresh by every check, lowered (or, for
         // the rlimit, re-read) by a refused write. A check that misses a concurrent change
         // is one the backing then refuses with `EFBIG`, reported at the sync as before.
-        self.fsize_limit
-            .load(Ordering::Relaxed)
-            .min(m.max_bytes.load(Ordering::Relaxed))
-            .min(MAX_FILE_SIZE)
+        let process = self.fsize_limit.load(Ordering::Relaxed);
+        let fs = m.max_bytes.load(Ordering::Relaxed);
+        if process <= fs {
+            Limit {
+                bytes: process,
+                which: "the process's file size limit (RLIMIT_FSIZE)",
+            }
+        } else {
+            Limit {
+                bytes: fs,
+                which: "the file system's largest file size",
+            }
+        }
     }
 
     /// `inode_newsize_ok`: whether `m` may be given `size` bytes.
@@ -118,8 +125,8 @@ impl Core {
             return Err(past_off_t(m, "set_len to", size));
         }
         let limit = self.size_limit(m);
-        if size > limit {
-            return Err(too_large(self, m, size, limit));
+        if size > limit.bytes {
+            return Err(too_large(m, size, limit));
         }
         Ok(())
     }
@@ -131,10 +138,10 @@ impl Core {
             return Err(past_off_t(m, "a write at", pos));
         }
         let limit = self.size_limit(m);
-        if pos >= limit {
-            return Err(too_large(self, m, pos.saturating_add(len as u64), limit));
+        if pos >= limit.bytes {
+            return Err(too_large(m, pos.saturating_add(len as u64), limit));
         }
-        Ok(len.min(usize::try_from(limit - pos).unwrap_or(usize::MAX)))
+        Ok(len.min(usize::try_from(limit.bytes - pos).unwrap_or(usize::MAX)))
     }
 
     /// A write of `m` was refused with `EFBIG` at byte `at`: if the process's limit does
