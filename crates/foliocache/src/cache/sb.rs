@@ -133,7 +133,11 @@ impl CacheInner {
                 self.counters.inc(Event::InodesEvicted);
                 self.counters.inc(Event::DeletedInodesDropped);
                 drop(m);
-                discard_dirty(self, &removed);
+                // `truncate_inode_pages_final`: the dirty pages leave without being written
+                // (after any write in flight ends), and their charge leaves the dirty limit.
+                let discarded =
+                    crate::mm::writeback::cancel_dirty_from(&removed.mapping, 0, &self.dirty);
+                self.counters.add(Event::DirtyDiscarded, discarded);
                 drop(removed);
                 self.deliver();
                 return;
@@ -415,23 +419,5 @@ impl Evict for CacheInner {
         // drop truncates the file, taking every folio lock).
         drop(mappings);
         freed
-    }
-}
-
-/// `truncate_inode_pages_final` for a deleted file: cancels the dirtiness of every page (after
-/// any write in flight ends: stable pages), so the pages leave without being written and their
-/// charge leaves the dirty limit. The file has no user left; a background pass that holds it
-/// may still be writing pages it started on.
-fn discard_dirty(c: &CacheInner, m: &Inode) {
-    for index in m.mapping.wb.unwritten_from(0) {
-        if let Some(f) = m.mapping.pages.lookup(index) {
-            let f = f.lock();
-            if f.mapping() == m.id {
-                crate::mm::writeback::wait_stable(&f);
-                if crate::mm::writeback::cancel_dirty(&f, &m.mapping.wb, &c.dirty) {
-                    c.counters.inc(Event::DirtyDiscarded);
-                }
-            }
-        }
     }
 }

@@ -58,15 +58,7 @@ impl CachedFile {
             let cut = size.div_ceil(PAGE_SIZE as u64);
             // A large folio across the cut is split, so its pages below it stay cached.
             split_across(c, &m, cut)?;
-            for index in m.mapping.wb.unwritten_from(cut) {
-                if let Some(f) = m.mapping.pages.lookup(index) {
-                    let f = f.lock();
-                    if f.mapping() == m.id {
-                        writeback::wait_stable(&f);
-                        writeback::cancel_dirty(&f, &m.mapping.wb, &c.dirty);
-                    }
-                }
-            }
+            writeback::cancel_dirty_from(&m.mapping, cut, &c.dirty);
             let out = m.mapping.pages.truncate(cut, u64::MAX);
             c.counters.add(Event::Invalidated, out.pages_freed);
             let old_pages = old.div_ceil(PAGE_SIZE as u64);

@@ -464,6 +464,27 @@ pub(crate) fn cancel_dirty(folio: &FolioLocked<'_>, wb: &WbState, acct: &DirtyAc
     true
 }
 
+/// The part of `truncate_inode_pages_range` that ends the dirtiness of the pages of `m` from
+/// page `first` on, before they are removed: each page that is dirty or under writeback
+/// waits for its write in flight (stable pages), then its dirtiness is cancelled (its tags,
+/// its count, its charge against the dirty limit). Returns the pages whose dirtiness was
+/// cancelled; the pages themselves stay for the caller to remove.
+pub(crate) fn cancel_dirty_from(m: &AddressSpace, first: u64, acct: &DirtyAccount) -> u64 {
+    let mut cancelled = 0;
+    for index in m.wb.unwritten_from(first) {
+        if let Some(f) = m.pages.lookup(index) {
+            let f = f.lock();
+            if f.mapping() == m.pages.mapping_id() {
+                wait_stable(&f);
+                if cancel_dirty(&f, &m.wb, acct) {
+                    cancelled += f.nr_pages() as u64;
+                }
+            }
+        }
+    }
+    cancelled
+}
+
 /// `folio_wait_stable`: sleeps while the folio is under writeback (its bytes are being
 /// written), so that a writer never changes bytes a write in flight is reading.
 pub(crate) fn wait_stable(folio: &FolioLocked<'_>) {
