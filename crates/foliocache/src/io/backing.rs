@@ -4,6 +4,8 @@
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
 
+use super::engine::RawIo;
+
 /// The source of a cached file's bytes; the analog of a filesystem's `->read_folio`.
 ///
 /// Implementations must be safe to call from many threads at once (positional reads share no
@@ -79,6 +81,14 @@ pub trait Backing: Send + Sync + fmt::Debug {
         let _ = size;
         Err(read_only(self))
     }
+
+    /// The descriptor an I/O engine may read and write directly, bypassing these methods,
+    /// and the alignment its direct I/O needs; `None` (the default) makes every engine call
+    /// the methods above. A backing that returns a descriptor promises that reading and
+    /// writing it is exactly what its methods do.
+    fn raw_io(&self) -> Option<RawIo> {
+        None
+    }
 }
 
 /// The error of a write to a backing that cannot write.
@@ -151,6 +161,10 @@ impl<B: Backing + ?Sized> Backing for std::sync::Arc<B> {
 
     fn set_len(&self, size: u64) -> io::Result<()> {
         (**self).set_len(size)
+    }
+
+    fn raw_io(&self) -> Option<RawIo> {
+        (**self).raw_io()
     }
 }
 

@@ -59,11 +59,13 @@
 //! The same items are reachable as [`crate::backing`], their first home.
 
 mod backing;
+pub(crate) mod engine;
 mod fault;
 mod file;
 mod run;
 
 pub use backing::{Backing, FileAttrs, MemBacking};
+pub use engine::{EngineKind, IoEngine, RawIo};
 pub use fault::FaultyBacking;
 pub use file::FileBacking;
 pub use run::{check_end_of_data, read_run, RunError};

@@ -1,0 +1,279 @@
+//! I/O engines: how a batch of reads, writes and syncs reaches the file behind a cache.
+//!
+//! # What it models
+//!
+//! The kernel's page cache hands block I/O to the block layer and returns: `read_pages`
+//! submits a readahead window as a chain of bios, `writeback_iter` and `iomap_add_to_ioend`
+//! build write bios for a run of dirty folios, and completions (`end_io` handlers) end the
+//! fill or the writeback. A plug (`blk_start_plug` / `blk_finish_plug`) collects the requests
+//! a thread issues in one go so they reach the device together. Userspace storage engines
+//! that bring their own cache do the same with io_uring (RocksDB's `MultiRead`, one ring per
+//! thread; PostgreSQL's `method_io_uring.c`) or with a pool of I/O workers doing
+//! `preadv`/`pwritev` (PostgreSQL's `method_worker.c`).
+//!
+//! Here an [`Engine`] runs a *batch*: [`Engine::run`] takes every request a fill or a
+//! writeback pass has ready (the plug), starts them all, and returns when all have completed,
+//! each with its own result. A batch never outlives the call that made it, so the buffers
+//! (frames of locked or writeback-flagged folios) need no ownership transfer, and nothing a
+//! thread staged is ever left unsubmitted while it waits (the plug rule holds by
+//! construction: the batch is flushed before the only wait, its own completion).
+//!
+//! | engine | in flight per call | completion | where |
+//! |---|---|---|---|
+//! | [`EngineKind::Uring`] | the whole batch | reaped by the submitting thread from its own ring | plain files ([`Backing::raw_io`]) where io_uring is allowed |
+//! | [`EngineKind::Pool`] | the whole batch, spread over worker threads | on the worker, counted down to the caller | anywhere; user backings |
+//! | [`EngineKind::Sync`] | one request at a time | in the call | today's behaviour, for comparison and tests |
+//!
+//! # The request contract
+//!
+//! A [`Req`] is one system call's worth of I/O with `preadv(2)` / `pwritev(2)` /
+//! `fdatasync(2)` semantics: a read or write may complete short (the caller continues from
+//! where it stopped, as [`read_run`](super::read_run) does), `EINTR` and `EAGAIN` are retried
+//! by the engine, any other error is the request's own and fails no other request of the
+//! batch. A [`Op::SyncData`] covers only the writes that completed before the batch it is in
+//! started: callers put a sync in a batch of its own, after the writes it must cover.
+
+// Wired into readahead and writeback in the next commits.
+#![allow(dead_code)]
+
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::RawFd;
+
+use super::backing::Backing;
+
+/// Which I/O engine a cache uses ([`Config::io_engine`](crate::Config::io_engine)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IoEngine {
+    /// The best this process may use: io_uring where the kernel allows it (not disabled by
+    /// the `kernel.io_uring_disabled` sysctl or a seccomp profile), the worker pool
+    /// otherwise.
+    #[default]
+    Auto,
+    /// io_uring, one ring per thread; making the cache fails where it is unavailable.
+    Uring,
+    /// A pool of worker threads doing `preadv(2)` / `pwritev(2)` (PostgreSQL's `worker`
+    /// method): portable, and the engine for backings that are not plain files.
+    Pool,
+    /// Every request in the calling thread, one at a time (queue depth 1).
+    Sync,
+}
+
+impl IoEngine {
+    /// Every choice, `auto` first.
+    pub const ALL: [IoEngine; 4] = [
+        IoEngine::Auto,
+        IoEngine::Uring,
+        IoEngine::Pool,
+        IoEngine::Sync,
+    ];
+
+    /// The stable name (`auto`, `uring`, `pool`, `sync`).
+    pub fn name(self) -> &'static str {
+        match self {
+            IoEngine::Auto => "auto",
+            IoEngine::Uring => "uring",
+            IoEngine::Pool => "pool",
+            IoEngine::Sync => "sync",
+        }
+    }
+}
+
+impl crate::Variant for IoEngine {
+    const KIND: &'static str = "I/O engine";
+    const ALL: &'static [Self] = &IoEngine::ALL;
+    fn name(self) -> &'static str {
+        IoEngine::name(self)
+    }
+}
+crate::variant::variant_traits!(IoEngine);
+
+/// The engine a cache runs ([`FolioCache::io_engine`](crate::FolioCache::io_engine)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EngineKind {
+    /// io_uring.
+    Uring,
+    /// The worker pool.
+    Pool,
+    /// Synchronous calls.
+    Sync,
+}
+
+impl EngineKind {
+    /// The stable name (`uring`, `pool`, `sync`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Uring => "uring",
+            EngineKind::Pool => "pool",
+            EngineKind::Sync => "sync",
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What an engine may do with a backing directly ([`Backing::raw_io`]): the descriptor, and
+/// the alignment its direct I/O needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RawIo {
+    /// The open descriptor the backing reads and writes.
+    pub fd: RawFd,
+    /// 0 for buffered I/O; otherwise the descriptor is open `O_DIRECT` and every offset,
+    /// length and buffer address given to it must be a multiple of this (a power of two).
+    pub align: u32,
+}
+
+impl RawIo {
+    /// A descriptor `fd`, buffered (`align` 0) or direct with that alignment.
+    pub fn new(fd: RawFd, align: u32) -> RawIo {
+        RawIo { fd, align }
+    }
+
+    /// Whether a request at `offset` over buffers of these addresses and lengths meets the
+    /// descriptor's alignment (always, for buffered I/O).
+    pub fn fits(&self, offset: u64, bufs: impl IntoIterator<Item = (usize, usize)>) -> bool {
+        if self.align == 0 {
+            return true;
+        }
+        let a = self.align as usize;
+        offset % a as u64 == 0
+            && bufs
+                .into_iter()
+                .all(|(addr, len)| addr % a == 0 && len % a == 0)
+    }
+}
+
+/// What one request does.
+pub(crate) enum Op<'a> {
+    /// Read into these buffers, in order, from the request's offset (`preadv`).
+    Read(Vec<&'a mut [u8]>),
+    /// Write these buffers, in order, at the request's offset (`pwritev`).
+    Write(Vec<&'a [u8]>),
+    /// `fdatasync`: the writes completed before this batch started are durable.
+    SyncData,
+}
+
+/// One request of a batch, and its result once the batch has run.
+pub(crate) struct Req<'a> {
+    /// The file offset the read or write starts at (ignored for a sync).
+    pub(crate) offset: u64,
+    pub(crate) op: Op<'a>,
+    /// The bytes read or written (0 for a sync), or the error; `None` until run.
+    pub(crate) result: Option<io::Result<usize>>,
+}
+
+impl<'a> Req<'a> {
+    /// A read of `bufs` at `offset`.
+    pub(crate) fn read(offset: u64, bufs: Vec<&'a mut [u8]>) -> Req<'a> {
+        Req {
+            offset,
+            op: Op::Read(bufs),
+            result: None,
+        }
+    }
+
+    /// A write of `bufs` at `offset`.
+    pub(crate) fn write(offset: u64, bufs: Vec<&'a [u8]>) -> Req<'a> {
+        Req {
+            offset,
+            op: Op::Write(bufs),
+            result: None,
+        }
+    }
+
+    /// A data sync.
+    pub(crate) fn sync_data() -> Req<'a> {
+        Req {
+            offset: 0,
+            op: Op::SyncData,
+            result: None,
+        }
+    }
+
+    /// The bytes this request asks for.
+    pub(crate) fn len(&self) -> usize {
+        match &self.op {
+            Op::Read(b) => b.iter().map(|b| b.len()).sum(),
+            Op::Write(b) => b.iter().map(|b| b.len()).sum(),
+            Op::SyncData => 0,
+        }
+    }
+
+    /// The result, once run.
+    pub(crate) fn take_result(&mut self) -> io::Result<usize> {
+        self.result
+            .take()
+            .unwrap_or_else(|| Err(io::Error::other("an I/O request was never run")))
+    }
+}
+
+/// Runs one request in the calling thread through the backing's own calls: the synchronous
+/// engine, and every engine's path for a backing it cannot drive directly.
+pub(crate) fn run_inline(backing: &dyn Backing, req: &mut Req<'_>) {
+    let offset = req.offset;
+    let r = loop {
+        let r = match &mut req.op {
+            Op::Read(bufs) if bufs.len() == 1 => backing.read_at(bufs[0], offset),
+            Op::Read(bufs) => {
+                let mut iov: Vec<IoSliceMut<'_>> =
+                    bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+                backing.read_vectored_at(&mut iov, offset)
+            }
+            Op::Write(bufs) if bufs.len() == 1 => backing.write_at(bufs[0], offset),
+            Op::Write(bufs) => {
+                let iov: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+                backing.write_vectored_at(&iov, offset)
+            }
+            Op::SyncData => backing.sync_data().map(|()| 0),
+        };
+        match r {
+            Err(e)
+                if e.kind() == io::ErrorKind::Interrupted
+                    || e.kind() == io::ErrorKind::WouldBlock => {}
+            r => break r,
+        }
+    };
+    req.result = Some(r);
+}
+
+/// A cache's I/O engine: runs batches of requests (see the module docs).
+pub(crate) struct Engine {
+    kind: EngineKind,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine").field("kind", &self.kind).finish()
+    }
+}
+
+impl Engine {
+    /// The engine `choice` names, or the error that makes it unavailable here.
+    pub(crate) fn new(choice: IoEngine) -> io::Result<Engine> {
+        let kind = match choice {
+            IoEngine::Sync => EngineKind::Sync,
+            IoEngine::Auto | IoEngine::Uring | IoEngine::Pool => EngineKind::Sync,
+        };
+        Ok(Engine { kind })
+    }
+
+    /// Which engine this is.
+    pub(crate) fn kind(&self) -> EngineKind {
+        self.kind
+    }
+
+    /// Runs every request of `reqs` against `backing` and returns when all have completed,
+    /// each with its result (see the module docs for the contract).
+    pub(crate) fn run(&self, backing: &dyn Backing, reqs: &mut [Req<'_>]) {
+        for r in reqs.iter_mut() {
+            run_inline(backing, r);
+        }
+    }
+}
