@@ -78,6 +78,10 @@ pub struct Config {
     pub(crate) pinned_share: u32,
     /// How long a pin over the limit waits (see [`Config::pin_wait`]).
     pub(crate) pin_wait: std::time::Duration,
+    /// [`Config::io_engine`].
+    pub(crate) io_engine: crate::io::IoEngine,
+    /// [`Config::direct_io`].
+    pub(crate) direct_io: crate::io::DirectIo,
 }
 
 /// The default of [`Config::unused_inodes`].
@@ -111,6 +115,8 @@ impl Config {
             max_budget_bytes: None,
             pinned_share: DEFAULT_PINNED_SHARE,
             pin_wait: std::time::Duration::ZERO,
+            io_engine: crate::io::IoEngine::Auto,
+            direct_io: crate::io::DirectIo::Auto,
         }
     }
 
@@ -143,6 +149,26 @@ impl Config {
         Config::new(budget_bytes)
             .readahead_pages(0)
             .inactive_ratio(Some(BLOCK_CACHE_INACTIVE_RATIO))
+    }
+
+    /// Chooses how the cache's reads and writes reach its files ([`IoEngine`](crate::IoEngine)):
+    /// `Auto` (the default) is io_uring where the kernel allows it and a pool of I/O threads
+    /// otherwise; the cache reports the one it got ([`FolioCache::io_engine`](crate::FolioCache::io_engine)).
+    /// The environment variable `FOLIOCACHE_IO_ENGINE` (`auto`, `uring`, `pool`, `sync`)
+    /// overrides this choice.
+    pub fn io_engine(mut self, engine: crate::io::IoEngine) -> Config {
+        self.io_engine = engine;
+        self
+    }
+
+    /// Chooses whether files are read and written with direct I/O ([`DirectIo`](crate::DirectIo)):
+    /// `Auto` (the default) where the file system supports it, so the kernel keeps no second
+    /// copy of what the cache holds; `Off` through the kernel's page cache; `On` requires it
+    /// (opening a file on a file system without it fails). The environment variable
+    /// `FOLIOCACHE_DIRECT_IO` (`auto`, `on`, `off`) overrides this choice.
+    pub fn direct_io(mut self, mode: crate::io::DirectIo) -> Config {
+        self.direct_io = mode;
+        self
     }
 
     /// Sets the largest folio a file's pages are cached in, as a power of two of pages: a

@@ -45,6 +45,10 @@ pub(crate) struct Core {
     pub(crate) kswapd: Option<Arc<Kswapd>>,
     /// The balloon, the pin limit and the eviction listener (`cache/budget.rs`).
     pub(crate) budget: Budget,
+    /// How reads and writes reach the files ([`Config::io_engine`]).
+    pub(crate) engine: crate::io::engine::Engine,
+    /// [`Config::direct_io`], with `FOLIOCACHE_DIRECT_IO` applied.
+    pub(crate) direct_io: crate::io::DirectIo,
 }
 
 impl std::fmt::Debug for Core {
@@ -128,6 +132,10 @@ impl Core {
 impl crate::mm::writeback::WbHost for Core {
     fn dirty_account(&self) -> &crate::mm::writeback::DirtyAccount {
         &self.dirty
+    }
+
+    fn engine(&self) -> &crate::io::engine::Engine {
+        &self.engine
     }
 
     fn error_policy(&self) -> crate::mm::writeback::WbErrorPolicy {

@@ -17,6 +17,16 @@ pub enum CacheError {
     Arena(crate::mm::folio::ArenaError),
     /// The background reclaimer thread could not be started.
     Spawn(io::Error),
+    /// The I/O engine [`Config::io_engine`](crate::Config::io_engine) (or the
+    /// `FOLIOCACHE_IO_ENGINE` variable) asked for cannot run here: io_uring disabled by the
+    /// `kernel.io_uring_disabled` sysctl or a seccomp profile, or the pool's threads could not
+    /// be started.
+    IoEngine {
+        /// The engine asked for (`uring`, `pool`, ...).
+        engine: &'static str,
+        /// Why it cannot run.
+        source: io::Error,
+    },
     /// Opening the file (or reading its size) failed.
     Open {
         /// The path given to `open`.
@@ -144,6 +154,11 @@ impl fmt::Display for CacheError {
                 "cannot start the background reclaimer thread ({e}): raise the thread limit or \
                  build the cache without background_reclaim"
             ),
+            CacheError::IoEngine { engine, source } => write!(
+                f,
+                "the {engine} I/O engine cannot run here ({source}): choose another with \
+                 Config::io_engine or FOLIOCACHE_IO_ENGINE (auto falls back by itself)"
+            ),
             CacheError::Open { path, source } => {
                 write!(f, "cannot open {}: {source}", path.display())
             }
@@ -247,6 +262,7 @@ impl std::error::Error for CacheError {
             CacheError::Budget(e) => Some(e),
             CacheError::Open { source, .. }
             | CacheError::Io { source, .. }
+            | CacheError::IoEngine { source, .. }
             | CacheError::Writeback { source, .. } => Some(source),
             _ => None,
         }
@@ -281,7 +297,7 @@ impl From<crate::mm::folio::ArenaError> for CacheError {
 /// | `Unsupported` (a directory, a FIFO...) | `Unsupported` |
 /// | `NotWritable` | `PermissionDenied` |
 /// | `FileChanged` | `InvalidData` |
-/// | `Spawn`, `Arena` (the mapping failed) | the operating system error's own kind |
+/// | `Spawn`, `IoEngine`, `Arena` (the mapping failed) | the operating system error's own kind |
 /// | `OutOfMemory`, `PinLimit`, `Budget` (pages could not be freed), `Arena` (the budget exceeds the machine's memory) | `OutOfMemory` |
 /// | `UnexpectedEof` | `UnexpectedEof` |
 /// | `InvalidArgument`, `Config`, `Arena` and `Budget` (budget out of range) | `InvalidInput` |
@@ -292,6 +308,7 @@ impl From<CacheError> for io::Error {
             | CacheError::Io { source, .. }
             | CacheError::Writeback { source, .. }
             | CacheError::Spawn(source)
+            | CacheError::IoEngine { source, .. }
             | CacheError::Arena(ArenaError::Map(source)) => source.kind(),
             CacheError::OutOfMemory { .. }
             | CacheError::PinLimit { .. }

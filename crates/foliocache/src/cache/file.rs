@@ -130,6 +130,18 @@ impl CachedFile {
         self.with_mapping(|m| m.path.clone())
     }
 
+    /// The alignment of the file's direct I/O (`statx`'s `STATX_DIOALIGN`), or `None` if the
+    /// cache reads and writes it through the kernel's page cache
+    /// ([`Config::direct_io`](crate::Config::direct_io); a file opened with
+    /// [`FolioCache::open_backing`](crate::FolioCache::open_backing) is its backing's business
+    /// and reports `None`).
+    pub fn direct_io(&self) -> Option<u32> {
+        match self.mapping().mapping.dio_align {
+            0 => None,
+            a => Some(a),
+        }
+    }
+
     /// The file size in bytes (`i_size`): the size the file had when the cache last looked
     /// at it (at `open`, or [`CachedFile::refresh`]).
     pub fn len(&self) -> u64 {

@@ -168,7 +168,7 @@ pub(crate) use stats::{Counters, Event};
 pub use write::OpenOptions;
 
 use self::core::Core;
-use crate::io::{Backing, FileAttrs, FileBacking};
+use crate::io::{Backing, DirectIo, FileAttrs, FileBacking};
 use crate::mm::filemap::AddressSpace;
 use crate::mm::folio::{Arena, ArenaConfig};
 use crate::mm::index::Index;
@@ -204,6 +204,19 @@ impl FolioCache {
             config.dirty_ratio,
             config.dirty_background_ratio,
         );
+        let engine = crate::io::engine::Engine::new(config.io_engine).map_err(|source| {
+            CacheError::IoEngine {
+                engine: config.io_engine.name(),
+                source,
+            }
+        })?;
+        let direct_io =
+            config
+                .direct_io
+                .from_env_or()
+                .map_err(|e| CacheError::InvalidArgument {
+                    what: e.to_string(),
+                })?;
         let cache = FolioCache {
             inner: Arc::new(CacheInner {
                 icache: Mutex::new(Icache::new(unused_inodes)),
@@ -222,6 +235,8 @@ impl FolioCache {
                     fsize_limit: AtomicU64::new(limits::rlimit_fsize()),
                     kswapd,
                     budget,
+                    engine,
+                    direct_io,
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
@@ -251,6 +266,12 @@ impl FolioCache {
     /// The configuration the cache was built with.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The I/O engine the cache's reads and writes go through ([`Config::io_engine`]; with
+    /// `Auto`, the one this process could use).
+    pub fn io_engine(&self) -> crate::EngineKind {
+        self.inner.engine.kind()
     }
 
     /// `open(2)` for reading: a new handle on the regular file at `path`
@@ -318,7 +339,33 @@ impl FolioCache {
             Some(_) => limits::MAX_FILE_SIZE,
             None => limits::fs_max_bytes(std::os::fd::AsFd::as_fd(&file)),
         };
-        let backing: Arc<dyn Backing> = Arc::new(FileBacking::from_file(file, path));
+        let mut fb = FileBacking::from_file(file, path);
+        let direct = match &found {
+            // One mode per inode for its life: a later descriptor follows the first.
+            Some(m) => (m.mapping.dio_align != 0).then_some(DirectIo::On),
+            None => match c.direct_io {
+                DirectIo::Off => None,
+                mode => Some(mode),
+            },
+        };
+        if let Some(mode) = direct {
+            let enabled = fb.enable_direct().map_err(|source| CacheError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            if enabled.is_none() && mode == DirectIo::On {
+                return Err(CacheError::Open {
+                    path: path.to_path_buf(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "direct I/O is required (DirectIo::On) but the file system offers none \
+                         for this file: use DirectIo::Auto to fall back to buffered I/O",
+                    ),
+                });
+            }
+        }
+        let dio_align = fb.direct_alignment();
+        let backing: Arc<dyn Backing> = Arc::new(fb);
         let m = match found {
             Some(m) => m,
             None => {
@@ -328,6 +375,7 @@ impl FolioCache {
                     backing.clone(),
                     attrs,
                     max_bytes,
+                    dio_align,
                 );
                 let mut icache = c.icache.lock();
                 match icache.get(key) {
@@ -385,7 +433,7 @@ impl FolioCache {
             source,
         })?;
         let backing: Arc<dyn Backing> = Arc::new(backing);
-        let m = self.new_mapping(name, None, backing.clone(), attrs, limits::MAX_FILE_SIZE);
+        let m = self.new_mapping(name, None, backing.clone(), attrs, limits::MAX_FILE_SIZE, 0);
         *m.mapping.writer.lock() = Some(backing);
         Ok(CachedFile::new(self.inner.clone(), m).with_mode(true, false))
     }
@@ -398,6 +446,7 @@ impl FolioCache {
         backing: Arc<dyn Backing>,
         attrs: FileAttrs,
         max_bytes: u64,
+        dio_align: u32,
     ) -> Arc<Inode> {
         let pages = Index::with_shadow_nodes(
             self.inner.arena.clone(),
@@ -422,6 +471,7 @@ impl FolioCache {
                 backing,
                 attrs.size,
                 self.inner.config.max_folio_order,
+                dio_align,
             ),
         });
         let mut live = self.inner.live.lock();

@@ -309,6 +309,10 @@ impl crate::mm::readahead::RaHost for CacheInner {
         self.config.experiment.insert_mode
     }
 
+    fn engine(&self) -> &crate::io::engine::Engine {
+        &self.engine
+    }
+
     #[inline]
     fn count(&self, ev: crate::mm::readahead::RaEvent, n: u64) {
         use crate::mm::readahead::RaEvent as R;

@@ -3,8 +3,7 @@
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
-
-use super::engine::RawIo;
+use std::os::fd::RawFd;
 
 /// The source of a cached file's bytes; the analog of a filesystem's `->read_folio`.
 ///
@@ -184,5 +183,37 @@ impl Backing for MemBacking {
         let n = buf.len().min(self.0.len() - start);
         buf[..n].copy_from_slice(&self.0[start..start + n]);
         Ok(n)
+    }
+}
+
+/// What an engine may do with a backing directly ([`Backing::raw_io`]): the descriptor, and
+/// the alignment its direct I/O needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RawIo {
+    /// The open descriptor the backing reads and writes.
+    pub fd: RawFd,
+    /// 0 for buffered I/O; otherwise the descriptor is open `O_DIRECT` and every offset,
+    /// length and buffer address given to it must be a multiple of this (a power of two).
+    pub align: u32,
+}
+
+impl RawIo {
+    /// A descriptor `fd`, buffered (`align` 0) or direct with that alignment.
+    pub fn new(fd: RawFd, align: u32) -> RawIo {
+        RawIo { fd, align }
+    }
+
+    /// Whether a request at `offset` over buffers of these addresses and lengths meets the
+    /// descriptor's alignment (always, for buffered I/O).
+    pub fn fits(&self, offset: u64, bufs: impl IntoIterator<Item = (usize, usize)>) -> bool {
+        if self.align == 0 {
+            return true;
+        }
+        let a = self.align as usize;
+        offset % a as u64 == 0
+            && bufs
+                .into_iter()
+                .all(|(addr, len)| addr % a == 0 && len % a == 0)
     }
 }

@@ -6,8 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::backing::{Backing, FileAttrs};
-use super::engine::RawIo;
+use super::backing::{Backing, FileAttrs, RawIo};
 use crate::mm::sync::Mutex;
 
 /// A real file read with `pread(2)` and `preadv(2)`: the backing [`FolioCache::open`] uses.
@@ -128,7 +127,10 @@ impl Backing for FileBacking {
         if n == 0 {
             return Ok(0);
         }
-        if !self.fits(offset, bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len()))) {
+        if !self.fits(
+            offset,
+            bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len())),
+        ) {
             let parts: Vec<&[u8]> = bufs[..n].iter().map(|b| &**b).collect();
             return self.bounce_write(&parts, offset);
         }
@@ -180,7 +182,10 @@ impl Backing for FileBacking {
         if n == 0 {
             return Ok(0);
         }
-        if !self.fits(offset, bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len()))) {
+        if !self.fits(
+            offset,
+            bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len())),
+        ) {
             let mut parts: Vec<&mut [u8]> = bufs[..n].iter_mut().map(|b| &mut **b).collect();
             return self.bounce_read(&mut parts, offset);
         }
@@ -322,7 +327,7 @@ impl FileBacking {
 
 /// The direct-I/O alignment `statx(STATX_DIOALIGN)` reports for `file` (the larger of the
 /// memory and offset alignments), or `None` if the file system has no direct I/O for it or
-/// needs an alignment above the page size.
+/// needs an alignment above the page size (4 KiB).
 pub fn dio_alignment(file: &File) -> io::Result<Option<u32>> {
     // SAFETY: `statx` is plain old data; all zeroes is a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
@@ -349,7 +354,7 @@ pub fn dio_alignment(file: &File) -> io::Result<Option<u32>> {
         return Ok(None);
     }
     let align = stx.stx_dio_offset_align.max(stx.stx_dio_mem_align);
-    if !align.is_power_of_two() || align as usize > crate::mm::folio::PAGE_SIZE {
+    if !align.is_power_of_two() || align > 4096 {
         return Ok(None);
     }
     Ok(Some(align))

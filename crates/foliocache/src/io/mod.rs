@@ -45,7 +45,8 @@
 //! # The layer
 //!
 //! The bottom of the crate: everything that issues I/O to the file behind a cache lives
-//! here, and this module imports nothing of the crate but [`sync`](crate::mm::sync).
+//! here, and this module imports nothing of the crate but [`sync`](crate::mm::sync) and the
+//! [`Variant`](crate::Variant) trait its choices implement.
 //! [`mm`](crate::mm) (readahead, writeback) and the cache import it; nothing here knows
 //! of folios, indexes or caches.
 //!
@@ -64,11 +65,12 @@ mod fault;
 mod file;
 mod run;
 
-pub use backing::{Backing, FileAttrs, MemBacking};
-pub use engine::{EngineKind, IoEngine, RawIo};
+pub use backing::{Backing, FileAttrs, MemBacking, RawIo};
+pub use engine::{DirectIo, EngineKind, IoEngine};
 pub use fault::FaultyBacking;
-pub use file::FileBacking;
+pub use file::{dio_alignment, FileBacking};
 pub use run::{check_end_of_data, read_run, RunError};
+pub(crate) use run::{read_runs, MAX_IO_BYTES};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

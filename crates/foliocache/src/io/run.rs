@@ -164,3 +164,106 @@ fn overlong_read(backing: &dyn Backing, n: usize, asked: usize, at: u64) -> RunE
         ),
     ))
 }
+
+/// The most bytes one read request carries when a window is split for the engine: the
+/// kernel's default readahead window (`read_ahead_kb`, 128 KiB), and fio's sequential block
+/// size in the figures the engine is held to. A folio larger than this is one request.
+pub(crate) const MAX_IO_BYTES: usize = 128 << 10;
+
+/// [`read_run`] for many runs at once: each run `(offset, buffers)` becomes one request of
+/// a batch the `engine` runs together (the plug: `read_pages` for every run of a window, or
+/// of every range of a many-range read, then one wait), and a run whose request came back
+/// short is finished by [`read_run`] from where it stopped (so EOF, a changed file and the
+/// zeroing past `backing_size` follow exactly its rules). Returns each run's result, in
+/// order. A single run skips the engine: one positional read, as before.
+pub(crate) fn read_runs(
+    engine: &super::engine::Engine,
+    backing: &dyn Backing,
+    runs: &mut [(u64, Vec<&mut [u8]>)],
+    backing_size: u64,
+) -> Vec<Result<usize, RunError>> {
+    use super::engine::{Op, Req};
+    if let [(offset, bufs)] = runs {
+        return vec![read_run(backing, bufs, *offset, backing_size)];
+    }
+    // The bytes each run should find below `backing_size`; a run with none reads nothing.
+    let want: Vec<usize> = runs
+        .iter()
+        .map(|(offset, bufs)| {
+            let room: usize = bufs.iter().map(|b| b.len()).sum();
+            usize::try_from(backing_size.saturating_sub(*offset))
+                .unwrap_or(usize::MAX)
+                .min(room)
+        })
+        .collect();
+    let mut reqs: Vec<Req<'_>> = Vec::with_capacity(runs.len());
+    let mut of_req: Vec<usize> = Vec::with_capacity(runs.len());
+    for (k, (offset, bufs)) in runs.iter_mut().enumerate() {
+        if want[k] > 0 {
+            reqs.push(Req::read(*offset, std::mem::take(bufs)));
+            of_req.push(k);
+        }
+    }
+    engine.run(backing, &mut reqs);
+    let mut results: Vec<Option<io::Result<usize>>> = (0..runs.len()).map(|_| None).collect();
+    for (req, k) in reqs.into_iter().zip(of_req) {
+        let Req { op, result, .. } = req;
+        if let Op::Read(bufs) = op {
+            runs[k].1 = bufs;
+        }
+        results[k] = result;
+    }
+    runs.iter_mut()
+        .zip(results)
+        .zip(want)
+        .map(|(((offset, bufs), r), want)| {
+            let n = match r {
+                None => 0, // nothing to read: every byte is past `backing_size`
+                Some(Err(e)) => return Err(RunError::Io(e)),
+                Some(Ok(n)) => n,
+            };
+            let room: usize = bufs.iter().map(|b| b.len()).sum();
+            if n > room {
+                return Err(overlong_read(backing, n, room, *offset));
+            }
+            if n >= want {
+                zero_from(bufs, want);
+                return Ok(want);
+            }
+            if n == 0 {
+                check_end_of_data(backing, *offset, backing_size)?;
+                zero_from(bufs, 0);
+                return Ok(0);
+            }
+            // Short: the rest from where the request stopped.
+            let mut rest = tail_from(bufs, n);
+            Ok(n + read_run(backing, &mut rest, *offset + n as u64, backing_size)?)
+        })
+        .collect()
+}
+
+/// Zeroes every byte of `bufs` from byte `from` on.
+fn zero_from(bufs: &mut [&mut [u8]], mut from: usize) {
+    for b in bufs.iter_mut() {
+        if from >= b.len() {
+            from -= b.len();
+            continue;
+        }
+        b[from..].fill(0);
+        from = 0;
+    }
+}
+
+/// The buffers of `bufs` from byte `from` on (the first one cut).
+fn tail_from<'b>(bufs: &'b mut [&mut [u8]], mut from: usize) -> Vec<&'b mut [u8]> {
+    let mut out = Vec::with_capacity(bufs.len());
+    for b in bufs.iter_mut() {
+        if from >= b.len() {
+            from -= b.len();
+            continue;
+        }
+        out.push(&mut b[from..]);
+        from = 0;
+    }
+    out
+}

@@ -85,16 +85,21 @@ pub(crate) struct AddressSpace {
     /// `mapping_max_folio_order`: the largest folio order a miss may allocate while
     /// `large_folios` is set (the cache's maximum, set when the file is opened).
     pub(crate) max_order: u32,
+    /// The direct-I/O alignment of the file's descriptors, or 0 if it is read and written
+    /// through the kernel's page cache: one mode for the inode's life.
+    pub(crate) dio_align: u32,
 }
 
 impl AddressSpace {
     /// An address space over `pages`, filled from `backing`, which holds `size` bytes, in
-    /// folios of order `max_order` at most (`mapping_set_folio_order_range`).
+    /// folios of order `max_order` at most (`mapping_set_folio_order_range`), with direct I/O
+    /// aligned to `dio_align` bytes (0: buffered).
     pub(crate) fn new(
         pages: Index,
         backing: Arc<dyn Backing>,
         size: u64,
         max_order: u32,
+        dio_align: u32,
     ) -> AddressSpace {
         let id = pages.mapping_id();
         AddressSpace {
@@ -111,6 +116,7 @@ impl AddressSpace {
             invalidate_lock: RwLock::new(()),
             large_folios: AtomicBool::new(true),
             max_order,
+            dio_align,
         }
     }
 

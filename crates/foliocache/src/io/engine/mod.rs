@@ -38,9 +38,9 @@
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::RawFd;
 
 use super::backing::Backing;
+pub use super::backing::RawIo;
 
 /// Which I/O engine a cache uses ([`Config::io_engine`](crate::Config::io_engine)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -89,6 +89,60 @@ impl crate::Variant for IoEngine {
 }
 crate::variant::variant_traits!(IoEngine);
 
+/// Whether a cache reads and writes its files with direct I/O
+/// ([`Config::direct_io`](crate::Config::direct_io)).
+///
+/// With direct I/O (`O_DIRECT`) the file's bytes move between the device and the cache's own
+/// frames: the kernel keeps no second copy of them in its page cache, and writeback pays no
+/// copy into it. The mode is chosen per file when the cache first opens it and kept for the
+/// life of its inode (never mixed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DirectIo {
+    /// Direct I/O where the file system supports it (`statx` reports a direct-I/O alignment
+    /// no larger than a page: ext4, XFS, btrfs), buffered elsewhere (tmpfs, most FUSE and
+    /// network file systems).
+    #[default]
+    Auto,
+    /// Direct I/O or an error: opening a file whose file system has none fails.
+    On,
+    /// Always through the kernel's page cache (every byte cached twice).
+    Off,
+}
+
+impl DirectIo {
+    /// Every choice, `auto` first.
+    pub const ALL: [DirectIo; 3] = [DirectIo::Auto, DirectIo::On, DirectIo::Off];
+
+    /// The stable name (`auto`, `on`, `off`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DirectIo::Auto => "auto",
+            DirectIo::On => "on",
+            DirectIo::Off => "off",
+        }
+    }
+
+    /// The choice `FOLIOCACHE_DIRECT_IO` names (`auto`, `on`, `off`) if it is set, else
+    /// `self`: the environment overrides a configuration, so a test suite can run under
+    /// each mode. An unknown value is an error naming the variable.
+    pub(crate) fn from_env_or(self) -> Result<DirectIo, crate::UnknownVariant> {
+        match std::env::var("FOLIOCACHE_DIRECT_IO") {
+            Ok(v) if !v.is_empty() => <DirectIo as crate::Variant>::from_name(&v),
+            _ => Ok(self),
+        }
+    }
+}
+
+impl crate::Variant for DirectIo {
+    const KIND: &'static str = "direct I/O mode (FOLIOCACHE_DIRECT_IO)";
+    const ALL: &'static [Self] = &DirectIo::ALL;
+    fn name(self) -> &'static str {
+        DirectIo::name(self)
+    }
+}
+crate::variant::variant_traits!(DirectIo);
+
 /// The engine a cache runs ([`FolioCache::io_engine`](crate::FolioCache::io_engine)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -115,38 +169,6 @@ impl EngineKind {
 impl fmt::Display for EngineKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// What an engine may do with a backing directly ([`Backing::raw_io`]): the descriptor, and
-/// the alignment its direct I/O needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RawIo {
-    /// The open descriptor the backing reads and writes.
-    pub fd: RawFd,
-    /// 0 for buffered I/O; otherwise the descriptor is open `O_DIRECT` and every offset,
-    /// length and buffer address given to it must be a multiple of this (a power of two).
-    pub align: u32,
-}
-
-impl RawIo {
-    /// A descriptor `fd`, buffered (`align` 0) or direct with that alignment.
-    pub fn new(fd: RawFd, align: u32) -> RawIo {
-        RawIo { fd, align }
-    }
-
-    /// Whether a request at `offset` over buffers of these addresses and lengths meets the
-    /// descriptor's alignment (always, for buffered I/O).
-    pub fn fits(&self, offset: u64, bufs: impl IntoIterator<Item = (usize, usize)>) -> bool {
-        if self.align == 0 {
-            return true;
-        }
-        let a = self.align as usize;
-        offset % a as u64 == 0
-            && bufs
-                .into_iter()
-                .all(|(addr, len)| addr % a == 0 && len % a == 0)
     }
 }
 

@@ -17,7 +17,7 @@
 use std::ops::Range;
 
 use super::{InsertMode, RaEvent, RaHost, RaProbe, RaRequest};
-use crate::io::{read_run, Backing, RunError};
+use crate::io::{read_run, read_runs, Backing, RunError, MAX_IO_BYTES};
 use crate::mm::filemap::AddressSpace;
 use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
@@ -278,9 +278,7 @@ fn page_cache_ra_order<'a>(
             _ => runs.push((first, first + nr, vec![f])),
         }
     }
-    for (first, _, run) in runs {
-        read_pages(t, first, run, out);
-    }
+    read_batch(t, runs.into_iter().map(|(first, _, run)| (first, run)), out);
 }
 
 /// `ractl_alloc_folios`: the whole window or nothing (what was allocated is given back).
@@ -417,20 +415,25 @@ fn fill_batched<'a>(
     }
     // `ractl_free_folios`: the unused rest is unlocked and freed.
     drop(folios);
-    for (first, run) in runs {
-        read_pages(t, first, run, out);
-    }
+    read_batch(t, runs, out);
 }
 
 /// `ra_fill_folios_single`: the vanilla loop, one allocation and one index insertion (one
 /// lock hold) per page; a run is read when a cached page interrupts it and at the end.
 fn fill_single<'a>(t: &Ractl<'a>, req: RaRequest, mark: Option<usize>, out: &mut RaOutcome) {
+    // The runs inserted so far, read together at the end (the plug).
+    let mut plug: Vec<(u64, Vec<Filling<'a>>)> = Vec::new();
     let mut run: Vec<Filling<'a>> = Vec::new();
     let mut run_start = req.index;
+    let mut end_run = |run_start: u64, run: &mut Vec<Filling<'a>>| {
+        if !run.is_empty() {
+            plug.push((run_start, std::mem::take(run)));
+        }
+    };
     for i in 0..req.nr_to_read {
         let idx = req.index + i as u64;
         if t.pages.contains(idx) {
-            read_pages(t, run_start, std::mem::take(&mut run), out);
+            end_run(run_start, &mut run);
             continue;
         }
         let folio = match t.host.alloc_folio_noretry(0) {
@@ -443,7 +446,7 @@ fn fill_single<'a>(t: &Ractl<'a>, req: RaRequest, mark: Option<usize>, out: &mut
         let Ok(shadow) = t.pages.add_folio_shadow(&folio, idx) else {
             // Raced: another reader inserted this page since the peek.
             drop(folio);
-            read_pages(t, run_start, std::mem::take(&mut run), out);
+            end_run(run_start, &mut run);
             continue;
         };
         let folio = Filling::new(t.pages, folio);
@@ -457,7 +460,71 @@ fn fill_single<'a>(t: &Ractl<'a>, req: RaRequest, mark: Option<usize>, out: &mut
         run.push(folio);
         out.inserted += 1;
     }
-    read_pages(t, run_start, run, out);
+    end_run(run_start, &mut run);
+    read_batch(t, plug, out);
+}
+
+/// `read_pages` for every run a window inserted, as one batch: runs longer than
+/// [`MAX_IO_BYTES`] are cut at folio boundaries into requests of at most that size (a larger
+/// folio is a request of its own), and the cache's engine reads them all before any is waited
+/// for, as the block layer dispatches a plugged window's bios together. Each request then
+/// ends its own folios: uptodate, or failed, so an error fails only the folios of the request
+/// that met it and the rest of the window is cached.
+fn read_batch<'a>(
+    t: &Ractl<'a>,
+    runs: impl IntoIterator<Item = (u64, Vec<Filling<'a>>)>,
+    out: &mut RaOutcome,
+) {
+    // The synchronous engine runs requests one by one: a run stays one vectored read.
+    let max_io = match t.host.engine().kind() {
+        crate::io::EngineKind::Sync => usize::MAX,
+        _ => MAX_IO_BYTES,
+    };
+    let mut reqs: Vec<(u64, Vec<Filling<'a>>)> = Vec::new();
+    for (first, run) in runs {
+        let mut at = first;
+        let mut cur: Vec<Filling<'a>> = Vec::new();
+        let mut bytes = 0usize;
+        for f in run {
+            let size = f.locked().size();
+            if !cur.is_empty() && bytes + size > max_io {
+                let start = at - (bytes >> PAGE_SHIFT) as u64;
+                reqs.push((start, std::mem::take(&mut cur)));
+                bytes = 0;
+            }
+            at += (size >> PAGE_SHIFT) as u64;
+            bytes += size;
+            cur.push(f);
+        }
+        if !cur.is_empty() {
+            let start = at - (bytes >> PAGE_SHIFT) as u64;
+            reqs.push((start, cur));
+        }
+    }
+    match reqs.len() {
+        0 => {}
+        1 => {
+            let (first, run) = reqs.pop().expect("one request");
+            read_pages(t, first, run, out);
+        }
+        _ => {
+            let results = {
+                let mut bufs: Vec<(u64, Vec<&mut [u8]>)> = reqs
+                    .iter_mut()
+                    .map(|(first, run)| {
+                        (
+                            *first << PAGE_SHIFT,
+                            run.iter_mut().map(Filling::data_mut).collect(),
+                        )
+                    })
+                    .collect();
+                read_runs(t.host.engine(), t.backing, &mut bufs, t.backing_size())
+            };
+            for ((first, run), result) in reqs.into_iter().zip(results) {
+                end_read(t, first, run, result, out);
+            }
+        }
+    }
 }
 
 /// `read_pages`: one backing read for a contiguous run of locked folios starting at page
@@ -472,6 +539,19 @@ fn read_pages<'a>(t: &Ractl<'a>, first: u64, mut run: Vec<Filling<'a>>, out: &mu
         let mut bufs: Vec<&mut [u8]> = run.iter_mut().map(Filling::data_mut).collect();
         read_run(t.backing, &mut bufs, offset, t.backing_size())
     };
+    end_read(t, first, run, result, out);
+}
+
+/// The end of one run's read (`folio_end_read` on each of its folios): uptodate, or removed
+/// and flagged PG_error; the first failure is recorded in `out`.
+fn end_read<'a>(
+    t: &Ractl<'a>,
+    first: u64,
+    run: Vec<Filling<'a>>,
+    result: Result<usize, RunError>,
+    out: &mut RaOutcome,
+) {
+    let offset = first << PAGE_SHIFT;
     let c = t.host;
     c.count(RaEvent::IoReads, 1);
     match result {

@@ -124,6 +124,9 @@ pub(crate) trait RaHost {
 
     /// How windows insert their folios (the cache's experiment).
     fn insert_mode(&self) -> InsertMode;
+
+    /// The I/O engine a window's requests are read with.
+    fn engine(&self) -> &crate::io::engine::Engine;
 }
 
 /// What readahead counts (each is one of the cache's vmstat counters).
