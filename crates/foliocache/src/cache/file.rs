@@ -560,10 +560,147 @@ impl CachedFile {
         };
         if let Some(req) = req {
             self.cache.counters.inc(Event::AsyncRa);
+            if m.mapping.dio_align != 0 && self.start_async_ra(req) {
+                return;
+            }
             // Errors of readahead are not the reader's: the pages are dropped and a later read
             // of them retries (and reports).
             let _ = readahead::do_page_cache_ra(&m.mapping, &*self.cache, req);
         }
+    }
+
+    /// Hands the window `req` to a readahead worker and waits until its folios are in the
+    /// index, not for their reads (`cache/async_ra.rs`). False if every worker is busy: the
+    /// caller reads the window itself.
+    fn start_async_ra(&self, req: RaRequest) -> bool {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let job = self.ra_job(move |m, c| {
+            let inserted = move || {
+                let _ = tx.try_send(());
+            };
+            let _ = readahead::page_cache_ra_notify(&m.mapping, c, req, Some(&inserted));
+        });
+        match self.cache.async_ra.submit(job, false) {
+            Ok(()) => {
+                // Err: the job ended (or panicked) without a word: its folios are settled.
+                let _ = rx.recv();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A job for the readahead workers that runs `f` on this file's inode, counted in flight
+    /// until it ends (every handle's drop waits for the inode's jobs).
+    fn ra_job(&self, f: impl FnOnce(&Inode, &CacheInner) + Send + 'static) -> super::async_ra::Job {
+        let m: Arc<Inode> = Arc::clone(&self.m);
+        let c = self.cache.clone();
+        let inflight = m.ra_inflight.enter();
+        Box::new(move || {
+            let _inflight = inflight;
+            f(&m, &c);
+        })
+    }
+
+    /// Reads many byte ranges of the file at once, each into its buffer exactly
+    /// ([`CachedFile::read_exact_at`] for each `(offset, buffer)`): every page that misses in
+    /// any range is read in one batch through the cache's I/O engine, so the misses of a
+    /// `MultiGet` or of a B-tree scan's next leaves wait for the device together, once,
+    /// instead of one after another.
+    ///
+    /// Fails as `read_exact_at` does, on the first range that fails (a range past the end of
+    /// the file is [`CacheError::UnexpectedEof`]); the ranges before it were read.
+    ///
+    /// ```
+    /// # use foliocache::{Config, FolioCache};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # std::fs::write(dir.path().join("table"), vec![7u8; 1 << 20])?;
+    /// let cache = FolioCache::new(Config::block_cache(16 << 20))?;
+    /// let table = cache.open(dir.path().join("table"))?;
+    /// let (mut a, mut b) = ([0u8; 4096], [0u8; 100]);
+    /// table.read_ranges(&mut [(8192, &mut a[..]), (700_000, &mut b[..])])?;
+    /// assert!(a.iter().chain(&b).all(|&x| x == 7));
+    /// # Ok(()) }
+    /// ```
+    pub fn read_ranges(&self, reads: &mut [(u64, &mut [u8])]) -> Result<(), CacheError> {
+        let windows = self.missing_windows(reads.iter().map(|(o, b)| *o..*o + b.len() as u64));
+        if !windows.is_empty() {
+            let m = self.mapping();
+            crate::trace::span!("read_ranges", windows = windows.len());
+            // Errors are reported by the reads below, which retry a failed page once.
+            let _ = readahead::page_cache_ra_many(&m.mapping, &*self.cache, &windows);
+        }
+        for (offset, buf) in reads.iter_mut() {
+            self.read_exact_at(buf, *offset)?;
+        }
+        Ok(())
+    }
+
+    /// Starts reading the byte ranges `ranges` into the cache and returns without waiting
+    /// (`POSIX_FADV_WILLNEED`): a readahead worker reads every page of them that is not
+    /// cached, in one batch. A later read of those pages finds them cached, or waits only for
+    /// the rest of their read. Ranges are clamped to the file; errors are not reported here
+    /// (a later read of a page whose read failed retries it, and reports).
+    pub fn prefetch(&self, ranges: &[Range<u64>]) -> Result<(), CacheError> {
+        for r in ranges {
+            check_range(r)?;
+        }
+        let windows = self.missing_windows(ranges.iter().cloned());
+        if windows.is_empty() {
+            return Ok(());
+        }
+        let job = self.ra_job(move |m, c| {
+            let _ = readahead::page_cache_ra_many(&m.mapping, c, &windows);
+        });
+        if let Err(job) = self.cache.async_ra.submit(job, true) {
+            job(); // no worker could start: read them now
+        }
+        Ok(())
+    }
+
+    /// The windows (contiguous runs of at most 512 pages) of the pages of `ranges` that are
+    /// not cached, clamped to the file, sorted and without overlap.
+    fn missing_windows(&self, ranges: impl Iterator<Item = Range<u64>>) -> Vec<RaRequest> {
+        let m = self.mapping();
+        let size = m.size();
+        let mut pages: Vec<(u64, u64)> = ranges
+            .filter_map(|r| {
+                let end = r.end.min(size);
+                (r.start < end).then(|| (r.start >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT))
+            })
+            .collect();
+        pages.sort_unstable();
+        let mut windows: Vec<RaRequest> = Vec::new();
+        let mut next = 0u64; // the first page not yet considered
+        for (first, last) in pages {
+            let mut i = first.max(next);
+            while i <= last {
+                if m.mapping.pages.contains(i) {
+                    i += 1;
+                    continue;
+                }
+                let start = i;
+                while i <= last && i - start < 512 && !m.mapping.pages.contains(i) {
+                    i += 1;
+                }
+                match windows.last_mut() {
+                    Some(w)
+                        if w.index + w.nr_to_read as u64 == start
+                            && w.nr_to_read + ((i - start) as usize) <= 512 =>
+                    {
+                        w.nr_to_read += (i - start) as usize;
+                    }
+                    _ => windows.push(RaRequest {
+                        index: start,
+                        nr_to_read: (i - start) as usize,
+                        lookahead: 0,
+                    }),
+                }
+            }
+            next = next.max(last + 1);
+        }
+        windows
     }
 }
 
@@ -573,6 +710,8 @@ impl Drop for CachedFile {
     fn drop(&mut self) {
         // The inode's last use when this is the last handle: `iput` evicts the inode and
         // tells the listener before returning.
+        // Windows a readahead worker is reading for this file end first (`cache/async_ra.rs`).
+        self.m.ra_inflight.wait();
         // SAFETY: taken once, here, and `self.m` is never used again.
         let m = unsafe { std::mem::ManuallyDrop::take(&mut self.m) };
         self.cache.iput(m);

@@ -238,6 +238,8 @@ pub(crate) struct Inode {
     /// The address space: the page index, `i_size`, the backing, writeback state,
     /// `invalidate_lock` (`inode->i_data`, [`AddressSpace`]).
     pub(crate) mapping: AddressSpace,
+    /// Asynchronous readahead windows of this file in flight (`cache/async_ra.rs`).
+    pub(crate) ra_inflight: Arc<super::async_ra::InflightRa>,
 }
 
 impl std::fmt::Debug for Inode {

@@ -124,6 +124,7 @@
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
 //! choice ([`Experiment::strategy`](crate::mm::Experiment::strategy)).
 
+mod async_ra;
 mod balloon;
 mod budget;
 mod config;
@@ -240,6 +241,7 @@ impl FolioCache {
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
+                async_ra: Arc::new(async_ra::AsyncRa::default()),
             }),
         };
         cache.inner.init_balloon(budget_pages)?;
@@ -466,6 +468,7 @@ impl FolioCache {
             attrs: Mutex::new((attrs, 0)),
             users: AtomicUsize::new(1),
             latches: inode::Latches::new(),
+            ra_inflight: Default::default(),
             mapping: AddressSpace::new(
                 pages,
                 backing,
@@ -601,6 +604,8 @@ impl FolioCache {
     /// one runs, and the balloon of [`FolioCache::set_budget`]. Call it while no other thread
     /// uses the cache; returns the arena's stats (the balloon's pages count as allocated there).
     pub fn validate(&self) -> Result<crate::mm::folio::ArenaStats, String> {
+        // Windows being read by the readahead workers hold locked folios: let them finish.
+        self.inner.async_ra.wait_idle();
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.worker.busy.lock());
         let _flusher = self.inner.flusher.get().map(|f| f.worker.busy.lock());
         self.lru_add_drain_all();

@@ -66,6 +66,8 @@ pub(crate) struct CacheInner {
     pub(crate) flusher: std::sync::OnceLock<Arc<Flusher>>,
     /// Held by the one thread running the shadow-node shrinker.
     pub(crate) shadow_shrinker: Mutex<()>,
+    /// The asynchronous readahead workers (`cache/async_ra.rs`).
+    pub(crate) async_ra: Arc<super::async_ra::AsyncRa>,
 }
 
 impl std::ops::Deref for CacheInner {
@@ -79,6 +81,8 @@ impl std::ops::Deref for CacheInner {
 
 impl Drop for CacheInner {
     fn drop(&mut self) {
+        // Every job holds the cache: none is left to run.
+        self.async_ra.stop();
         if let Some(k) = &self.kswapd {
             k.worker.stop();
         }

@@ -14,6 +14,7 @@
 //! out of the index, unlocked with waiters woken. The panic then goes on to the caller, and a
 //! later read of the page retries it.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::{InsertMode, RaEvent, RaHost, RaProbe, RaRequest};
@@ -35,6 +36,12 @@ struct Ractl<'a> {
     /// The largest folio order readahead may allocate for this file (0: pages only; the
     /// cache's maximum unless the file opted out, `mapping_large_folio_support`).
     max_order: u32,
+    /// Where the runs of several windows wait to be read as one batch
+    /// ([`page_cache_ra_many`]); `None`: each window reads its runs itself.
+    plug: Option<RefCell<Vec<(u64, Vec<Filling<'a>>)>>>,
+    /// Called once a window's folios are all in the index, before its reads are issued
+    /// (an asynchronous window's requester waits for no more than that).
+    on_inserted: Option<&'a (dyn Fn() + Sync)>,
 }
 
 impl<'a> Ractl<'a> {
@@ -46,6 +53,8 @@ impl<'a> Ractl<'a> {
             backing: &*m.backing,
             mode: host.insert_mode(),
             max_order: m.max_folio_order(),
+            plug: None,
+            on_inserted: None,
         }
     }
 
@@ -103,10 +112,64 @@ pub(crate) fn page_cache_ra_unbounded(
     host: &dyn RaHost,
     req: RaRequest,
 ) -> RaOutcome {
-    let t = &Ractl::new(m, host);
+    let t = Ractl::new(m, host);
     // `filemap_invalidate_lock_shared`, as `page_cache_ra_unbounded` takes it: no truncation
     // runs between this window's insertions and the ends of its reads.
     let _invalidate = m.invalidate_lock.read();
+    ra_window(&t, req)
+}
+
+/// [`do_page_cache_ra`] (the window clamped to EOF), calling `on_inserted` once the
+/// window's folios are in the index and before its reads are issued, or when it ends if it
+/// read nothing (so possibly twice: the callback must be idempotent).
+pub(crate) fn page_cache_ra_notify(
+    m: &AddressSpace,
+    host: &dyn RaHost,
+    req: RaRequest,
+    on_inserted: Option<&(dyn Fn() + Sync)>,
+) -> RaOutcome {
+    let mut t = Ractl::new(m, host);
+    t.on_inserted = on_inserted;
+    // `filemap_invalidate_lock_shared`, as `page_cache_ra_unbounded` takes it: no truncation
+    // runs between this window's insertions and the ends of its reads.
+    let _invalidate = m.invalidate_lock.read();
+    let out = match req.clamp_to_eof(m.nr_pages()) {
+        Some(req) => ra_window(&t, req),
+        None => RaOutcome::default(),
+    };
+    if let Some(f) = on_inserted {
+        f(); // nothing was read (a window of cached pages): tell the requester anyway
+    }
+    out
+}
+
+/// Many windows of one file read as one batch: every window's folios inserted first, then
+/// all their runs issued together and waited for once (a many-range read: a `MultiGet`, a
+/// B-tree scan's next leaves). Windows are clamped to EOF.
+pub(crate) fn page_cache_ra_many(
+    m: &AddressSpace,
+    host: &dyn RaHost,
+    reqs: &[RaRequest],
+) -> RaOutcome {
+    let mut t = Ractl::new(m, host);
+    t.plug = Some(RefCell::new(Vec::new()));
+    let _invalidate = m.invalidate_lock.read();
+    let mut out = RaOutcome::default();
+    let nr_pages = m.nr_pages();
+    for req in reqs {
+        if let Some(req) = req.clamp_to_eof(nr_pages) {
+            let o = ra_window(&t, req);
+            out.inserted += o.inserted;
+            out.out_of_memory |= o.out_of_memory;
+        }
+    }
+    let runs = t.plug.take().map(RefCell::into_inner).unwrap_or_default();
+    read_batch_now(&t, runs, &mut out);
+    out
+}
+
+/// One window: insertion, then its runs read (or left in the plug).
+fn ra_window(t: &Ractl<'_>, req: RaRequest) -> RaOutcome {
     let mut out = RaOutcome::default();
     let mark = req.mark();
     if t.max_order > 0 && req.nr_to_read > 1 {
@@ -471,6 +534,22 @@ fn fill_single<'a>(t: &Ractl<'a>, req: RaRequest, mark: Option<usize>, out: &mut
 /// ends its own folios: uptodate, or failed, so an error fails only the folios of the request
 /// that met it and the rest of the window is cached.
 fn read_batch<'a>(
+    t: &Ractl<'a>,
+    runs: impl IntoIterator<Item = (u64, Vec<Filling<'a>>)>,
+    out: &mut RaOutcome,
+) {
+    if let Some(plug) = &t.plug {
+        plug.borrow_mut().extend(runs);
+        return;
+    }
+    if let Some(f) = t.on_inserted {
+        f();
+    }
+    read_batch_now(t, runs, out);
+}
+
+/// [`read_batch`]'s reads, issued now.
+fn read_batch_now<'a>(
     t: &Ractl<'a>,
     runs: impl IntoIterator<Item = (u64, Vec<Filling<'a>>)>,
     out: &mut RaOutcome,

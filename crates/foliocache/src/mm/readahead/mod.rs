@@ -81,7 +81,9 @@ pub mod window;
 #[cfg(not(loom))]
 pub use fill::insert_preallocated;
 #[cfg(not(loom))]
-pub(crate) use fill::{do_page_cache_ra, read_one, IndexProbe, ReadOneError};
+pub(crate) use fill::{
+    do_page_cache_ra, page_cache_ra_many, page_cache_ra_notify, read_one, IndexProbe, ReadOneError,
+};
 pub use window::{RaProbe, RaRequest, RaState, DEFAULT_RA_PAGES};
 
 pub(crate) use crate::mm::folio::PAGE_SHIFT;

@@ -1,0 +1,179 @@
+//! Asynchronous readahead: the window a reader's `PG_readahead` marker starts, and the
+//! windows [`CachedFile::prefetch`](super::CachedFile::prefetch) asks for, read by worker
+//! threads while the reader goes on.
+//!
+//! # What it models
+//!
+//! `page_cache_async_ra` inserts the next window's folios (locked, not uptodate) and submits
+//! their reads without waiting: the reader returns to the folios it already has, and a
+//! later reader that reaches the new window sleeps on the folio lock until the read
+//! completes (`folio_wait_locked`). Several windows are in flight when readers outrun the
+//! device. PostgreSQL's `read_stream.c` keeps a stream's look-ahead distance in flight the
+//! same way.
+//!
+//! Here a window is handed to a worker thread, which runs it as a synchronous reader would
+//! (`page_cache_ra_unbounded`: the invalidate lock held shared from insertion to the end of
+//! the reads, the reads issued as one batch through the cache's engine). The reader waits
+//! only until the window's folios are in the index (a handshake, microseconds), so that it
+//! never finds the window's pages missing and reads them a second time; then it goes on
+//! while the reads are in flight. A window is run inline instead when every worker is busy
+//! (the kernel's readahead is a hint too: `ra_alloc_folio` and the block layer may refuse
+//! it), so a slow device never builds an unbounded queue of windows.
+//!
+//! Only files under direct I/O use the workers: on a buffered file the kernel's own
+//! readahead already streams the device, and a thread hop would only add latency.
+//!
+//! # Lifetimes
+//!
+//! A job holds the cache and the inode (`Arc`s), never a handle: the inode's count of jobs
+//! in flight ([`InflightRa`]) is waited for by every handle's drop, so the last close sees no
+//! window still filling, and its eviction (or the accounting a test checks right after)
+//! finds every page settled.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
+
+/// The most worker threads a cache starts (started on demand, one at a time).
+const MAX_WORKERS: usize = 4;
+
+/// A job: one window (or a prefetch's windows) of one file.
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct State {
+    jobs: VecDeque<Job>,
+    /// Workers waiting for a job.
+    idle: usize,
+    /// Workers started.
+    threads: usize,
+    /// Jobs taken and not finished.
+    running: usize,
+    stop: bool,
+}
+
+/// The cache's readahead workers and their queue.
+#[derive(Default)]
+pub(crate) struct AsyncRa {
+    state: Mutex<State>,
+    /// Workers wait here for jobs; [`AsyncRa::wait_idle`] waits here for the end of jobs.
+    cond: Condvar,
+}
+
+impl std::fmt::Debug for AsyncRa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("AsyncRa")
+            .field("threads", &s.threads)
+            .field("queued", &s.jobs.len())
+            .finish()
+    }
+}
+
+impl AsyncRa {
+    /// Queues `job` for a worker: at once if a worker is idle or another may start, or
+    /// whatever the load if `force` (a prefetch, whose caller does not wait). Otherwise gives
+    /// the job back, for the caller to run inline.
+    pub(crate) fn submit(self: &std::sync::Arc<Self>, job: Job, force: bool) -> Result<(), Job> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.stop {
+            return Err(job);
+        }
+        let free = s.idle > s.jobs.len();
+        let spawn = !free && s.threads < MAX_WORKERS;
+        if !free && !spawn && !force {
+            return Err(job);
+        }
+        s.jobs.push_back(job);
+        if spawn {
+            let me = self.clone();
+            let n = s.threads;
+            let started = std::thread::Builder::new()
+                .name(format!("foliocache-ra-{n}"))
+                .spawn(move || me.work());
+            if started.is_ok() {
+                s.threads += 1;
+            } else if s.threads == 0 {
+                // No worker at all: the caller runs it.
+                return Err(s.jobs.pop_back().expect("just queued"));
+            }
+        }
+        drop(s);
+        self.cond.notify_all();
+        Ok(())
+    }
+
+    /// A worker's loop: take a job, run it, until stopped.
+    fn work(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = s.jobs.pop_front() {
+                s.running += 1;
+                drop(s);
+                // A panicking backing fails the window's folios (the fill's guards) and must
+                // not take the worker with it.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                s.running -= 1;
+                self.cond.notify_all();
+                continue;
+            }
+            if s.stop {
+                s.threads -= 1;
+                return;
+            }
+            s.idle += 1;
+            s = self.cond.wait(s).unwrap_or_else(|e| e.into_inner());
+            s.idle -= 1;
+        }
+    }
+
+    /// Waits until no job is queued or running.
+    pub(crate) fn wait_idle(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while !s.jobs.is_empty() || s.running > 0 {
+            s = self.cond.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Tells the workers to finish the queued jobs and exit.
+    pub(crate) fn stop(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        self.cond.notify_all();
+    }
+}
+
+/// One inode's asynchronous windows in flight (every handle's drop waits for none).
+#[derive(Debug, Default)]
+pub(crate) struct InflightRa {
+    n: Mutex<usize>,
+    cond: Condvar,
+}
+
+impl InflightRa {
+    /// Counts a job in; the guard counts it out when dropped (also by unwinding).
+    pub(crate) fn enter(self: &std::sync::Arc<Self>) -> InflightGuard {
+        *self.n.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        InflightGuard(self.clone())
+    }
+
+    /// Waits until no job of this inode is in flight.
+    pub(crate) fn wait(&self) {
+        let mut n = self.n.lock().unwrap_or_else(|e| e.into_inner());
+        while *n > 0 {
+            n = self.cond.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A job of an inode in flight.
+pub(crate) struct InflightGuard(std::sync::Arc<InflightRa>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        let mut n = self.0.n.lock().unwrap_or_else(|e| e.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            self.0.cond.notify_all();
+        }
+    }
+}
