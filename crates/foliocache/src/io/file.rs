@@ -128,7 +128,10 @@ impl Backing for FileBacking {
         if n == 0 {
             return Ok(0);
         }
-        if !self.fits(offset, bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len()))) {
+        if !self.fits(
+            offset,
+            bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len())),
+        ) {
             let parts: Vec<&[u8]> = bufs[..n].iter().map(|b| &**b).collect();
             return self.bounce_write(&parts, offset);
         }
@@ -180,7 +183,10 @@ impl Backing for FileBacking {
         if n == 0 {
             return Ok(0);
         }
-        if !self.fits(offset, bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len()))) {
+        if !self.fits(
+            offset,
+            bufs[..n].iter().map(|b| (b.as_ptr() as usize, b.len())),
+        ) {
             let mut parts: Vec<&mut [u8]> = bufs[..n].iter_mut().map(|b| &mut **b).collect();
             return self.bounce_read(&mut parts, offset);
         }

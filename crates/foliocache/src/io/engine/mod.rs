@@ -42,7 +42,7 @@ use std::os::fd::RawFd;
 
 use super::backing::Backing;
 
-/// Which I/O engine a cache uses ([`Config::io_engine`](crate::Config::io_engine)).
+/// Which I/O engine a cache uses (`Config::io_engine`, once the cache takes the choice).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum IoEngine {
@@ -89,7 +89,7 @@ impl crate::Variant for IoEngine {
 }
 crate::variant::variant_traits!(IoEngine);
 
-/// The engine a cache runs ([`FolioCache::io_engine`](crate::FolioCache::io_engine)).
+/// The engine a cache runs (`FolioCache::io_engine`, once the cache reports it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EngineKind {
