@@ -32,9 +32,27 @@
 //! by the engine, any other error is the request's own and fails no other request of the
 //! batch. A [`Op::SyncData`] covers only the writes that completed before the batch it is in
 //! started: callers put a sync in a batch of its own, after the writes it must cover.
+//!
+//! # The worker-pool engine (`pool.rs`)
+//!
+//! PostgreSQL's `method_worker.c`: a fixed set of threads (`foliocache-io-0`, `-1`, ...;
+//! twice the CPUs by default, at least 2 and at most 32) started with the engine and joined
+//! when it is dropped. [`Engine::run`] puts every request of the batch on one shared queue
+//! and sleeps until a per-batch countdown reaches zero; each worker takes a request and runs
+//! it with [`run_inline`], so any [`Backing`] works, files or not. The caller's buffers and
+//! backing reach the workers as raw pointers, valid because `run` does not return, not even
+//! by unwinding, before the countdown is zero. A batch of one request runs in the calling
+//! thread (there is nothing to overlap it with), and so does a batch a worker starts on its
+//! own pool. A backing that panics on a worker fails its request with an error (the worker
+//! lives on and the batch still completes).
 
 // Wired into readahead and writeback in the next commits.
 #![allow(dead_code)]
+
+mod pool;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -246,22 +264,50 @@ pub(crate) fn run_inline(backing: &dyn Backing, req: &mut Req<'_>) {
 /// A cache's I/O engine: runs batches of requests (see the module docs).
 pub(crate) struct Engine {
     kind: EngineKind,
+    /// The pool's workers, for [`EngineKind::Pool`].
+    pool: Option<pool::Pool>,
 }
 
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Engine").field("kind", &self.kind).finish()
+        let mut d = f.debug_struct("Engine");
+        d.field("kind", &self.kind);
+        if let Some(p) = &self.pool {
+            d.field("threads", &p.threads());
+        }
+        d.finish()
     }
 }
 
 impl Engine {
-    /// The engine `choice` names, or the error that makes it unavailable here.
+    /// The engine `choice` names, or the error that makes it unavailable here. Under loom
+    /// every choice is the synchronous engine (the model checker runs neither kernel I/O nor
+    /// threads it does not model).
     pub(crate) fn new(choice: IoEngine) -> io::Result<Engine> {
-        let kind = match choice {
-            IoEngine::Sync => EngineKind::Sync,
-            IoEngine::Auto | IoEngine::Uring | IoEngine::Pool => EngineKind::Sync,
-        };
-        Ok(Engine { kind })
+        if cfg!(loom) {
+            return Ok(Engine::sync());
+        }
+        match choice {
+            IoEngine::Sync | IoEngine::Auto | IoEngine::Uring => Ok(Engine::sync()),
+            IoEngine::Pool => Engine::pool(pool::default_threads()),
+        }
+    }
+
+    /// The synchronous engine.
+    pub(crate) fn sync() -> Engine {
+        Engine {
+            kind: EngineKind::Sync,
+            pool: None,
+        }
+    }
+
+    /// A worker pool of `threads` threads (at least 1), started now; the error is the
+    /// failure to start one.
+    pub(crate) fn pool(threads: usize) -> io::Result<Engine> {
+        Ok(Engine {
+            kind: EngineKind::Pool,
+            pool: Some(pool::Pool::new(threads)?),
+        })
     }
 
     /// Which engine this is.
@@ -272,8 +318,13 @@ impl Engine {
     /// Runs every request of `reqs` against `backing` and returns when all have completed,
     /// each with its result (see the module docs for the contract).
     pub(crate) fn run(&self, backing: &dyn Backing, reqs: &mut [Req<'_>]) {
-        for r in reqs.iter_mut() {
-            run_inline(backing, r);
+        match (self.kind, &self.pool) {
+            (EngineKind::Pool, Some(p)) => p.run(backing, reqs),
+            _ => {
+                for r in reqs.iter_mut() {
+                    run_inline(backing, r);
+                }
+            }
         }
     }
 }
