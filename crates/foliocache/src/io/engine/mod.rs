@@ -33,6 +33,48 @@
 //! batch. A [`Op::SyncData`] covers only the writes that completed before the batch it is in
 //! started: callers put a sync in a batch of its own, after the writes it must cover.
 //!
+//! # The io_uring engine (`uring.rs`)
+//!
+//! The shape of PostgreSQL's `method_io_uring.c` and of RocksDB's `MultiRead`: every thread
+//! that issues I/O has its own ring, made on its first batch and dropped when the thread
+//! exits (one descriptor per thread that has issued I/O). No ring is shared, so none needs a
+//! lock, and the kernel may be told so.
+//!
+//! - **Setup flags**, tried best first, each step down taken only when the kernel refuses a
+//!   flag it does not know (`EINVAL`): `SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN`
+//!   (6.1+), then `SINGLE_ISSUER | COOP_TASKRUN` (6.0), then `COOP_TASKRUN` (5.19), then
+//!   none. `SINGLE_ISSUER` promises the kernel that one thread submits; `COOP_TASKRUN` lets
+//!   the kernel run the completion work of a request at the thread's next system call
+//!   instead of interrupting it as each request ends; `DEFER_TASKRUN` defers that work
+//!   further, to the thread's next wait for completions, so it runs in a batch, when the
+//!   thread asks. Which flags a thread's ring got is `uring::ring_flags`.
+//! - **Opcodes** are probed once per process (`IORING_REGISTER_PROBE`): `READV`, `WRITEV`
+//!   and `FSYNC` are required.
+//! - **Availability**: making the engine makes the calling thread's ring, and fails if the
+//!   kernel refuses (`ENOSYS`; `EPERM` from a seccomp profile, a container runtime, or the
+//!   `kernel.io_uring_disabled` sysctl, which is read first so its value 2 gets a clear
+//!   message). [`IoEngine::Auto`] then takes the pool. A thread whose ring cannot be made
+//!   later runs its batches inline.
+//! - **A batch**: each request the backing's descriptor can take ([`Backing::raw_io`], and
+//!   [`RawIo::fits`] for a descriptor open `O_DIRECT`) becomes one `READV`, `WRITEV` or
+//!   `FSYNC(DATASYNC)` entry whose `user_data` is its index in the batch; the others run
+//!   inline through the backing's methods once the ring has the first entries, so the
+//!   device works meanwhile. At most 128 entries of a batch are in the ring at once (so the
+//!   completion queue, twice that, never overflows); a bigger batch is fed as completions
+//!   come. A completion's negative result is the request's error, except `EAGAIN` and
+//!   `EINTR`, which put the same entry back in the ring.
+//! - **Reaped by the submitter.** The thread that submits a batch waits for every one of its
+//!   completions before [`Engine::run`] returns. Two reasons: with `DEFER_TASKRUN` only the
+//!   submitting thread can reap its ring at all, and the requests point into buffers the
+//!   caller only lent for the call (folio frames, which the ring can neither own nor keep
+//!   alive).
+//!   Nothing of a batch stays in a ring after the call, so a ring between calls is empty and
+//!   a thread may exit at any time. If the ring fails part of the way (`io_uring_enter`
+//!   refusing to submit), the engine waits for what the kernel took, drops the ring with
+//!   what it did not take still unsubmitted, and runs those requests inline; the thread's
+//!   next batch makes a new ring. If the engine unwinds (a backing panicking in an inline
+//!   request), a guard waits for the ring's requests first.
+//!
 //! # The worker-pool engine (`pool.rs`)
 //!
 //! PostgreSQL's `method_worker.c`: a fixed set of threads (`foliocache-io-0`, `-1`, ...;
@@ -45,11 +87,14 @@
 //! thread (there is nothing to overlap it with), and so does a batch a worker starts on its
 //! own pool. A backing that panics on a worker fails its request with an error (the worker
 //! lives on and the batch still completes).
-
+//!
+//! Under loom every choice is the synchronous engine (the model checker runs neither kernel
+//! I/O nor threads it does not model).
 // Wired into readahead and writeback in the next commits.
 #![allow(dead_code)]
 
 mod pool;
+mod uring;
 
 #[cfg(all(test, not(loom)))]
 mod tests;
@@ -59,6 +104,10 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
 
 use super::backing::Backing;
+
+// `ring_flags` is for the cache's statistics, which take it in a later commit.
+#[allow(unused_imports)]
+pub(crate) use uring::{ring_flags, uring_available};
 
 /// Which I/O engine a cache uses (`Config::io_engine`, once the cache takes the choice).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -280,16 +329,28 @@ impl fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// The engine `choice` names, or the error that makes it unavailable here. Under loom
-    /// every choice is the synchronous engine (the model checker runs neither kernel I/O nor
-    /// threads it does not model).
+    /// The engine `choice` names, or the error that makes it unavailable here.
     pub(crate) fn new(choice: IoEngine) -> io::Result<Engine> {
+        Engine::exactly(choice)
+    }
+
+    /// The engine `choice` names: [`IoEngine::Uring`] fails where the calling thread cannot
+    /// make a ring, [`IoEngine::Auto`] takes the pool there.
+    pub(crate) fn exactly(choice: IoEngine) -> io::Result<Engine> {
         if cfg!(loom) {
             return Ok(Engine::sync());
         }
         match choice {
-            IoEngine::Sync | IoEngine::Auto | IoEngine::Uring => Ok(Engine::sync()),
+            IoEngine::Sync => Ok(Engine::sync()),
             IoEngine::Pool => Engine::pool(pool::default_threads()),
+            IoEngine::Uring => {
+                uring_available()?;
+                Ok(Engine::uring())
+            }
+            IoEngine::Auto => match uring_available() {
+                Ok(()) => Ok(Engine::uring()),
+                Err(_) => Engine::pool(pool::default_threads()),
+            },
         }
     }
 
@@ -310,6 +371,13 @@ impl Engine {
         })
     }
 
+    fn uring() -> Engine {
+        Engine {
+            kind: EngineKind::Uring,
+            pool: None,
+        }
+    }
+
     /// Which engine this is.
     pub(crate) fn kind(&self) -> EngineKind {
         self.kind
@@ -320,6 +388,7 @@ impl Engine {
     pub(crate) fn run(&self, backing: &dyn Backing, reqs: &mut [Req<'_>]) {
         match (self.kind, &self.pool) {
             (EngineKind::Pool, Some(p)) => p.run(backing, reqs),
+            (EngineKind::Uring, _) => uring::run(backing, reqs),
             _ => {
                 for r in reqs.iter_mut() {
                     run_inline(backing, r);

@@ -1,6 +1,9 @@
 //! The engines against real files in `/tmp`: every test of the request contract runs under
-//! each engine (`sync`, `pool` modules), then the pool's own cases, and `FileBacking`'s
-//! bounce buffer for unaligned direct I/O.
+//! each engine (`sync`, `pool`, `uring` modules), then the pool's and the ring's own cases,
+//! and `FileBacking`'s bounce buffer for unaligned direct I/O.
+//!
+//! The io_uring tests never skip silently: where io_uring is unavailable they fail, naming
+//! `FOLIOCACHE_SKIP_URING=1`, the one way to opt out of them.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, IoSliceMut, Write};
@@ -14,11 +17,27 @@ use rand::{Rng, SeedableRng};
 use super::*;
 use crate::io::{FileBacking, MemBacking};
 
-/// The engine a test module runs.
+/// The variable that lets the io_uring tests pass where io_uring is unavailable.
+const SKIP_URING: &str = "FOLIOCACHE_SKIP_URING";
+
+/// The engine a test module runs, or `None` for a uring test opted out of.
 fn engine(name: &str) -> Option<Engine> {
     match name {
         "sync" => Some(Engine::sync()),
         "pool" => Some(Engine::pool(4).expect("start a pool")),
+        "uring" => {
+            if let Err(e) = uring_available() {
+                if std::env::var(SKIP_URING).as_deref() == Ok("1") {
+                    eprintln!("io_uring unavailable ({e}): skipped, as {SKIP_URING}=1 asks");
+                    return None;
+                }
+                panic!(
+                    "io_uring is unavailable here ({e}); set {SKIP_URING}=1 to skip the io_uring \
+                     tests"
+                );
+            }
+            Some(Engine::exactly(IoEngine::Uring).expect("the uring engine"))
+        }
         _ => unreachable!("no engine {name}"),
     }
 }
@@ -521,6 +540,7 @@ macro_rules! every_engine {
     ($($test:ident),* $(,)?) => {
         engine_tests!(sync: $($test),*);
         engine_tests!(pool: $($test),*);
+        engine_tests!(uring: $($test),*);
     };
 }
 
@@ -682,6 +702,150 @@ fn pool_threads_are_named_and_joined_at_drop() {
     );
 }
 
+// ---- io_uring ------------------------------------------------------------------------------
+
+#[test]
+fn uring_ring_flags_are_a_step_of_the_ladder() {
+    if engine("uring").is_none() {
+        return;
+    }
+    let flags = ring_flags().unwrap();
+    eprintln!("io_uring ring flags on this kernel: {flags}");
+    let ladder = super::uring::ladder_names();
+    assert!(ladder.contains(&flags), "{flags} is not one of {ladder:?}");
+    // Another thread makes its own ring, with the same flags.
+    let other = std::thread::spawn(|| ring_flags().unwrap()).join().unwrap();
+    assert_eq!(other, flags);
+}
+
+/// A readable file that claims direct I/O at 512 bytes: aligned requests go to the ring,
+/// the others to its methods, which panic when `panic_inline` is set.
+#[derive(Debug)]
+struct PretendDirect {
+    file: File,
+    panic_inline: bool,
+    inline_reads: AtomicUsize,
+}
+
+impl PretendDirect {
+    fn new(f: &tempfile::NamedTempFile, panic_inline: bool) -> PretendDirect {
+        PretendDirect {
+            file: File::open(f.path()).unwrap(),
+            panic_inline,
+            inline_reads: AtomicUsize::new(0),
+        }
+    }
+
+    /// The reads that reached `read_at` since the last call.
+    fn take_inline_reads(&self) -> usize {
+        // ORDERING: Relaxed; pairs with the increment in `PretendDirect::read_at`, made by
+        // this same thread (the uring engine runs inline requests in the caller).
+        self.inline_reads.swap(0, Ordering::Relaxed)
+    }
+}
+
+impl Backing for PretendDirect {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.panic_inline {
+            panic!("a backing that panics (on purpose, in a test)");
+        }
+        // ORDERING: Relaxed; pairs with the swap in `PretendDirect::take_inline_reads`, on
+        // the same thread.
+        self.inline_reads.fetch_add(1, Ordering::Relaxed);
+        self.file.read_at(buf, offset)
+    }
+
+    fn raw_io(&self) -> Option<RawIo> {
+        Some(RawIo::new(self.file.as_raw_fd(), 512))
+    }
+}
+
+/// 200 aligned 4 KiB reads (more than the ring takes at once), checked against `data`.
+fn aligned_reads(e: &Engine, b: &dyn Backing, data: &[u8]) {
+    let mut bufs: Vec<Aligned> = (0..200).map(|_| Aligned::new(4096)).collect();
+    let mut reqs: Vec<Req<'_>> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, a)| Req::read(i as u64 * 4096, vec![a.bytes_mut()]))
+        .collect();
+    e.run(b, &mut reqs);
+    for (i, r) in results(&mut reqs).into_iter().enumerate() {
+        assert_eq!(r.unwrap(), 4096, "request {i}");
+    }
+    for (i, a) in bufs.iter().enumerate() {
+        assert!(a.bytes() == &data[i * 4096..(i + 1) * 4096], "request {i}");
+    }
+}
+
+#[test]
+fn uring_a_failed_submission_finishes_the_batch_inline() {
+    let Some(e) = engine("uring") else { return };
+    let data = pattern(200 * 4096, 30);
+    let f = temp_file(&data);
+    let b = PretendDirect::new(&f, false);
+    let planted = |faults: &[Option<i32>]| {
+        super::uring::ENTER_FAULTS.with(|q| q.borrow_mut().extend(faults.iter().copied()))
+    };
+    // The first submission fails: the ring took nothing, everything runs inline.
+    planted(&[Some(libc::ENXIO)]);
+    aligned_reads(&e, &b, &data);
+    assert_eq!(b.take_inline_reads(), 200);
+    // The ring took the first 128 and fails on the rest: they complete first, then the
+    // remaining 72 (some perhaps pushed after the first completions, never submitted) run
+    // inline.
+    planted(&[None, Some(libc::EBADFD)]);
+    aligned_reads(&e, &b, &data);
+    assert_eq!(b.take_inline_reads(), 72);
+    // Interruptions and a kernel short of memory with nothing in flight: retried.
+    planted(&[
+        Some(libc::EINTR),
+        Some(libc::EAGAIN),
+        Some(libc::EBUSY),
+        None,
+    ]);
+    aligned_reads(&e, &b, &data);
+    assert_eq!(b.take_inline_reads(), 0);
+    // Short of memory with requests in flight: wait for one, then go on.
+    planted(&[None, Some(libc::EAGAIN)]);
+    aligned_reads(&e, &b, &data);
+    assert_eq!(b.take_inline_reads(), 0);
+    assert!(super::uring::ENTER_FAULTS.with(|q| q.borrow().is_empty()));
+    // The thread has a working ring again.
+    assert!(ring_flags().is_ok());
+    aligned_reads(&e, &b, &data);
+    assert_eq!(b.take_inline_reads(), 0);
+}
+
+#[test]
+fn uring_a_panic_inline_waits_for_the_ring() {
+    let Some(e) = engine("uring") else { return };
+    let data = pattern(200 * 4096, 31);
+    let f = temp_file(&data);
+    let b = PretendDirect::new(&f, true);
+    let mut bufs: Vec<Aligned> = (0..100).map(|_| Aligned::new(4096)).collect();
+    let mut odd = [0u8; 100];
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut reqs: Vec<Req<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, a)| Req::read(i as u64 * 4096, vec![a.bytes_mut()]))
+            .collect();
+        reqs.push(Req::read(7, vec![&mut odd[..]]));
+        e.run(&b, &mut reqs);
+    }));
+    assert!(r.is_err(), "the inline request's panic reaches the caller");
+    // Every ring request had completed before the unwind left `run`.
+    for (i, a) in bufs.iter().enumerate() {
+        assert!(a.bytes() == &data[i * 4096..(i + 1) * 4096], "request {i}");
+    }
+    let b = PretendDirect::new(&f, false);
+    aligned_reads(&e, &b, &data);
+}
+
 /// Its unaligned reads run a batch of their own, through the same engine, on `inner`.
 #[derive(Debug)]
 struct Nesting<'e> {
@@ -733,6 +897,25 @@ fn a_batch_inside_a_batch(e: &Engine) {
 fn an_engine_is_shared_between_threads() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Engine>();
+}
+
+// ---- choosing the engine -------------------------------------------------------------------
+
+#[test]
+fn auto_prefers_uring() {
+    let auto = match uring_available() {
+        Ok(()) => EngineKind::Uring,
+        Err(_) => EngineKind::Pool,
+    };
+    assert_eq!(Engine::new(IoEngine::Auto).unwrap().kind(), auto);
+    assert_eq!(
+        Engine::new(IoEngine::Pool).unwrap().kind(),
+        EngineKind::Pool
+    );
+    assert_eq!(
+        Engine::new(IoEngine::Sync).unwrap().kind(),
+        EngineKind::Sync
+    );
 }
 
 // ---- FileBacking's bounce buffer (direct I/O, unaligned requests) --------------------------
