@@ -88,8 +88,15 @@
 //! own pool. A backing that panics on a worker fails its request with an error (the worker
 //! lives on and the batch still completes).
 //!
-//! Under loom every choice is the synchronous engine (the model checker runs neither kernel
-//! I/O nor threads it does not model).
+//! # Choosing an engine by environment
+//!
+//! `FOLIOCACHE_IO_ENGINE`, when set to `auto`, `uring`, `pool` or `sync`, overrides the
+//! [`IoEngine`] every [`Engine::new`] is given, so a whole test suite (or a program) can be
+//! run under each engine without a change: `FOLIOCACHE_IO_ENGINE=pool cargo test`. An empty
+//! value counts as unset; any other value makes [`Engine::new`] fail with an error naming the
+//! variable and the values it accepts. Under loom every choice is the synchronous engine
+//! (the model checker runs neither kernel I/O nor threads it does not model).
+
 // Wired into readahead and writeback in the next commits.
 #![allow(dead_code)]
 
@@ -109,7 +116,15 @@ use super::backing::Backing;
 #[allow(unused_imports)]
 pub(crate) use uring::{ring_flags, uring_available};
 
+/// The environment variable that overrides the engine choice ([`Engine::new`]).
+pub(crate) const ENGINE_ENV: &str = "FOLIOCACHE_IO_ENGINE";
+
 /// Which I/O engine a cache uses (`Config::io_engine`, once the cache takes the choice).
+///
+/// The environment variable `FOLIOCACHE_IO_ENGINE` (`auto`, `uring`, `pool` or `sync`)
+/// overrides the choice for every cache the process makes, so a program or a test suite can
+/// be run under each engine unchanged; any other non-empty value makes the cache fail to
+/// build, with an error naming the variable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum IoEngine {
@@ -329,13 +344,15 @@ impl fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// The engine `choice` names, or the error that makes it unavailable here.
+    /// The engine `choice` names, or the one `FOLIOCACHE_IO_ENGINE` names when it is set (see
+    /// the module docs); or the error that makes it unavailable here.
     pub(crate) fn new(choice: IoEngine) -> io::Result<Engine> {
+        let choice = env_choice(choice, std::env::var_os(ENGINE_ENV))?;
         Engine::exactly(choice)
     }
 
-    /// The engine `choice` names: [`IoEngine::Uring`] fails where the calling thread cannot
-    /// make a ring, [`IoEngine::Auto`] takes the pool there.
+    /// The engine `choice` names, whatever the environment says: [`IoEngine::Uring`] fails
+    /// where the calling thread cannot make a ring, [`IoEngine::Auto`] takes the pool there.
     pub(crate) fn exactly(choice: IoEngine) -> io::Result<Engine> {
         if cfg!(loom) {
             return Ok(Engine::sync());
@@ -396,4 +413,23 @@ impl Engine {
             }
         }
     }
+}
+
+/// The engine to make: `choice`, unless the environment variable's value `var` names
+/// another (an empty value counts as unset); an error for a value that names none.
+fn env_choice(choice: IoEngine, var: Option<std::ffi::OsString>) -> io::Result<IoEngine> {
+    let Some(var) = var.filter(|v| !v.is_empty()) else {
+        return Ok(choice);
+    };
+    let bad = |given: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{ENGINE_ENV}: {}",
+                crate::UnknownVariant::new::<IoEngine>(given)
+            ),
+        )
+    };
+    let v = var.to_str().ok_or_else(|| bad(&var.to_string_lossy()))?;
+    v.parse::<IoEngine>().map_err(|_| bad(v))
 }

@@ -902,18 +902,45 @@ fn an_engine_is_shared_between_threads() {
 // ---- choosing the engine -------------------------------------------------------------------
 
 #[test]
-fn auto_prefers_uring() {
-    let auto = match uring_available() {
+fn the_environment_overrides_the_choice() {
+    use std::ffi::OsString;
+    let env = |v: &str| Some(OsString::from(v));
+    assert_eq!(env_choice(IoEngine::Pool, None).unwrap(), IoEngine::Pool);
+    assert_eq!(env_choice(IoEngine::Pool, env("")).unwrap(), IoEngine::Pool);
+    for v in IoEngine::ALL {
+        assert_eq!(env_choice(IoEngine::Sync, env(v.name())).unwrap(), v);
+    }
+    let err = env_choice(IoEngine::Auto, env("epoll")).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    let msg = err.to_string();
+    assert!(msg.contains("FOLIOCACHE_IO_ENGINE"), "{msg}");
+    assert!(msg.contains("epoll"), "{msg}");
+    assert!(msg.contains("auto, uring, pool, sync"), "{msg}");
+}
+
+#[test]
+fn new_takes_the_environment_and_auto_prefers_uring() {
+    let set = std::env::var(ENGINE_ENV).ok().filter(|v| !v.is_empty());
+    let auto = || match uring_available() {
         Ok(()) => EngineKind::Uring,
         Err(_) => EngineKind::Pool,
     };
-    assert_eq!(Engine::new(IoEngine::Auto).unwrap().kind(), auto);
+    let want = |choice: IoEngine| match set.as_deref().unwrap_or(choice.name()) {
+        "sync" => EngineKind::Sync,
+        "pool" => EngineKind::Pool,
+        "uring" => EngineKind::Uring,
+        _ => auto(),
+    };
+    for choice in [IoEngine::Auto, IoEngine::Pool, IoEngine::Sync] {
+        assert_eq!(
+            Engine::new(choice).unwrap().kind(),
+            want(choice),
+            "{choice}"
+        );
+    }
+    assert_eq!(Engine::exactly(IoEngine::Auto).unwrap().kind(), auto());
     assert_eq!(
-        Engine::new(IoEngine::Pool).unwrap().kind(),
-        EngineKind::Pool
-    );
-    assert_eq!(
-        Engine::new(IoEngine::Sync).unwrap().kind(),
+        Engine::exactly(IoEngine::Sync).unwrap().kind(),
         EngineKind::Sync
     );
 }
