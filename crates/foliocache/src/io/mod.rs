@@ -66,7 +66,7 @@ mod file;
 mod run;
 
 pub use backing::{Backing, FileAttrs, MemBacking, RawIo};
-pub use engine::{DirectIo, EngineKind, IoEngine};
+pub use engine::{uring_setup_flags, DirectIo, EngineKind, IoEngine};
 pub use fault::FaultyBacking;
 pub use file::{dio_alignment, FileBacking};
 pub use run::{check_end_of_data, read_run, RunError};

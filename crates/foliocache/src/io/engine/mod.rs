@@ -32,9 +32,76 @@
 //! by the engine, any other error is the request's own and fails no other request of the
 //! batch. A [`Op::SyncData`] covers only the writes that completed before the batch it is in
 //! started: callers put a sync in a batch of its own, after the writes it must cover.
+//!
+//! # The io_uring engine (`uring.rs`)
+//!
+//! The shape of PostgreSQL's `method_io_uring.c` and of RocksDB's `MultiRead`: every thread
+//! that issues I/O has its own ring, made on its first batch and dropped when the thread
+//! exits (one descriptor per thread that has issued I/O). No ring is shared, so none needs a
+//! lock, and the kernel may be told so.
+//!
+//! - **Setup flags**, tried best first, each step down taken only when the kernel refuses a
+//!   flag it does not know (`EINVAL`): `SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN`
+//!   (6.1+), then `SINGLE_ISSUER | COOP_TASKRUN` (6.0), then `COOP_TASKRUN` (5.19), then
+//!   none. `SINGLE_ISSUER` promises the kernel that one thread submits; `COOP_TASKRUN` lets
+//!   the kernel run the completion work of a request at the thread's next system call
+//!   instead of interrupting it as each request ends; `DEFER_TASKRUN` defers that work
+//!   further, to the thread's next wait for completions, so it runs in a batch, when the
+//!   thread asks. Which flags a thread's ring got is `uring::ring_flags`.
+//! - **Opcodes** are probed once per process (`IORING_REGISTER_PROBE`): `READV`, `WRITEV`
+//!   and `FSYNC` are required.
+//! - **Availability**: making the engine makes the calling thread's ring, and fails if the
+//!   kernel refuses (`ENOSYS`; `EPERM` from a seccomp profile, a container runtime, or the
+//!   `kernel.io_uring_disabled` sysctl, which is read first so its value 2 gets a clear
+//!   message). [`IoEngine::Auto`] then takes the pool. A thread whose ring cannot be made
+//!   later runs its batches inline.
+//! - **A batch**: each request the backing's descriptor can take ([`Backing::raw_io`], and
+//!   [`RawIo::fits`] for a descriptor open `O_DIRECT`) becomes one `READV`, `WRITEV` or
+//!   `FSYNC(DATASYNC)` entry whose `user_data` is its index in the batch; the others run
+//!   inline through the backing's methods once the ring has the first entries, so the
+//!   device works meanwhile. At most 128 entries of a batch are in the ring at once (so the
+//!   completion queue, twice that, never overflows); a bigger batch is fed as completions
+//!   come. A completion's negative result is the request's error, except `EAGAIN` and
+//!   `EINTR`, which put the same entry back in the ring.
+//! - **Reaped by the submitter.** The thread that submits a batch waits for every one of its
+//!   completions before [`Engine::run`] returns. Two reasons: with `DEFER_TASKRUN` only the
+//!   submitting thread can reap its ring at all, and the requests point into buffers the
+//!   caller only lent for the call (folio frames, which the ring can neither own nor keep
+//!   alive).
+//!   Nothing of a batch stays in a ring after the call, so a ring between calls is empty and
+//!   a thread may exit at any time. If the ring fails part of the way (`io_uring_enter`
+//!   refusing to submit), the engine waits for what the kernel took, drops the ring with
+//!   what it did not take still unsubmitted, and runs those requests inline; the thread's
+//!   next batch makes a new ring. If the engine unwinds (a backing panicking in an inline
+//!   request), a guard waits for the ring's requests first.
+//!
+//! # The worker-pool engine (`pool.rs`)
+//!
+//! PostgreSQL's `method_worker.c`: a fixed set of threads (`foliocache-io-0`, `-1`, ...;
+//! twice the CPUs by default, at least 2 and at most 32) started with the engine and joined
+//! when it is dropped. [`Engine::run`] puts every request of the batch on one shared queue
+//! and sleeps until a per-batch countdown reaches zero; each worker takes a request and runs
+//! it with [`run_inline`], so any [`Backing`] works, files or not. The caller's buffers and
+//! backing reach the workers as raw pointers, valid because `run` does not return, not even
+//! by unwinding, before the countdown is zero. A batch of one request runs in the calling
+//! thread (there is nothing to overlap it with), and so does a batch a worker starts on its
+//! own pool. A backing that panics on a worker fails its request with an error (the worker
+//! lives on and the batch still completes).
+//!
+//! # Choosing an engine by environment
+//!
+//! `FOLIOCACHE_IO_ENGINE`, when set to `auto`, `uring`, `pool` or `sync`, overrides the
+//! [`IoEngine`] every [`Engine::new`] is given, so a whole test suite (or a program) can be
+//! run under each engine without a change: `FOLIOCACHE_IO_ENGINE=pool cargo test`. An empty
+//! value counts as unset; any other value makes [`Engine::new`] fail with an error naming the
+//! variable and the values it accepts. Under loom every choice is the synchronous engine
+//! (the model checker runs neither kernel I/O nor threads it does not model).
 
-// Wired into readahead and writeback in the next commits.
-#![allow(dead_code)]
+mod pool;
+mod uring;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -42,7 +109,26 @@ use std::io::{self, IoSlice, IoSliceMut};
 use super::backing::Backing;
 pub use super::backing::RawIo;
 
+#[cfg(test)]
+use uring::ring_flags;
+pub(crate) use uring::uring_available;
+
+/// The io_uring setup flags the calling thread's ring got (made now if the thread has none),
+/// for reports: `single_issuer|defer_taskrun|coop_taskrun` on a recent kernel, fewer on an
+/// older one; an error if io_uring is unavailable.
+pub fn uring_setup_flags() -> io::Result<&'static str> {
+    uring::ring_flags()
+}
+
+/// The environment variable that overrides the engine choice ([`Engine::new`]).
+pub(crate) const ENGINE_ENV: &str = "FOLIOCACHE_IO_ENGINE";
+
 /// Which I/O engine a cache uses ([`Config::io_engine`](crate::Config::io_engine)).
+///
+/// The environment variable `FOLIOCACHE_IO_ENGINE` (`auto`, `uring`, `pool` or `sync`)
+/// overrides the choice for every cache the process makes, so a program or a test suite can
+/// be run under each engine unchanged; any other non-empty value makes the cache fail to
+/// build, with an error naming the variable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum IoEngine {
@@ -179,6 +265,7 @@ pub(crate) enum Op<'a> {
     /// Write these buffers, in order, at the request's offset (`pwritev`).
     Write(Vec<&'a [u8]>),
     /// `fdatasync`: the writes completed before this batch started are durable.
+    #[cfg_attr(not(test), allow(dead_code))] // the cache's syncs call the backing directly
     SyncData,
 }
 
@@ -211,6 +298,7 @@ impl<'a> Req<'a> {
     }
 
     /// A data sync.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn sync_data() -> Req<'a> {
         Req {
             offset: 0,
@@ -220,6 +308,7 @@ impl<'a> Req<'a> {
     }
 
     /// The bytes this request asks for.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn len(&self) -> usize {
         match &self.op {
             Op::Read(b) => b.iter().map(|b| b.len()).sum(),
@@ -268,22 +357,71 @@ pub(crate) fn run_inline(backing: &dyn Backing, req: &mut Req<'_>) {
 /// A cache's I/O engine: runs batches of requests (see the module docs).
 pub(crate) struct Engine {
     kind: EngineKind,
+    /// The pool's workers, for [`EngineKind::Pool`].
+    pool: Option<pool::Pool>,
 }
 
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Engine").field("kind", &self.kind).finish()
+        let mut d = f.debug_struct("Engine");
+        d.field("kind", &self.kind);
+        if let Some(p) = &self.pool {
+            d.field("threads", &p.threads());
+        }
+        d.finish()
     }
 }
 
 impl Engine {
-    /// The engine `choice` names, or the error that makes it unavailable here.
+    /// The engine `choice` names, or the one `FOLIOCACHE_IO_ENGINE` names when it is set (see
+    /// the module docs); or the error that makes it unavailable here.
     pub(crate) fn new(choice: IoEngine) -> io::Result<Engine> {
-        let kind = match choice {
-            IoEngine::Sync => EngineKind::Sync,
-            IoEngine::Auto | IoEngine::Uring | IoEngine::Pool => EngineKind::Sync,
-        };
-        Ok(Engine { kind })
+        let choice = env_choice(choice, std::env::var_os(ENGINE_ENV))?;
+        Engine::exactly(choice)
+    }
+
+    /// The engine `choice` names, whatever the environment says: [`IoEngine::Uring`] fails
+    /// where the calling thread cannot make a ring, [`IoEngine::Auto`] takes the pool there.
+    pub(crate) fn exactly(choice: IoEngine) -> io::Result<Engine> {
+        if cfg!(loom) {
+            return Ok(Engine::sync());
+        }
+        match choice {
+            IoEngine::Sync => Ok(Engine::sync()),
+            IoEngine::Pool => Engine::pool(pool::default_threads()),
+            IoEngine::Uring => {
+                uring_available()?;
+                Ok(Engine::uring())
+            }
+            IoEngine::Auto => match uring_available() {
+                Ok(()) => Ok(Engine::uring()),
+                Err(_) => Engine::pool(pool::default_threads()),
+            },
+        }
+    }
+
+    /// The synchronous engine.
+    pub(crate) fn sync() -> Engine {
+        Engine {
+            kind: EngineKind::Sync,
+            pool: None,
+        }
+    }
+
+    /// A worker pool of `threads` threads (at least 1), started now; the error is the
+    /// failure to start one.
+    pub(crate) fn pool(threads: usize) -> io::Result<Engine> {
+        Ok(Engine {
+            kind: EngineKind::Pool,
+            pool: Some(pool::Pool::new(threads)?),
+        })
+    }
+
+    fn uring() -> Engine {
+        Engine {
+            kind: EngineKind::Uring,
+            pool: None,
+        }
     }
 
     /// Which engine this is.
@@ -294,8 +432,33 @@ impl Engine {
     /// Runs every request of `reqs` against `backing` and returns when all have completed,
     /// each with its result (see the module docs for the contract).
     pub(crate) fn run(&self, backing: &dyn Backing, reqs: &mut [Req<'_>]) {
-        for r in reqs.iter_mut() {
-            run_inline(backing, r);
+        match (self.kind, &self.pool) {
+            (EngineKind::Pool, Some(p)) => p.run(backing, reqs),
+            (EngineKind::Uring, _) => uring::run(backing, reqs),
+            _ => {
+                for r in reqs.iter_mut() {
+                    run_inline(backing, r);
+                }
+            }
         }
     }
+}
+
+/// The engine to make: `choice`, unless the environment variable's value `var` names
+/// another (an empty value counts as unset); an error for a value that names none.
+fn env_choice(choice: IoEngine, var: Option<std::ffi::OsString>) -> io::Result<IoEngine> {
+    let Some(var) = var.filter(|v| !v.is_empty()) else {
+        return Ok(choice);
+    };
+    let bad = |given: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{ENGINE_ENV}: {}",
+                crate::UnknownVariant::new::<IoEngine>(given)
+            ),
+        )
+    };
+    let v = var.to_str().ok_or_else(|| bad(&var.to_string_lossy()))?;
+    v.parse::<IoEngine>().map_err(|_| bad(v))
 }
