@@ -421,6 +421,10 @@ impl CachedFile {
         let m = self.mapping();
         let first = range.start >> PAGE_SHIFT;
         let last = (range.end - 1) >> PAGE_SHIFT;
+        // Windows a readahead worker is still reading for this file would leave their pages
+        // behind (locked folios are skipped): let them end first, so that the range is empty
+        // afterwards unless a guard or a reader holds a page.
+        m.ra_inflight.wait();
         // As `fadvise(POSIX_FADV_DONTNEED)` does: a folio still in a per-CPU LRU batch holds
         // the batch's reference and would look busy, so drain this CPU's batches first, and
         // every CPU's if some folios were still busy.
