@@ -291,17 +291,12 @@ pub fn kernel_residency(path: &Path) -> io::Result<f64> {
     Ok(resident as f64 / pages as f64)
 }
 
-/// CPU time used so far (user + system, `getrusage(2)`): by this process, every thread
-/// included (`children` false), or by its waited-for child processes (`children` true).
-pub fn cpu_time(children: bool) -> Duration {
-    let who = if children {
-        libc::RUSAGE_CHILDREN
-    } else {
-        libc::RUSAGE_SELF
-    };
+/// CPU time this process used so far, every thread included (user + system,
+/// `getrusage(RUSAGE_SELF)`).
+pub fn cpu_time() -> Duration {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
     // SAFETY: `ru` is a valid out-pointer for one `rusage`.
-    if unsafe { libc::getrusage(who, ru.as_mut_ptr()) } != 0 {
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } != 0 {
         return Duration::ZERO;
     }
     // SAFETY: getrusage returned 0, so it filled `ru`.
@@ -363,14 +358,14 @@ mod tests {
 
     #[test]
     fn cpu_time_advances() {
-        let before = cpu_time(false);
+        let before = cpu_time();
         let mut x = 0u64;
         let start = std::time::Instant::now();
         while start.elapsed() < Duration::from_millis(30) {
             x = x.wrapping_add(std::hint::black_box(1));
         }
         assert!(x > 0);
-        assert!(cpu_time(false) > before);
+        assert!(cpu_time() > before);
     }
 
     #[test]
