@@ -7,6 +7,10 @@
 //!   (variant, threads, metric), and at the end the tables, JSON and plot ([`emit`]);
 //! - [`CommonArgs`]: the options every scenario takes (`--threads`, `--duration`, `--runs`,
 //!   `--quick`, `--json`, `--no-pin`, `--no-plot`) and their parsing;
+//! - [`IoArgs`] and [`IoSetup`]: the options of the scenarios that read and write files
+//!   (`--dir`, `--io`, `--direct`) and what their caches got there (file system, engine,
+//!   direct or buffered); [`drop_kernel_cache`], [`kernel_residency`] and [`cpu_time`] for
+//!   cold measurements;
 //! - [`run_threads`]: N threads pinned to CPUs, all spawned and parked before the clock
 //!   starts, released together, counted up to the stop signal (the window is the clock's);
 //! - [`Interleaver`]: runs every variant once per round, rounds repeated `runs` times
@@ -24,6 +28,7 @@
 
 mod args;
 mod bench;
+mod fileio;
 mod plot_svg;
 mod progress;
 mod report;
@@ -36,6 +41,10 @@ pub use args::{
     MAX_RUNS,
 };
 pub use bench::Bench;
+pub use fileio::{
+    cpu_time, drop_kernel_cache, free_bytes, fs_name, kernel_residency, merge, mode_name,
+    Filesystem, IoArgs, IoSetup,
+};
 pub use plot_svg::{esc, figure, plot, Unit};
 pub use progress::Progress;
 pub use report::{Check, Comparison, Machine, Report, Row, SCHEMA};

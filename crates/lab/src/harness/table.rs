@@ -110,7 +110,7 @@ pub fn seed_order<V: Variant + PartialEq>(vanilla: V, patched: V) -> Vec<V> {
 }
 
 /// The seed's table: `#threads | <baseline> | <patched> | boost (%) | <others...>` for one
-/// metric, one line per thread count, medians. `others` are extra variant columns (e.g.
+/// metric, one line per thread count of the rows `extra` selects, medians. `others` are extra variant columns (e.g.
 /// `optimistic`, `kernel-pread`), each followed by nothing (their comparisons live in JSON).
 pub fn seed_table(
     report: &Report,
@@ -128,10 +128,12 @@ pub fn seed_table(
     ];
     header.extend(others.iter().map(|s| s.to_string()));
     let mut t = Table::new(header);
+    // The thread counts of this metric's rows that `extra` selects (another part of the
+    // scenario may run at others).
     let mut threads: Vec<usize> = report
         .rows
         .iter()
-        .filter(|r| r.metric == metric)
+        .filter(|r| r.metric == metric && extra.iter().all(|(k, v)| r.extra.get(k) == Some(v)))
         .map(|r| r.threads)
         .collect();
     threads.sort_unstable();

@@ -35,6 +35,10 @@
 //! invisible without contention (1 thread) and shows as soon as two cores fight over the
 //! folio's cache line (2 threads and up).
 //!
+//! `--io` and `--direct` choose foliocache's I/O engine and direct I/O ([`IoArgs`]); the
+//! file is read once before the runs, so they only matter on that miss. The first line of
+//! the output and `params` name the file system, the engine and the mode.
+//!
 //! # Output
 //!
 //! Table `#threads | cas-loop | locked-bit | boost (%) | optimistic | kernel-pread`
@@ -48,7 +52,6 @@
 //!   caches after every handle was dropped) = 0, `foliocache_misses` (lookups that missed
 //!   during the measured runs, after warm-up) = 0.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +64,8 @@ use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
 use crate::harness::{
-    run_threads, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table, CHECK_EVERY,
+    merge, run_threads, seed_order, seed_table, Bench, CommonArgs, IoArgs, IoSetup, LabResult,
+    Report, Table, CHECK_EVERY,
 };
 
 /// The seed reproduced.
@@ -118,9 +122,10 @@ pub struct Args {
     /// Common options.
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Directory for the test file (default: /dev/shm, the tmpfs the seed used).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
+    /// Where the file is and how foliocache reads it (`--dir`, default /dev/shm, the tmpfs
+    /// the seed used; `--io`, `--direct`).
+    #[command(flatten)]
+    pub io: IoArgs,
     /// Bytes per read (the seed: 64).
     #[arg(long, default_value_t = 64)]
     pub read_size: usize,
@@ -145,7 +150,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
             args.read_size
         ));
     }
-    let dir = args.dir.clone().unwrap_or_else(default_dir);
+    let dir = args.io.dir_or(default_dir);
+    let setup = IoSetup::probe(&args.io, &dir)?;
+    println!("{NAME}: {}", setup.header());
     let file = LabFile::create(&dir, "pread", 0, 4 * 4096)?;
     let expected: Arc<Vec<u8>> = Arc::new(file.expected(0, args.read_size));
 
@@ -156,7 +163,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let mut caches = Vec::new();
     for &s in &strategies {
         let cache = FolioCache::new(
-            Config::new(1 << 20)
+            args.io
+                .apply(Config::new(1 << 20))
                 .experiment(Experiment::new().strategy(s).file_table(args.file_table))
                 .panic_on_bad_page(false),
         )
@@ -175,13 +183,15 @@ pub fn run(args: &Args) -> LabResult<Report> {
         NAME,
         SEED,
         &settings,
-        json!({
-            "read_size": args.read_size,
-            "offset": 0,
-            "dir": dir.display().to_string(),
-            "file_bytes": file.size,
-            "file_table": args.file_table.name(),
-        }),
+        merge(
+            json!({
+                "read_size": args.read_size,
+                "offset": 0,
+                "file_bytes": file.size,
+                "file_table": args.file_table.name(),
+            }),
+            setup.params(),
+        ),
         variants.len(),
     );
     let mut wrong = 0u64;

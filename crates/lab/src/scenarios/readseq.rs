@@ -54,6 +54,16 @@
 //! candidate against its baseline. The insertion phase is measured for `single` and
 //! `batched` only (it inserts preallocated pages).
 //!
+//! # Files and I/O
+//!
+//! The files live in `--dir` (default `/dev/shm`, the tmpfs the seed's numbers compare
+//! with); `--io` and `--direct` choose foliocache's I/O engine and direct I/O
+//! ([`IoArgs`]). The output's first line names the file system, the engine the cache got
+//! and whether its files are read direct or buffered; `params` records them (`filesystem`,
+//! `io_engine`, `io_mode`, `direct_io_align`, see `docs/LAB-RESULTS.md`). Before every cold
+//! pass the kernel's copy of the files is dropped too ([`drop_kernel_cache`]; a no-op on
+//! tmpfs), so that on a disk file system a pass reads from the disk.
+//!
 //! # Output
 //!
 //! - variants: `single` (vanilla), `batched` (the seed), that is every mode of the library's
@@ -74,7 +84,6 @@
 //!   the caches after every file was closed) = 0, `batched_lock_acquisitions_per_page` at
 //!   most 1/16 with the default 32-page window.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -89,7 +98,10 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
-use crate::harness::{fmt_num, seed_order, seed_table, Bench, CommonArgs, LabResult, Report, Table};
+use crate::harness::{
+    drop_kernel_cache, fmt_num, merge, seed_order, seed_table, Bench, CommonArgs, IoArgs, IoSetup,
+    LabResult, Report, Table,
+};
 
 /// The seed reproduced.
 pub const SEED: &str = "001_1b60c5657c9329ae.txt";
@@ -174,9 +186,10 @@ pub struct Args {
     /// Common options. `--duration` is not used: each run is one cold pass over the data.
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Directory for the test files (default: /dev/shm).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
+    /// Where the files are and how foliocache reads them (`--dir`, default /dev/shm; `--io`,
+    /// `--direct`).
+    #[command(flatten)]
+    pub io: IoArgs,
     /// Bytes per read (the seed: 8 KiB values).
     #[arg(long, default_value_t = 8192)]
     pub value_size: usize,
@@ -256,7 +269,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
         .max(1);
     let region = mib << 20;
     let max_threads = *settings.threads.iter().max().unwrap_or(&1);
-    let dir = args.dir.clone().unwrap_or_else(default_dir);
+    let dir = args.io.dir_or(default_dir);
+    let setup = IoSetup::probe(&args.io, &dir)?;
     // Budget: every thread's region plus slack; the caches never need to evict.
     let budget = (max_threads as u64 * region + (8 << 20)) as usize;
 
@@ -269,17 +283,20 @@ pub fn run(args: &Args) -> LabResult<Report> {
         NAME,
         SEED,
         &settings,
-        json!({
-            "value_size": args.value_size,
-            "mib_per_thread": mib,
-            "ra_pages": args.ra_pages,
-            "dir": dir.display().to_string(),
-            "layouts": layouts,
-            "runs_are_cold_passes": true,
-        }),
+        merge(
+            json!({
+                "value_size": args.value_size,
+                "mib_per_thread": mib,
+                "ra_pages": args.ra_pages,
+                "layouts": layouts,
+                "runs_are_cold_passes": true,
+            }),
+            setup.params(),
+        ),
         steps,
         Duration::from_millis(mib * 6),
     );
+    println!("{NAME}: {}", setup.header());
     let mut tables = Vec::new();
     let mut wrong = 0u64;
     let mut bad_pages = 0u64;
@@ -312,7 +329,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             .iter()
             .map(|&v| {
                 let c = FolioCache::new(
-                    Config::new(budget)
+                    args.io.apply(Config::new(budget))
                         .experiment(
                             Experiment::new()
                                 .insert_mode(v.mode())
@@ -610,8 +627,14 @@ fn end_to_end(
     pin: bool,
 ) -> LabResult<Pass> {
     // Cold: the previous pass's files, closed, stay cached in the inode cache until dropped
-    // (`echo 3 > /proc/sys/vm/drop_caches` between the kernel's runs).
+    // (`echo 3 > /proc/sys/vm/drop_caches` between the kernel's runs); and the kernel's copy
+    // of the files goes too, so that a buffered read comes from the disk (on tmpfs nothing
+    // goes: its pages are the file).
     cache.drop_caches();
+    for f in &layout.files {
+        drop_kernel_cache(f.path())
+            .map_err(|e| crate::lab_err!("dropping {} from the kernel's cache: {e}", f.path().display()))?;
+    }
     let handles: Vec<(CachedFile, &LabFile, u64)> = (0..threads)
         .map(|t| {
             let (file, start) = layout.region_of(t);

@@ -46,7 +46,11 @@
 //! The files live in a temporary directory under `--dir` (default `/dev/shm`, the tmpfs the
 //! other page-cache scenarios use). The filesystem matters: on tmpfs `fdatasync` does nothing
 //! and a `pwrite` is the whole cost of durability, on a disk filesystem the sync dominates.
-//! The output names the filesystem (`statfs`).
+//! The output names the filesystem (`statfs`), foliocache's I/O engine and whether its
+//! files are written direct or buffered (`--io`, `--direct`: [`IoArgs`]; by default direct
+//! where the file system has it, so on tmpfs buffered); `params` records them (`filesystem`,
+//! `io_engine`, `io_mode`, `direct_io_align`). Every `randwrite` measurement starts with the
+//! shared file out of the kernel's cache ([`drop_kernel_cache`]; nothing goes on tmpfs).
 //!
 //! # How a measurement is timed
 //!
@@ -102,7 +106,8 @@ use serde_json::{json, Map, Value};
 use super::files::{default_dir, vmstat_json};
 use super::peers::workload::{self, Mix};
 use crate::harness::{
-    fmt_num, run_threads, seed_table, Bench, CommonArgs, LabResult, Report, Settings,
+    drop_kernel_cache, fmt_num, free_bytes, merge, run_threads, seed_table, Bench, CommonArgs,
+    IoArgs, IoSetup, LabResult, Report, Settings,
     Table,
 };
 
@@ -177,10 +182,11 @@ pub struct Args {
     /// Common options. `seqwrite` does not use `--duration` (one pass per measurement).
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Directory for the files (default: /dev/shm, the tmpfs the other page-cache scenarios
-    /// use; give a disk filesystem's directory to measure real syncs).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
+    /// Where the files are and how foliocache writes them (`--dir`, default /dev/shm, the
+    /// tmpfs the other page-cache scenarios use: give a disk file system's directory to
+    /// measure real syncs; `--io`, `--direct`).
+    #[command(flatten)]
+    pub io: IoArgs,
     /// Workloads, comma-separated [default: all three].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub workload: Vec<Workload>,
@@ -205,7 +211,7 @@ impl Default for Args {
     fn default() -> Self {
         Args {
             common: CommonArgs::default(),
-            dir: None,
+            io: IoArgs::default(),
             workload: Vec::new(),
             budget_mib: None,
             seq_mib: None,
@@ -271,16 +277,17 @@ pub fn run(args: &Args) -> LabResult<Report> {
             sizes.rand_pages
         ));
     }
-    let base = args.dir.clone().unwrap_or_else(default_dir);
+    let base = args.io.dir_or(default_dir);
     std::fs::create_dir_all(&base)
         .map_err(|e| crate::lab_err!("creating {}: {e}", base.display()))?;
     let tmp = tempfile::Builder::new()
         .prefix("foliocache-lab-write")
         .tempdir_in(&base)
         .map_err(|e| crate::lab_err!("creating a directory in {}: {e}", base.display()))?;
-    let fs = fs_type(tmp.path());
+    let setup = IoSetup::probe(&args.io, &base)?;
+    let fs = setup.filesystem.to_string();
     check_space(tmp.path(), &workloads, sizes, max_threads)?;
-    let config = cache_config(sizes.budget);
+    let config = cache_config(&args.io, sizes.budget);
     let dirty_limit = FolioCache::new(config.clone())
         .map_err(|e| crate::lab_err!("foliocache: {e}"))?
         .stats()
@@ -291,11 +298,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
         NAME,
         SEED,
         &settings,
-        json!({
+        merge(json!({
             "variants": VARIANTS,
             "workloads": workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
-            "dir": base.display().to_string(),
-            "filesystem": fs,
             "foliocache_config": "Config::block_cache (readahead off), dirty_ratio 20 %, dirty_background_ratio 10 %",
             "kernel_variant": "pwrite(2) (wal: write(2) on an O_APPEND descriptor) and fdatasync(2) at every sync point, a descriptor per worker",
             "foliocache_variant": "write_all_at / append into the cache, sync_data at every sync point, a handle per worker; writeback by pwritev of contiguous dirty runs at each sync, from the flusher thread and from writers throttled at the dirty limit; a fresh cache per measurement, its memory touched before the window",
@@ -312,14 +317,14 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "sharing": "seqwrite: a file per thread; randwrite and wal: one file shared by the threads",
             "syscalls_counted_at": "kernel: the workers' calls; foliocache: a counting wrapper around FileBacking",
             "latency_sampling": format!("1 operation in {LATENCY_EVERY} at random (seqwrite: every write); the operation that ends a batch includes its sync"),
-        }),
+        }), setup.params()),
         workloads.len() * VARIANTS.len(),
     );
     println!(
-        "write: files in {} ({fs}{}); foliocache: Config::block_cache, budget {} MiB, dirty \
-         limit {dirty_limit} pages",
-        base.display(),
-        if fs == "tmpfs" {
+        "write: {}{}; foliocache: Config::block_cache, budget {} MiB, dirty limit \
+         {dirty_limit} pages",
+        setup.header(),
+        if setup.filesystem.name() == "tmpfs" {
             ": fdatasync does nothing there, a sync costs only its writeback"
         } else {
             ""
@@ -337,7 +342,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
     let mut stats = Map::new();
     let mut tables = Vec::new();
     for &w in &workloads {
-        let ctx = Ctx::new(w, tmp.path(), sizes, args.skew, trace_len, &config)?;
+        let direct = setup.direct_align.is_some();
+        let ctx = Ctx::new(w, tmp.path(), sizes, args.skew, trace_len, &config, direct)?;
         let extra = workload_extra(w);
         bench.measure(w.name(), &VARIANTS, &extra, |il, &v, n, round| {
             let s = measure(&ctx, v, n, round, &settings)?;
@@ -438,9 +444,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
     bench.finish(&settings, &tables, Some(("ops_per_sec", &plot_extra)))
 }
 
-/// The foliocache variant's configuration.
-fn cache_config(budget: usize) -> Config {
-    Config::block_cache(budget).panic_on_bad_page(false)
+/// The foliocache variant's configuration, with the engine and direct I/O asked for.
+fn cache_config(io: &IoArgs, budget: usize) -> Config {
+    io.apply(Config::block_cache(budget)).panic_on_bad_page(false)
 }
 
 fn workload_extra(w: Workload) -> Map<String, Value> {
@@ -718,6 +724,10 @@ struct Ctx {
     dir: PathBuf,
     sizes: Sizes,
     config: Config,
+    /// Whether foliocache's backings are opened for direct I/O: the cache opens them itself
+    /// only through `open_backing`, where that is the backing's business, so the lab does
+    /// what `FolioCache::open` did for the probe ([`IoSetup`]).
+    direct: bool,
     /// `randwrite`: the Zipf page numbers every worker walks (from its own offset).
     trace: Arc<Vec<u32>>,
     /// `randwrite`: per variant, the shared file and the version last written to each page
@@ -736,12 +746,14 @@ impl Ctx {
         skew: f64,
         trace_len: usize,
         config: &Config,
+        direct: bool,
     ) -> LabResult<Ctx> {
         let mut ctx = Ctx {
             workload,
             dir: dir.to_path_buf(),
             sizes,
             config: config.clone(),
+            direct,
             trace: Arc::new(Vec::new()),
             rand: Vec::new(),
             warm: dir.join("warm"),
@@ -920,8 +932,12 @@ fn open_handles(
     let mut files: Vec<CachedFile> = Vec::new();
     for p in paths {
         // Writeback writes at offsets: the backing's descriptor is never O_APPEND.
+        let mut inner = FileBacking::from_file(open(p, false)?, p);
+        if ctx.direct && inner.enable_direct().map_err(|e| direct_err(p, e))?.is_none() {
+            return Err(direct_err(p, io::ErrorKind::Unsupported.into()));
+        }
         let backing = CountingBacking {
-            inner: FileBacking::from_file(open(p, false)?, p),
+            inner,
             io: io.clone(),
         };
         files.push(
@@ -934,6 +950,11 @@ fn open_handles(
         .map(|t| Handle::Cache(files[t.min(files.len() - 1)].reopen()))
         .collect();
     Ok((handles, Some((cache, io))))
+}
+
+/// The error of a backing that does not get the direct I/O the probe got.
+fn direct_err(p: &Path, e: io::Error) -> crate::harness::LabError {
+    crate::lab_err!("direct I/O on {}: {e}", p.display())
 }
 
 /// Reads `budget` bytes of the hole at `path` through `cache`, then drops them: every page of
@@ -1000,6 +1021,14 @@ fn measure(
     if ctx.workload != Workload::Randwrite {
         for p in &paths {
             File::create(p).map_err(|e| crate::lab_err!("creating {}: {e}", p.display()))?;
+        }
+    } else {
+        // Both variants start with the shared file out of the kernel's cache (on tmpfs
+        // nothing goes: its pages are the file).
+        for p in &paths {
+            drop_kernel_cache(p).map_err(|e| {
+                crate::lab_err!("dropping {} from the kernel's cache: {e}", p.display())
+            })?;
         }
     }
     let (handles, cache) = open_handles(ctx, variant, &paths, threads)?;
@@ -1317,50 +1346,6 @@ fn check_space(dir: &Path, workloads: &[Workload], sizes: Sizes, threads: usize)
         ));
     }
     Ok(())
-}
-
-/// Bytes an unprivileged user may still write in `dir`'s filesystem (`statvfs(2)`).
-fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c` is a NUL-terminated path; `st` is a valid out-pointer for one `statvfs`.
-    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so it filled `st`.
-    let st = unsafe { st.assume_init() };
-    // `fsblkcnt_t` and `c_ulong` are 32-bit on some targets.
-    #[allow(clippy::unnecessary_cast)]
-    let (blocks, size) = (st.f_bavail as u64, st.f_frsize as u64);
-    Some(blocks.saturating_mul(size))
-}
-
-/// The filesystem `dir` lives on, by `statfs(2)` magic number.
-fn fs_type(dir: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return "unknown".into();
-    };
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `c` is a NUL-terminated path; `st` is a valid out-pointer for one `statfs`.
-    if unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return "unknown".into();
-    }
-    // SAFETY: statfs returned 0, so it filled `st`.
-    let st = unsafe { st.assume_init() };
-    // `f_type`'s integer type differs between targets; the magic numbers are 32-bit.
-    match st.f_type as u64 & 0xffff_ffff {
-        0x0102_1994 => "tmpfs".into(),
-        0xef53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683e => "btrfs".into(),
-        0x794c_7630 => "overlayfs".into(),
-        0x2fc1_2fc1 => "zfs".into(),
-        0xf2f5_2010 => "f2fs".into(),
-        0x6969 => "nfs".into(),
-        other => format!("unknown (statfs type 0x{other:x})"),
-    }
 }
 
 // ---------------------------------------------------------------------------------------
