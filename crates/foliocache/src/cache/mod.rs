@@ -214,7 +214,7 @@ impl FolioCache {
         let direct_io =
             config
                 .direct_io
-                .from_env_or()
+                .resolve_env()
                 .map_err(|e| CacheError::InvalidArgument {
                     what: e.to_string(),
                 })?;

@@ -674,14 +674,10 @@ fn detail_table(report: &Report, workloads: &[Workload], threads: &[usize]) -> T
 // The two ways to read the file.
 // ---------------------------------------------------------------------------------------
 
-/// Reads every range of `reads` exactly: all the misses of all the ranges submitted
-/// together, one wait, once `CachedFile::read_ranges` exists; until then one
-/// `read_exact_at` per range, in order.
+/// One batch of random reads through the cache: every miss of the batch is read together
+/// ([`CachedFile::read_ranges`]), one wait.
 fn read_batch(file: &CachedFile, reads: &mut [(u64, &mut [u8])]) -> Result<(), CacheError> {
-    // TODO: CachedFile::read_ranges
-    reads
-        .iter_mut()
-        .try_for_each(|(off, buf)| file.read_exact_at(buf, *off))
+    file.read_ranges(reads)
 }
 
 /// A contender's way to the file, one per thread.

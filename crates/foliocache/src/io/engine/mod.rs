@@ -212,7 +212,7 @@ impl DirectIo {
     /// The choice `FOLIOCACHE_DIRECT_IO` names (`auto`, `on`, `off`) if it is set, else
     /// `self`: the environment overrides a configuration, so a test suite can run under
     /// each mode. An unknown value is an error naming the variable.
-    pub(crate) fn from_env_or(self) -> Result<DirectIo, crate::UnknownVariant> {
+    pub(crate) fn resolve_env(self) -> Result<DirectIo, crate::UnknownVariant> {
         match std::env::var("FOLIOCACHE_DIRECT_IO") {
             Ok(v) if !v.is_empty() => <DirectIo as crate::Variant>::from_name(&v),
             _ => Ok(self),
@@ -304,16 +304,6 @@ impl<'a> Req<'a> {
             offset: 0,
             op: Op::SyncData,
             result: None,
-        }
-    }
-
-    /// The bytes this request asks for.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn len(&self) -> usize {
-        match &self.op {
-            Op::Read(b) => b.iter().map(|b| b.len()).sum(),
-            Op::Write(b) => b.iter().map(|b| b.len()).sum(),
-            Op::SyncData => 0,
         }
     }
 

@@ -24,6 +24,9 @@ use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
 
+/// A contiguous run of inserted folios being filled, and its first page.
+type Run<'a> = (u64, Vec<Filling<'a>>);
+
 /// One window's view of its file and cache (`struct readahead_control`): the address space,
 /// the host, and the cache's choices for this file, looked up once per window.
 struct Ractl<'a> {
@@ -38,7 +41,7 @@ struct Ractl<'a> {
     max_order: u32,
     /// Where the runs of several windows wait to be read as one batch
     /// ([`page_cache_ra_many`]); `None`: each window reads its runs itself.
-    plug: Option<RefCell<Vec<(u64, Vec<Filling<'a>>)>>>,
+    plug: Option<RefCell<Vec<Run<'a>>>>,
     /// Called once a window's folios are all in the index, before its reads are issued
     /// (an asynchronous window's requester waits for no more than that).
     on_inserted: Option<&'a (dyn Fn() + Sync)>,
