@@ -344,6 +344,16 @@ pub(crate) fn run_inline(backing: &dyn Backing, req: &mut Req<'_>) {
     req.result = Some(r);
 }
 
+/// Whether requests to `backing` gain from an engine's batches: a direct-I/O descriptor
+/// (every request waits for the device) or a backing the engine cannot drive directly (a
+/// user's store, whose calls the pool runs in parallel). A buffered descriptor does not: the
+/// kernel's page cache already streams the device behind it, and on tmpfs an io_uring
+/// request for it is handed to a kernel worker thread, a context switch per request (about
+/// twice the cost of a `pwrite` here); its requests run one by one in the caller.
+pub(crate) fn batches_help(backing: &dyn Backing) -> bool {
+    backing.raw_io().is_none_or(|r| r.align != 0)
+}
+
 /// A cache's I/O engine: runs batches of requests (see the module docs).
 pub(crate) struct Engine {
     kind: EngineKind,

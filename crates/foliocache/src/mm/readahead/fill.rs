@@ -557,11 +557,11 @@ fn read_batch_now<'a>(
     runs: impl IntoIterator<Item = (u64, Vec<Filling<'a>>)>,
     out: &mut RaOutcome,
 ) {
-    // The synchronous engine runs requests one by one: a run stays one vectored read.
-    let max_io = match t.host.engine().kind() {
-        crate::io::EngineKind::Sync => usize::MAX,
-        _ => MAX_IO_BYTES,
-    };
+    // The synchronous engine runs requests one by one, and a buffered file is read one run
+    // at a time (`batches_help`): a run stays one vectored read.
+    let batched = t.host.engine().kind() != crate::io::EngineKind::Sync
+        && crate::io::engine::batches_help(t.backing);
+    let max_io = if batched { MAX_IO_BYTES } else { usize::MAX };
     let mut reqs: Vec<(u64, Vec<Filling<'a>>)> = Vec::new();
     for (first, run) in runs {
         let mut at = first;
@@ -585,6 +585,11 @@ fn read_batch_now<'a>(
     }
     match reqs.len() {
         0 => {}
+        _ if !batched => {
+            for (first, run) in reqs {
+                read_pages(t, first, run, out);
+            }
+        }
         1 => {
             let (first, run) = reqs.pop().expect("one request");
             read_pages(t, first, run, out);

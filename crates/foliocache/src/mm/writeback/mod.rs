@@ -805,11 +805,14 @@ fn submit(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
         .collect();
     // (bytes written, the result) of each run.
     let mut done: Vec<(usize, io::Result<()>)> = Vec::with_capacity(runs.len());
-    if runs.len() == 1 {
-        let mut written = 0;
-        let offset = runs[0].start << PAGE_SHIFT;
-        let r = write_all_vectored(t.backing, &bufs[0], offset, &mut out.writes, &mut written);
-        done.push((written, r));
+    if runs.len() == 1 || !crate::io::engine::batches_help(t.backing) {
+        // One run, or a buffered file (`batches_help`): written in order, in this thread.
+        for (run, b) in runs.iter().zip(&bufs) {
+            let mut written = 0;
+            let offset = run.start << PAGE_SHIFT;
+            let r = write_all_vectored(t.backing, b, offset, &mut out.writes, &mut written);
+            done.push((written, r));
+        }
     } else {
         use crate::io::engine::Req;
         let mut reqs: Vec<Req<'_>> = runs
