@@ -304,3 +304,118 @@ fn sequential_reads_of_a_direct_file_use_asynchronous_windows_and_leave_nothing_
     }
     assert!(cache.stats().async_readahead > 0);
 }
+
+/// A store whose writes complete after random delays (so a batch's completions come back in
+/// any order) and which checks, at each sync, that no write is still in flight.
+#[derive(Debug, Default)]
+struct SlowStore {
+    data: std::sync::Mutex<Vec<u8>>,
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// Syncs that found a write still in flight.
+    violations: std::sync::atomic::AtomicUsize,
+    /// The most writes in flight at once.
+    max_in_flight: std::sync::atomic::AtomicUsize,
+    /// A write covering this offset fails with EIO (u64::MAX: none).
+    fail_at: std::sync::atomic::AtomicU64,
+}
+
+impl foliocache::io::Backing for SlowStore {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.data.lock().unwrap().len() as u64)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let d = self.data.lock().unwrap();
+        let start = (offset as usize).min(d.len());
+        let n = buf.len().min(d.len() - start);
+        buf[..n].copy_from_slice(&d[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<usize> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, SeqCst);
+        // A delay that depends on the offset: later offsets often finish first.
+        let us = (offset.wrapping_mul(2654435761) >> 7) % 2000;
+        std::thread::sleep(std::time::Duration::from_micros(us));
+        let fail = self.fail_at.load(SeqCst);
+        let r = if (offset..offset + buf.len() as u64).contains(&fail) {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            let mut d = self.data.lock().unwrap();
+            let end = offset as usize + buf.len();
+            if d.len() < end {
+                d.resize(end, 0);
+            }
+            d[offset as usize..end].copy_from_slice(buf);
+            Ok(buf.len())
+        };
+        self.in_flight.fetch_sub(1, SeqCst);
+        r
+    }
+
+    fn set_len(&self, size: u64) -> std::io::Result<()> {
+        self.data.lock().unwrap().resize(size as usize, 0);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.in_flight.load(SeqCst) != 0 {
+            self.violations.fetch_add(1, SeqCst);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_sync_returns_after_every_write_it_covers_completed_and_reports_a_failed_one() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let store = std::sync::Arc::new(SlowStore {
+        fail_at: u64::MAX.into(),
+        ..SlowStore::default()
+    });
+    let cache = FolioCache::new(
+        Config::new(8 << 20)
+            .io_engine(foliocache::IoEngine::Pool)
+            .background_writeback(false),
+    )
+    .unwrap();
+    let f = cache.open_backing("slow", store.clone()).unwrap();
+    let mut model = vec![0u8; 256 * 4096];
+    for round in 0..4u64 {
+        // Scattered runs of one to three pages: many runs in one writeback pass.
+        for i in 0..48u64 {
+            let page = (i * 37 + round * 11) % 250;
+            let bytes = pattern(4096 * (1 + (i % 3) as usize), round * 100 + i);
+            let at = (page * 4096) as usize;
+            f.write_all_at(&bytes, at as u64).unwrap();
+            model[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        f.sync_data().unwrap();
+        let d = store.data.lock().unwrap();
+        assert!(d[..] == model[..d.len()], "round {round}: the store holds the writes");
+    }
+    assert_eq!(store.violations.load(SeqCst), 0, "a sync ran with writes in flight");
+    if cache.io_engine() == foliocache::EngineKind::Pool {
+        assert!(
+            store.max_in_flight.load(SeqCst) > 1,
+            "the pool wrote one run at a time"
+        );
+    }
+    // One write fails: the sync that covers it says so, once.
+    store.fail_at.store(100 * 4096 + 10, SeqCst);
+    for page in [3u64, 100, 180] {
+        f.write_all_at(&[9u8; 4096], page * 4096).unwrap();
+    }
+    match f.sync_data() {
+        Err(CacheError::Writeback { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EIO), "{source}")
+        }
+        r => panic!("the failed write must be reported: {r:?}"),
+    }
+    store.fail_at.store(u64::MAX, SeqCst);
+    f.sync_data().unwrap();
+    assert_eq!(store.violations.load(SeqCst), 0);
+}
