@@ -395,9 +395,16 @@ fn a_sync_returns_after_every_write_it_covers_completed_and_reports_a_failed_one
         }
         f.sync_data().unwrap();
         let d = store.data.lock().unwrap();
-        assert!(d[..] == model[..d.len()], "round {round}: the store holds the writes");
+        assert!(
+            d[..] == model[..d.len()],
+            "round {round}: the store holds the writes"
+        );
     }
-    assert_eq!(store.violations.load(SeqCst), 0, "a sync ran with writes in flight");
+    assert_eq!(
+        store.violations.load(SeqCst),
+        0,
+        "a sync ran with writes in flight"
+    );
     if cache.io_engine() == foliocache::EngineKind::Pool {
         assert!(
             store.max_in_flight.load(SeqCst) > 1,

@@ -20,7 +20,7 @@
 //!
 //! | engine | in flight per call | completion | where |
 //! |---|---|---|---|
-//! | [`EngineKind::Uring`] | the whole batch | reaped by the submitting thread from its own ring | plain files ([`Backing::raw_io`]) where io_uring is allowed |
+//! | [`EngineKind::Uring`] | the whole batch | reaped by the submitting thread from its own ring | plain files ([`Backing::raw_io`]) where io_uring is allowed; a backing with no descriptor goes to a pool the engine starts for it |
 //! | [`EngineKind::Pool`] | the whole batch, spread over worker threads | on the worker, counted down to the caller | anywhere; user backings |
 //! | [`EngineKind::Sync`] | one request at a time | in the call | today's behaviour, for comparison and tests |
 //!
@@ -359,6 +359,10 @@ pub(crate) struct Engine {
     kind: EngineKind,
     /// The pool's workers, for [`EngineKind::Pool`].
     pool: Option<pool::Pool>,
+    /// For [`EngineKind::Uring`]: the pool that runs the batches of backings with no
+    /// descriptor ([`Backing::raw_io`] is `None`: a user's store), which a ring cannot
+    /// drive; started by the first such batch.
+    fallback: std::sync::OnceLock<Option<pool::Pool>>,
 }
 
 impl fmt::Debug for Engine {
@@ -405,6 +409,7 @@ impl Engine {
         Engine {
             kind: EngineKind::Sync,
             pool: None,
+            fallback: std::sync::OnceLock::new(),
         }
     }
 
@@ -414,6 +419,7 @@ impl Engine {
         Ok(Engine {
             kind: EngineKind::Pool,
             pool: Some(pool::Pool::new(threads)?),
+            fallback: std::sync::OnceLock::new(),
         })
     }
 
@@ -421,6 +427,7 @@ impl Engine {
         Engine {
             kind: EngineKind::Uring,
             pool: None,
+            fallback: std::sync::OnceLock::new(),
         }
     }
 
@@ -434,7 +441,17 @@ impl Engine {
     pub(crate) fn run(&self, backing: &dyn Backing, reqs: &mut [Req<'_>]) {
         match (self.kind, &self.pool) {
             (EngineKind::Pool, Some(p)) => p.run(backing, reqs),
-            (EngineKind::Uring, _) => uring::run(backing, reqs),
+            (EngineKind::Uring, _) if backing.raw_io().is_some() => uring::run(backing, reqs),
+            (EngineKind::Uring, _) => {
+                let pool = self
+                    .fallback
+                    .get_or_init(|| pool::Pool::new(pool::default_threads()).ok());
+                match pool {
+                    Some(p) => p.run(backing, reqs),
+                    // No thread could start: one at a time, here.
+                    None => reqs.iter_mut().for_each(|r| run_inline(backing, r)),
+                }
+            }
             _ => {
                 for r in reqs.iter_mut() {
                     run_inline(backing, r);

@@ -691,11 +691,15 @@ pub(crate) fn writepages(
     out
 }
 
-/// The most runs, and pages, a pass holds in its plug before it writes them: enough to keep
-/// a device busy (fio's figures here are taken at depth 8 to 32), few enough that pages do
-/// not stay under writeback long before their write is issued.
-const WB_PLUG_RUNS: usize = 32;
-const WB_PLUG_PAGES: usize = 2048;
+/// The most runs, and pages, a pass holds in its plug before it writes them. A sync of
+/// scattered pages (a B-tree's updates) is one run per page: the engine keeps its ring (128
+/// entries) full from the plug, so the more runs a plug holds, the deeper the device's queue
+/// stays. `write --dir` on ext4 (a virtio disk, 5 runs each), randwrite against the kernel's
+/// buffered writes at 1 / 2 threads: 32 runs 0.80x / 0.76x, 128 runs 1.02x / 1.11x, 512
+/// runs 1.22x / 1.20x. 4,096 pages (16 MiB) bounds how long a page waits under writeback for
+/// its write to be issued.
+const WB_PLUG_RUNS: usize = 512;
+const WB_PLUG_PAGES: usize = 4096;
 
 /// Adds a finished run to the plug, writing the plug out when it is full.
 fn plug_run<'a>(t: &Wbc<'a>, plug: &mut Vec<Run<'a>>, run: Run<'a>, out: &mut WbOutcome) {
