@@ -308,6 +308,7 @@ impl<'a> Req<'a> {
     }
 
     /// The result, once run.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn take_result(&mut self) -> io::Result<usize> {
         self.result
             .take()
@@ -439,9 +440,41 @@ impl Engine {
     /// Runs every request of `reqs` against `backing` and returns when all have completed,
     /// each with its result (see the module docs for the contract).
     pub(crate) fn run(&self, backing: &dyn Backing, reqs: &mut [Req<'_>]) {
+        self.run_each(backing, reqs, &mut |_, _| {});
+    }
+
+    /// [`Engine::run`], calling `on_done(i, result)` in this thread once for each request `i`
+    /// as it completes: as the io_uring engine reaps its completion, so its caller can end
+    /// that request's work (`folio_end_writeback`) while the rest of the batch is in flight;
+    /// the pool and the synchronous engine call it as their requests finish or at the end.
+    pub(crate) fn run_each(
+        &self,
+        backing: &dyn Backing,
+        reqs: &mut [Req<'_>],
+        on_done: OnDone<'_>,
+    ) {
+        let mut notified = vec![false; reqs.len()];
+        {
+            let mut note = |i: usize, r: &io::Result<usize>| {
+                notified[i] = true;
+                on_done(i, r);
+            };
+            self.dispatch(backing, reqs, &mut note);
+        }
+        // What no completion announced (the pool's, a failed ring's): now, in order.
+        for (i, r) in reqs.iter().enumerate() {
+            if let (false, Some(res)) = (notified[i], &r.result) {
+                on_done(i, res);
+            }
+        }
+    }
+
+    fn dispatch(&self, backing: &dyn Backing, reqs: &mut [Req<'_>], on_done: OnDone<'_>) {
         match (self.kind, &self.pool) {
             (EngineKind::Pool, Some(p)) => p.run(backing, reqs),
-            (EngineKind::Uring, _) if backing.raw_io().is_some() => uring::run(backing, reqs),
+            (EngineKind::Uring, _) if backing.raw_io().is_some() => {
+                uring::run(backing, reqs, on_done)
+            }
             (EngineKind::Uring, _) => {
                 let pool = self
                     .fallback
@@ -453,13 +486,19 @@ impl Engine {
                 }
             }
             _ => {
-                for r in reqs.iter_mut() {
+                for (i, r) in reqs.iter_mut().enumerate() {
                     run_inline(backing, r);
+                    if let Some(res) = &r.result {
+                        on_done(i, res);
+                    }
                 }
             }
         }
     }
 }
+
+/// What [`Engine::run_each`] calls as each request completes: its index and its result.
+pub(crate) type OnDone<'a> = &'a mut dyn FnMut(usize, &io::Result<usize>);
 
 /// The engine to make: `choice`, unless the environment variable's value `var` names
 /// another (an empty value counts as unset); an error for a value that names none.

@@ -8,7 +8,7 @@ use std::io;
 
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring, Probe};
 
-use super::{run_inline, Op, RawIo, Req};
+use super::{run_inline, OnDone, Op, RawIo, Req};
 use crate::io::backing::Backing;
 use crate::mm::sync::OnceLock;
 
@@ -212,7 +212,7 @@ pub(crate) fn ring_flags() -> io::Result<&'static str> {
 }
 
 /// The uring engine's [`Engine::run`](super::Engine::run).
-pub(crate) fn run(backing: &dyn Backing, reqs: &mut [Req<'_>]) {
+pub(crate) fn run(backing: &dyn Backing, reqs: &mut [Req<'_>], on_done: OnDone<'_>) {
     if reqs.is_empty() {
         return;
     }
@@ -222,7 +222,7 @@ pub(crate) fn run(backing: &dyn Backing, reqs: &mut [Req<'_>]) {
         // started from inside this one (by a backing's method) runs inline instead.
         let _ = with_ring(false, |slot| {
             if let Some(ring) = slot.take() {
-                *slot = run_batch(ring, raw, backing, reqs);
+                *slot = run_batch(ring, raw, backing, reqs, on_done);
             }
         });
     }
@@ -237,7 +237,13 @@ pub(crate) fn run(backing: &dyn Backing, reqs: &mut [Req<'_>]) {
 /// the others run inline once the ring has the first chunk; returns the ring once nothing of
 /// the batch is left in it, or `None` if the ring failed (requests without a result are then
 /// the caller's to run inline, after the ring, with whatever it still held, is dropped).
-fn run_batch(ring: Ring, raw: RawIo, backing: &dyn Backing, reqs: &mut [Req<'_>]) -> Option<Ring> {
+fn run_batch(
+    ring: Ring,
+    raw: RawIo,
+    backing: &dyn Backing,
+    reqs: &mut [Req<'_>],
+    on_done: OnDone<'_>,
+) -> Option<Ring> {
     // The iovec arrays are built once and live until the end of the function: declared before
     // `batch`, they are dropped after it, and `batch`'s drop waits for every request in the
     // ring. A request put back in the ring after `EAGAIN` reuses its entry and its array.
@@ -321,7 +327,9 @@ fn run_batch(ring: Ring, raw: RawIo, backing: &dyn Backing, reqs: &mut [Req<'_>]
     }
     while ok.is_ok() && (batch.in_flight > 0 || !queue.is_empty()) {
         batch.fill(&mut queue, &sqes);
-        ok = batch.enter(true).map(|()| batch.reap(reqs, &mut queue));
+        ok = batch
+            .enter(true)
+            .map(|()| batch.reap(reqs, &mut queue, on_done));
     }
     match ok {
         Ok(()) => batch.finish(),
@@ -439,7 +447,7 @@ impl Batch {
 
     /// Takes every completion the ring holds: sets the request's result, or queues it again
     /// after `EAGAIN` or `EINTR`.
-    fn reap(&mut self, reqs: &mut [Req<'_>], queue: &mut VecDeque<usize>) {
+    fn reap(&mut self, reqs: &mut [Req<'_>], queue: &mut VecDeque<usize>, on_done: OnDone<'_>) {
         let mut reaped = 0;
         for cqe in self.ring().completion() {
             reaped += 1;
@@ -449,11 +457,12 @@ impl Batch {
                 queue.push_back(i);
                 continue;
             }
-            reqs[i].result = Some(if res < 0 {
+            let r = reqs[i].result.insert(if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
             } else {
                 Ok(res as usize)
             });
+            on_done(i, r);
         }
         self.in_flight -= reaped;
     }
@@ -466,7 +475,7 @@ impl Batch {
             if let Err(e) = self.wait_for_one() {
                 fatal(&e);
             }
-            self.reap(reqs, queue);
+            self.reap(reqs, queue, &mut |_, _| {});
         }
         // The entries left in the submission queue go with the ring, never submitted.
         self.in_flight = 0;

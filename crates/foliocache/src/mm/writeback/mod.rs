@@ -807,67 +807,73 @@ fn submit(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
                 .collect()
         })
         .collect();
-    // (bytes written, the result) of each run.
-    let mut done: Vec<(usize, io::Result<()>)> = Vec::with_capacity(runs.len());
     if runs.len() == 1 || !crate::io::engine::batches_help(t.backing) {
         // One run, or a buffered file (`batches_help`): written in order, in this thread.
         for (run, b) in runs.iter().zip(&bufs) {
             let mut written = 0;
             let offset = run.start << PAGE_SHIFT;
             let r = write_all_vectored(t.backing, b, offset, &mut out.writes, &mut written);
-            done.push((written, r));
+            end_run(t, run, written, r, out);
         }
-    } else {
-        use crate::io::engine::Req;
-        let mut reqs: Vec<Req<'_>> = runs
-            .iter()
-            .zip(&bufs)
-            .map(|(run, b)| Req::write(run.start << PAGE_SHIFT, b.clone()))
-            .collect();
-        t.host.engine().run(t.backing, &mut reqs);
-        out.writes += reqs.len() as u64;
-        for ((run, b), mut req) in runs.iter().zip(&bufs).zip(reqs) {
-            let offset = run.start << PAGE_SHIFT;
-            let total: usize = b.iter().map(|b| b.len()).sum();
-            done.push(match req.take_result() {
-                Ok(0) if total > 0 => (
-                    0,
-                    Err(io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        format!("{:?} wrote 0 bytes at offset {offset}", t.backing),
-                    )),
-                ),
-                Ok(n) if n > total => (
-                    0,
-                    Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "{:?} reported {n} bytes written of {total} at offset {offset}",
-                            t.backing
-                        ),
-                    )),
-                ),
-                Ok(n) if n == total => (n, Ok(())),
-                Ok(n) => {
-                    // Short: the rest with the backing's own calls.
-                    let mut written = n;
-                    let rest = tail_of(b, n);
-                    let r = write_all_vectored(
-                        t.backing,
-                        &rest,
-                        offset + n as u64,
-                        &mut out.writes,
-                        &mut written,
-                    );
-                    (written, r)
-                }
-                Err(e) => (0, Err(e)),
-            });
-        }
+        return;
     }
-    drop(bufs);
-    for (run, (written, r)) in runs.into_iter().zip(done) {
+    use crate::io::engine::Req;
+    let mut reqs: Vec<Req<'_>> = runs
+        .iter()
+        .zip(&bufs)
+        .map(|(run, b)| Req::write(run.start << PAGE_SHIFT, b.clone()))
+        .collect();
+    out.writes += reqs.len() as u64;
+    // `folio_end_writeback` per completion (the bio's end_io): each run's pages end their
+    // writeback as its write completes, while the rest of the plug is in flight, so a
+    // throttled writer or a reclaimer waiting for them goes on at once.
+    t.host.engine().run_each(t.backing, &mut reqs, &mut |i, r| {
+        let (run, b) = (&runs[i], &bufs[i]);
+        let offset = run.start << PAGE_SHIFT;
+        let total: usize = b.iter().map(|b| b.len()).sum();
+        let (written, r) = match r {
+            Ok(0) if total > 0 => (
+                0,
+                Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("{:?} wrote 0 bytes at offset {offset}", t.backing),
+                )),
+            ),
+            Ok(n) if *n > total => (
+                0,
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{:?} reported {n} bytes written of {total} at offset {offset}",
+                        t.backing
+                    ),
+                )),
+            ),
+            Ok(n) if *n == total => (total, Ok(())),
+            Ok(n) => {
+                // Short: the rest with the backing's own calls.
+                let mut written = *n;
+                let rest = tail_of(b, *n);
+                let r = write_all_vectored(
+                    t.backing,
+                    &rest,
+                    offset + *n as u64,
+                    &mut out.writes,
+                    &mut written,
+                );
+                (written, r)
+            }
+            Err(e) => (0, Err(copy_error(e))),
+        };
         end_run(t, run, written, r, out);
+    });
+}
+
+/// An owned copy of `e` (its OS error code, or its kind and message).
+fn copy_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
     }
 }
 
@@ -887,7 +893,7 @@ fn tail_of<'b>(bufs: &[&'b [u8]], mut from: usize) -> Vec<&'b [u8]> {
 
 /// The end of one run's write: records what reached the file and any error, then ends the
 /// writeback of every folio of the run.
-fn end_run(t: &Wbc<'_>, run: Run<'_>, written: usize, r: io::Result<()>, out: &mut WbOutcome) {
+fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &mut WbOutcome) {
     let offset = run.start << PAGE_SHIFT;
     out.pages += run.folios.len() as u64;
     // The bytes that reached the file count whether or not the rest of the run followed
@@ -909,7 +915,7 @@ fn end_run(t: &Wbc<'_>, run: Run<'_>, written: usize, r: io::Result<()>, out: &m
             true
         }
     };
-    for (folio, _) in run.folios {
+    for (folio, _) in &run.folios {
         let mut kept = false;
         if failed && t.policy == WbErrorPolicy::KeepDirty && !folio.test_set_flag(PG_DIRTY) {
             // Redirty before the writeback ends, so that truncation (which waits for it)
