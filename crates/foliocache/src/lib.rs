@@ -142,7 +142,7 @@ mod variant;
 
 #[cfg(not(loom))]
 pub use cache::{
-    BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError, Eviction,
+    Advice, BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError, Eviction,
     EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, OpenOptions, OwnedFolio,
     OwnedRange, PinnedFolio, PinnedRange, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE,
     DEFAULT_UNUSED_INODES, MAX_RA_PAGES,

@@ -426,3 +426,86 @@ fn a_sync_returns_after_every_write_it_covers_completed_and_reports_a_failed_one
     f.sync_data().unwrap();
     assert_eq!(store.violations.load(SeqCst), 0);
 }
+
+#[test]
+fn advice_changes_readahead_and_keeps_a_read_once_scan_from_looking_hot() {
+    use foliocache::Advice;
+    // Any file system: advice is the cache's, not the device's.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = pattern(4 << 20, 21);
+    std::fs::write(&path, &data).unwrap();
+    let read_all = |f: &foliocache::CachedFile| {
+        let mut buf = vec![0u8; 8192];
+        for at in (0..data.len()).step_by(buf.len()) {
+            f.read_exact_at(&mut buf, at as u64).unwrap();
+            assert!(buf[..] == data[at..at + buf.len()]);
+        }
+    };
+
+    // Random: no readahead at all for this handle.
+    let cache = FolioCache::new(Config::new(16 << 20)).unwrap();
+    let f = cache.open(&path).unwrap();
+    f.advise(.., Advice::Random).unwrap();
+    read_all(&f);
+    let s = cache.stats();
+    assert_eq!((s.sync_readahead, s.async_readahead), (0, 0), "{s:?}");
+    // Normal again: readahead comes back.
+    cache.drop_caches();
+    f.advise(.., Advice::Normal).unwrap();
+    read_all(&f);
+    assert!(cache.stats().sync_readahead > 0);
+
+    // Sequential: fewer, larger windows than the default for the same pass.
+    let windows = |advice: Advice| {
+        let cache = FolioCache::new(Config::new(16 << 20)).unwrap();
+        let f = cache.open(&path).unwrap();
+        f.advise(.., advice).unwrap();
+        read_all(&f);
+        let s = cache.stats();
+        s.sync_readahead + s.async_readahead
+    };
+    let (normal, sequential) = (windows(Advice::Normal), windows(Advice::Sequential));
+    assert!(
+        sequential < normal,
+        "sequential advice: {sequential} windows, normal {normal}"
+    );
+
+    // NoReuse: a page read twice through the handle is not activated; through a normal
+    // handle it is.
+    let activations = |advice: Advice| {
+        let cache = FolioCache::new(Config::block_cache(16 << 20)).unwrap();
+        let f = cache.open(&path).unwrap();
+        f.advise(.., advice).unwrap();
+        let mut buf = [0u8; 100];
+        for _ in 0..3 {
+            for page in 0..64u64 {
+                f.read_exact_at(&mut buf, page * 4096).unwrap();
+            }
+        }
+        cache.lru_add_drain_all();
+        cache.lru_stats().activated
+    };
+    assert_eq!(
+        activations(Advice::NoReuse),
+        0,
+        "a read-once handle activated pages"
+    );
+    assert!(
+        activations(Advice::Normal) > 0,
+        "the check must be able to fail"
+    );
+
+    // WillNeed reads the range; DontNeed drops it again.
+    let cache = FolioCache::new(Config::block_cache(16 << 20)).unwrap();
+    let f = cache.open(&path).unwrap();
+    f.advise(0..(1 << 20), Advice::WillNeed).unwrap();
+    cache.validate().unwrap();
+    assert_eq!(f.cached_pages(), 256);
+    // (Filled in large folios: a range drops the folios wholly inside it.)
+    f.advise(0..(1 << 20), Advice::DontNeed).unwrap();
+    assert_eq!(f.cached_pages(), 0);
+    #[allow(clippy::reversed_empty_ranges)]
+    let bad = f.advise(10..5, Advice::DontNeed);
+    assert!(bad.is_err());
+}

@@ -15,8 +15,26 @@ use super::stats::Event;
 use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, PAGE_SHIFT};
 use crate::mm::rcu::RcuReadGuard;
-use crate::mm::readahead::{self, RaRequest, RaState};
-use crate::mm::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::mm::readahead::{self, RaRequest, RaState, DEFAULT_RA_PAGES};
+use crate::mm::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
+
+/// How a handle will read its file ([`CachedFile::advise`], `posix_fadvise(2)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Advice {
+    /// The cache's defaults (`POSIX_FADV_NORMAL`).
+    Normal,
+    /// Reads from start to end: a larger readahead window (`POSIX_FADV_SEQUENTIAL`).
+    Sequential,
+    /// Reads at random: no readahead (`POSIX_FADV_RANDOM`).
+    Random,
+    /// The range will be read soon: start reading it (`POSIX_FADV_WILLNEED`).
+    WillNeed,
+    /// The range will not be read again soon: drop its clean pages (`POSIX_FADV_DONTNEED`).
+    DontNeed,
+    /// The data is read once: reads do not make pages look hot (`POSIX_FADV_NOREUSE`).
+    NoReuse,
+}
 
 /// An open file of a [`FolioCache`](super::FolioCache), used like a file descriptor with
 /// `pread`/`pwrite` (every call names its byte offset; the kernel's `struct file`).
@@ -42,6 +60,11 @@ pub struct CachedFile {
     /// handle its guard borrows by it.
     pub(super) id: u64,
     ra: Mutex<RaState>,
+    /// This handle's largest readahead window in pages (`file->f_ra.ra_pages`, 0: off),
+    /// also in `ra`; read without its lock on a miss ([`CachedFile::advise`] changes it).
+    ra_pages: AtomicUsize,
+    /// `FMODE_NOREUSE` ([`Advice::NoReuse`]): this handle's reads do not mark pages accessed.
+    noreuse: AtomicBool,
     /// `ra->prev_pos`: the byte after the previous read of this handle.
     prev_pos: AtomicU64,
     /// Opened for writing (`FMODE_WRITE`).
@@ -90,6 +113,8 @@ impl CachedFile {
             id,
             m: std::mem::ManuallyDrop::new(mapping),
             ra: Mutex::new(RaState::new(ra_pages)),
+            ra_pages: AtomicUsize::new(ra_pages),
+            noreuse: AtomicBool::new(false),
             prev_pos: AtomicU64::new(0),
             writable: false,
             append: false,
@@ -279,7 +304,7 @@ impl CachedFile {
             };
             stats.add(Event::Hit, 1);
             if !holds_page(&folio, last) {
-                self.cache.mark_accessed(&folio);
+                self.accessed(&folio);
             }
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
         }
@@ -326,7 +351,7 @@ impl CachedFile {
                 Err(_) => break,
             };
             if !holds_page(&folio, last) {
-                self.cache.mark_accessed_after(&folio, filled);
+                self.accessed_after(&folio, filled);
             }
             let data = folio.data().expect("get_page returns uptodate folios");
             pos += copy_out(buf, offset, pos, end, folio.index(), data);
@@ -515,7 +540,9 @@ impl CachedFile {
         // With readahead off (no need to take the stream's lock: the window size never
         // changes after open), a miss reads the request whole, no more: a block cache's cold
         // 16 KiB block is one backing read, and one folio when it is aligned.
-        let req = if c.config.ra_pages == 0 {
+        // ORDERING: Relaxed; a hint that only this handle's `advise` changes.
+        let ra_pages = self.ra_pages.load(Ordering::Relaxed);
+        let req = if ra_pages == 0 {
             (req_count > 1).then_some(RaRequest {
                 index,
                 nr_to_read: req_count.min(MISS_READ_MAX_PAGES),
@@ -527,7 +554,7 @@ impl CachedFile {
             self.ra.lock().sync_ra(index, req_count, prev_pos, &probe)
         };
         if let Some(req) = req {
-            if c.config.ra_pages != 0 {
+            if ra_pages != 0 {
                 c.counters.inc(Event::SyncRa);
             }
             crate::trace::span!("sync_readahead", index = req.index, pages = req.nr_to_read);
@@ -659,6 +686,99 @@ impl CachedFile {
         });
         if let Err(job) = self.cache.async_ra.submit(job, true) {
             job(); // no worker could start: read them now
+        }
+        Ok(())
+    }
+
+    /// `folio_mark_accessed` for a folio this handle's read used, unless the handle was
+    /// advised [`Advice::NoReuse`].
+    #[inline]
+    pub(super) fn accessed(&self, folio: &FolioRef<'_>) {
+        // ORDERING: Relaxed; a hint that only this handle's `advise` changes.
+        if !self.noreuse.load(Ordering::Relaxed) {
+            self.cache.mark_accessed(folio);
+        }
+    }
+
+    /// [`CachedFile::accessed`] after a read that found the folio (`filled` false) or had it
+    /// filled.
+    #[inline]
+    pub(super) fn accessed_after(&self, folio: &FolioRef<'_>, filled: bool) {
+        if !self.noreuse.load(Ordering::Relaxed) {
+            self.cache.mark_accessed_after(folio, filled);
+        }
+    }
+
+    /// `posix_fadvise(2)` for this handle: how it will read the file, so the cache reads and
+    /// keeps its pages accordingly.
+    ///
+    /// | advice | effect | kernel |
+    /// |---|---|---|
+    /// | [`Advice::Normal`] | the cache's readahead window, pages marked accessed by reads | `POSIX_FADV_NORMAL` |
+    /// | [`Advice::Sequential`] | twice the cache's window (at least 2 x 32 pages) for this handle | `POSIX_FADV_SEQUENTIAL` |
+    /// | [`Advice::Random`] | no readahead for this handle: a miss reads what it asked for | `POSIX_FADV_RANDOM` |
+    /// | [`Advice::WillNeed`] | starts reading `range` ([`CachedFile::prefetch`]) | `POSIX_FADV_WILLNEED` |
+    /// | [`Advice::DontNeed`] | drops the clean, unpinned pages of `range` ([`CachedFile::invalidate`]; dirty pages stay) | `POSIX_FADV_DONTNEED` |
+    /// | [`Advice::NoReuse`] | this handle's reads never mark pages accessed, so they are never activated and are reclaimed first: a compaction or a backup reading a file once does not push the hot set out | `POSIX_FADV_NOREUSE` (`FMODE_NOREUSE`, 6.3) |
+    ///
+    /// `range` matters to `WillNeed` and `DontNeed` only; the others change the handle, as
+    /// the kernel's change the open file. `Sequential` and `Random` undo each other and
+    /// `NoReuse`; `Normal` undoes all three.
+    ///
+    /// ```
+    /// # use foliocache::{Advice, Config, FolioCache};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # std::fs::write(dir.path().join("sst"), vec![1u8; 1 << 20])?;
+    /// let cache = FolioCache::new(Config::new(64 << 20))?;
+    /// let input = cache.open(dir.path().join("sst"))?;
+    /// input.advise(.., Advice::NoReuse)?;      // a compaction's input: read once
+    /// input.advise(.., Advice::Sequential)?;   // ... from start to end
+    /// # Ok(()) }
+    /// ```
+    pub fn advise(
+        &self,
+        range: impl std::ops::RangeBounds<u64>,
+        advice: Advice,
+    ) -> Result<(), CacheError> {
+        use std::ops::Bound;
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => u64::MAX,
+        };
+        let range = start..end;
+        check_range(&range)?;
+        let base = self.cache.config.ra_pages;
+        let set_window = |pages: usize| {
+            // ORDERING: Relaxed, as its loads; the window itself changes under the lock.
+            self.ra_pages.store(pages, Ordering::Relaxed);
+            let mut ra = self.ra.lock();
+            *ra = RaState::new(pages);
+        };
+        match advice {
+            Advice::Normal => {
+                set_window(base);
+                self.noreuse.store(false, Ordering::Relaxed);
+            }
+            Advice::Sequential => {
+                set_window((base.max(DEFAULT_RA_PAGES) * 2).min(crate::MAX_RA_PAGES));
+                self.noreuse.store(false, Ordering::Relaxed);
+            }
+            Advice::Random => {
+                set_window(0);
+                self.noreuse.store(false, Ordering::Relaxed);
+            }
+            Advice::NoReuse => self.noreuse.store(true, Ordering::Relaxed),
+            Advice::WillNeed => self.prefetch(&[range])?,
+            Advice::DontNeed => {
+                self.invalidate(range)?;
+            }
         }
         Ok(())
     }

@@ -336,7 +336,7 @@ impl CachedFile {
             }
             self.cache.counters.inc(Event::Hit);
             // `FGP_ACCESSED`.
-            self.cache.mark_accessed(&folio);
+            self.accessed(&folio);
             let valid = valid_bytes(m, &folio);
             Some(Pin::new(folio, valid))
         });
@@ -362,7 +362,7 @@ impl CachedFile {
             });
         }
         let (folio, filled) = self.get_page(m, index, 1)?;
-        self.cache.mark_accessed_after(&folio, filled);
+        self.accessed_after(&folio, filled);
         let valid = valid_bytes(m, &folio);
         // This handle keeps the mapping (and the arena) alive for the guard.
         Ok(PinnedFolio {

@@ -160,7 +160,7 @@ pub use config::{
 };
 pub use cursor::FileCursor;
 pub use error::{BudgetError, CacheError};
-pub use file::CachedFile;
+pub use file::{Advice, CachedFile};
 pub use guard::{OwnedFolio, PinnedFolio};
 pub use latch::FolioMut;
 pub use range::{OwnedRange, PinnedRange};

@@ -393,7 +393,7 @@ impl CachedFile {
                 return None;
             }
             self.cache.counters.inc(Event::Hit);
-            self.cache.mark_accessed(&folio);
+            self.accessed(&folio);
             let valid = valid_bytes(m, &folio);
             Some(Pin::new(folio, valid))
         });
@@ -437,7 +437,7 @@ impl CachedFile {
         while pos < end {
             let index = pos >> PAGE_SHIFT;
             let (folio, filled) = self.get_page(&m, index, (last - index + 1) as usize)?;
-            self.cache.mark_accessed_after(&folio, filled);
+            self.accessed_after(&folio, filled);
             pos = (folio.index() << PAGE_SHIFT) + folio.size() as u64;
             let valid = valid_bytes(&m, &folio);
             let pin = Pin::new(folio, valid);

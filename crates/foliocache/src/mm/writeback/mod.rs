@@ -930,7 +930,7 @@ fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &
                 folio.clear_flag(PG_DIRTY);
             }
         }
-        end_writeback(t, &folio, kept);
+        end_writeback(t, folio, kept);
     }
 }
 
