@@ -509,3 +509,20 @@ fn advice_changes_readahead_and_keeps_a_read_once_scan_from_looking_hot() {
     let bad = f.advise(10..5, Advice::DontNeed);
     assert!(bad.is_err());
 }
+
+#[test]
+fn a_file_on_no_block_device_has_no_device_readahead() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm: nothing to check");
+        return;
+    }
+    let f = tempfile::NamedTempFile::new_in(shm).unwrap();
+    assert_eq!(foliocache::io::device_readahead_pages(f.as_file()), None);
+    if let Some(dir) = disk_dir() {
+        let f = tempfile::NamedTempFile::new_in(dir.path()).unwrap();
+        if let Some(pages) = foliocache::io::device_readahead_pages(f.as_file()) {
+            assert!(pages <= (1 << 20), "{pages} pages of readahead");
+        }
+    }
+}

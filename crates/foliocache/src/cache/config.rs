@@ -45,6 +45,9 @@ pub struct Config {
     pub(crate) experiment: Experiment,
     /// Maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead.
     pub(crate) ra_pages: usize,
+    /// `ra_pages` was set by [`Config::readahead_pages`]: files under direct I/O do not take
+    /// their device's window instead.
+    pub(crate) ra_pages_set: bool,
     /// The largest folio order (see [`Config::max_folio_order`]).
     pub(crate) max_folio_order: u32,
     /// Panic in the free path on a bad page (after counting it). Default: debug builds only.
@@ -99,6 +102,7 @@ impl Config {
             budget_bytes,
             experiment: Experiment::new(),
             ra_pages: DEFAULT_RA_PAGES,
+            ra_pages_set: false,
             max_folio_order: crate::mm::folio::MAX_ORDER,
             panic_on_bad_page: cfg!(debug_assertions),
             workingset: lru.workingset,
@@ -235,10 +239,19 @@ impl Config {
         self
     }
 
-    /// Sets the maximum readahead window in 4 KiB pages (`ra_pages`, default 32: 128 KiB, the
-    /// kernel's); 0 disables readahead, at most [`MAX_RA_PAGES`].
+    /// Sets the maximum readahead window in 4 KiB pages (`ra_pages`); 0 disables readahead,
+    /// at most [`MAX_RA_PAGES`].
+    ///
+    /// By default a file read through the kernel's page cache gets 32 pages (128 KiB, the
+    /// kernel's default `read_ahead_kb`: the kernel's own readahead streams the device behind
+    /// it), and a file under direct I/O gets its block device's `read_ahead_kb` (the
+    /// kernel's `file_ra_state_init` takes `bdi->ra_pages`; 8 MiB on the virtio disk these
+    /// figures come from), up to [`MAX_RA_PAGES`]: with direct I/O the cache's readahead is
+    /// the only one, and a sequential reader needs the device's window to keep it busy.
+    /// Setting a value here applies it to every file.
     pub fn readahead_pages(mut self, pages: usize) -> Config {
         self.ra_pages = pages;
+        self.ra_pages_set = true;
         self
     }
 

@@ -105,7 +105,7 @@ impl CachedFile {
     /// inode this handle owns (put back by the handle's drop).
     pub(crate) fn new(cache: Arc<CacheInner>, mapping: Arc<Inode>) -> CachedFile {
         let id = cache.next_handle.fetch_add(1, Ordering::Relaxed);
-        let ra_pages = cache.config.ra_pages;
+        let ra_pages = mapping.ra_pages;
         // `errseq_sample` at open.
         let wb_err = mapping.mapping.wb.err.sample();
         CachedFile {
@@ -754,7 +754,7 @@ impl CachedFile {
         };
         let range = start..end;
         check_range(&range)?;
-        let base = self.cache.config.ra_pages;
+        let base = self.m.ra_pages;
         let set_window = |pages: usize| {
             // ORDERING: Relaxed, as its loads; the window itself changes under the lock.
             self.ra_pages.store(pages, Ordering::Relaxed);

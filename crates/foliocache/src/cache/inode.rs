@@ -240,6 +240,10 @@ pub(crate) struct Inode {
     pub(crate) mapping: AddressSpace,
     /// Asynchronous readahead windows of this file in flight (`cache/async_ra.rs`).
     pub(crate) ra_inflight: Arc<super::async_ra::InflightRa>,
+    /// The readahead window a new handle of this file starts with (`file_ra_state_init`:
+    /// the cache's, or the device's for a file under direct I/O; see
+    /// [`Config::readahead_pages`](crate::Config::readahead_pages)).
+    pub(crate) ra_pages: usize,
 }
 
 impl std::fmt::Debug for Inode {

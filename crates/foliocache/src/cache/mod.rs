@@ -367,6 +367,17 @@ impl FolioCache {
             }
         }
         let dio_align = fb.direct_alignment();
+        // `file_ra_state_init`: the device's window for a file only our readahead streams,
+        // but no more than an eighth of the budget (a window that large would evict what the
+        // windows before it read: the kernel's memory is never that small next to it).
+        let ra_pages = match (dio_align, c.config.ra_pages_set) {
+            (0, _) | (_, true) => c.config.ra_pages,
+            _ => crate::io::device_readahead_pages(fb.file())
+                .unwrap_or(c.config.ra_pages)
+                .min(crate::MAX_RA_PAGES)
+                .min(c.config.budget_bytes / crate::PAGE_SIZE / 8)
+                .max(c.config.ra_pages),
+        };
         let backing: Arc<dyn Backing> = Arc::new(fb);
         let m = match found {
             Some(m) => m,
@@ -378,6 +389,7 @@ impl FolioCache {
                     attrs,
                     max_bytes,
                     dio_align,
+                    ra_pages,
                 );
                 let mut icache = c.icache.lock();
                 match icache.get(key) {
@@ -435,7 +447,15 @@ impl FolioCache {
             source,
         })?;
         let backing: Arc<dyn Backing> = Arc::new(backing);
-        let m = self.new_mapping(name, None, backing.clone(), attrs, limits::MAX_FILE_SIZE, 0);
+        let m = self.new_mapping(
+            name,
+            None,
+            backing.clone(),
+            attrs,
+            limits::MAX_FILE_SIZE,
+            0,
+            self.inner.config.ra_pages,
+        );
         *m.mapping.writer.lock() = Some(backing);
         Ok(CachedFile::new(self.inner.clone(), m).with_mode(true, false))
     }
@@ -449,6 +469,7 @@ impl FolioCache {
         attrs: FileAttrs,
         max_bytes: u64,
         dio_align: u32,
+        ra_pages: usize,
     ) -> Arc<Inode> {
         let pages = Index::with_shadow_nodes(
             self.inner.arena.clone(),
@@ -469,6 +490,7 @@ impl FolioCache {
             users: AtomicUsize::new(1),
             latches: inode::Latches::new(),
             ra_inflight: Default::default(),
+            ra_pages,
             mapping: AddressSpace::new(
                 pages,
                 backing,

@@ -87,6 +87,11 @@ impl FileBacking {
         self.align
     }
 
+    /// The open file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// The path the file was opened with.
     pub fn path(&self) -> &Path {
         &self.path
@@ -358,6 +363,21 @@ pub fn dio_alignment(file: &File) -> io::Result<Option<u32>> {
         return Ok(None);
     }
     Ok(Some(align))
+}
+
+/// The readahead window of the block device that holds `file`, in 4 KiB pages: its
+/// `queue/read_ahead_kb` in sysfs (the partition's disk for a partition), as the kernel's
+/// `bdi->ra_pages`; `None` where sysfs does not say (a file system on no block device).
+pub fn device_readahead_pages(file: &File) -> Option<usize> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = file.metadata().ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    ["queue/read_ahead_kb", "../queue/read_ahead_kb"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(format!("{base}/{p}")).ok())
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .map(|kb| kb / 4)
 }
 
 /// A zeroed heap buffer aligned for direct I/O.

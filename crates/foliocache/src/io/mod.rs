@@ -68,7 +68,7 @@ mod run;
 pub use backing::{Backing, FileAttrs, MemBacking, RawIo};
 pub use engine::{uring_setup_flags, DirectIo, EngineKind, IoEngine};
 pub use fault::FaultyBacking;
-pub use file::{dio_alignment, FileBacking};
+pub use file::{device_readahead_pages, dio_alignment, FileBacking};
 pub use run::{check_end_of_data, read_run, RunError};
 pub(crate) use run::{read_runs, MAX_IO_BYTES};
 
