@@ -387,9 +387,11 @@ impl FolioCache {
                     Some(key),
                     backing.clone(),
                     attrs,
-                    max_bytes,
-                    dio_align,
-                    ra_pages,
+                    FileIo {
+                        max_bytes,
+                        dio_align,
+                        ra_pages,
+                    },
                 );
                 let mut icache = c.icache.lock();
                 match icache.get(key) {
@@ -452,9 +454,11 @@ impl FolioCache {
             None,
             backing.clone(),
             attrs,
-            limits::MAX_FILE_SIZE,
-            0,
-            self.inner.config.ra_pages,
+            FileIo {
+                max_bytes: limits::MAX_FILE_SIZE,
+                dio_align: 0,
+                ra_pages: self.inner.config.ra_pages,
+            },
         );
         *m.mapping.writer.lock() = Some(backing);
         Ok(CachedFile::new(self.inner.clone(), m).with_mode(true, false))
@@ -467,10 +471,13 @@ impl FolioCache {
         key: Option<InodeKey>,
         backing: Arc<dyn Backing>,
         attrs: FileAttrs,
-        max_bytes: u64,
-        dio_align: u32,
-        ra_pages: usize,
+        io: FileIo,
     ) -> Arc<Inode> {
+        let FileIo {
+            max_bytes,
+            dio_align,
+            ra_pages,
+        } = io;
         let pages = Index::with_shadow_nodes(
             self.inner.arena.clone(),
             self.inner.rcu.clone(),
@@ -791,6 +798,16 @@ fn open_regular(
         return Err(open_err(std::io::Error::last_os_error()));
     }
     Ok((file, meta))
+}
+
+/// How a new inode's file is read and written: decided at its first open.
+struct FileIo {
+    /// The file system's largest file size (`s_maxbytes`).
+    max_bytes: u64,
+    /// The direct-I/O alignment, 0 for buffered I/O.
+    dio_align: u32,
+    /// The readahead window a handle starts with.
+    ra_pages: usize,
 }
 
 /// The file systems whose regular files report no true size (their contents are made at
