@@ -11,9 +11,9 @@
 //! 4 KiB reads, and prints the engine, the mode and the share of the file the kernel's page
 //! cache holds after each step (`mincore`).
 
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+use foliocache::io::{drop_kernel_cache, kernel_residency};
 use foliocache::{Config, FolioCache, OpenOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "wrote and synced: {:.0} MB/s; kernel page cache holds {:.1}% of the file",
         len as f64 / secs / 1e6,
-        kernel_resident_pct(&path)?
+        kernel_residency(&path)? * 100.0
     );
 
     // Cold: our cache dropped, and the kernel's too (in case it is buffered).
@@ -67,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "cold sequential read: {:.0} MB/s; kernel page cache holds {:.1}% of the file",
         len as f64 / secs / 1e6,
-        kernel_resident_pct(&path)?
+        kernel_residency(&path)? * 100.0
     );
 
     // Random 4 KiB reads, 32 at a time: every miss of a batch goes to the device together.
@@ -92,54 +92,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "random 4 KiB reads in batches of 32: {:.0} reads/s; kernel page cache holds {:.1}% of the file",
         (batches * 32) as f64 / secs,
-        kernel_resident_pct(&path)?
+        kernel_residency(&path)? * 100.0
     );
     drop(file);
     std::fs::remove_file(&path)?;
     Ok(())
-}
-
-/// `posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file: the kernel drops its clean pages.
-fn drop_kernel_cache(path: &std::path::Path) -> std::io::Result<()> {
-    let f = std::fs::File::open(path)?;
-    f.sync_data()?;
-    // SAFETY: a plain system call on an open descriptor.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if r != 0 {
-        return Err(std::io::Error::from_raw_os_error(r));
-    }
-    Ok(())
-}
-
-/// The share of the file's pages in the kernel's page cache (`mincore` over a mapping).
-fn kernel_resident_pct(path: &std::path::Path) -> std::io::Result<f64> {
-    let f = std::fs::File::open(path)?;
-    let len = f.metadata()?.len() as usize;
-    if len == 0 {
-        return Ok(0.0);
-    }
-    // SAFETY: a read-only shared mapping of an open file, unmapped below; nothing reads it.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: `p` maps `len` bytes; `vec` has one byte per page.
-    let r = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(p, len) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as f64 * 100.0 / pages as f64)
 }

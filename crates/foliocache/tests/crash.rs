@@ -87,6 +87,16 @@ fn crash_child() {
         .open_with(&path, OpenOptions::new().write(true).create(true))
         .unwrap();
     let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "MODE {}",
+        if f.direct_io().is_some() {
+            "direct"
+        } else {
+            "buffered"
+        }
+    )
+    .unwrap();
     let mut buf = Vec::new();
     for i in 0.. {
         writeln!(out, "BEGIN {i}").unwrap();
@@ -164,15 +174,18 @@ fn one_kill(seed: u64, run_for: Duration) -> (u64, u64) {
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let (mut began, mut synced) = (None, None);
+        let mut mode = String::new();
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if let Some(i) = line.strip_prefix("BEGIN ") {
+            if let Some(m) = line.strip_prefix("MODE ") {
+                mode = m.to_string();
+            } else if let Some(i) = line.strip_prefix("BEGIN ") {
                 began = Some(i.parse::<u64>().unwrap());
             } else if let Some(i) = line.strip_prefix("SYNC ") {
                 synced = Some(i.parse::<u64>().unwrap());
             }
         }
-        (began, synced)
+        (began, synced, mode)
     });
     std::thread::sleep(run_for);
     // SAFETY: plain kill(2) of our own child.
@@ -182,7 +195,28 @@ fn one_kill(seed: u64, run_for: Duration) -> (u64, u64) {
         status.code().is_none(),
         "the child died by itself ({status:?}): an operation failed"
     );
-    let (began, synced) = reader.join().unwrap();
+    let (began, synced, mode) = reader.join().unwrap();
+    // The kill test is the direct-I/O path's too: on a disk file system it must run there.
+    let buffered_asked = std::env::var("FOLIOCACHE_DIRECT_IO").is_ok_and(|v| v == "off");
+    let probe = std::fs::File::create(dir.path().join("probe")).unwrap();
+    let disk = foliocache::io::dio_alignment(&probe)
+        .ok()
+        .flatten()
+        .is_some();
+    if !buffered_asked && !mode.is_empty() {
+        if disk {
+            assert_eq!(
+                mode, "direct",
+                "a disk file system, but the child wrote buffered"
+            );
+        } else if std::env::var_os("FOLIOCACHE_SKIP_DISK").is_none() {
+            panic!(
+                "{} has no direct I/O: run with TMPDIR on ext4, XFS or btrfs, or set \
+                 FOLIOCACHE_SKIP_DISK=1 to run the kill test buffered only",
+                dir.path().display()
+            );
+        }
+    }
     let began = began.unwrap_or(0);
     let Some(synced) = synced else {
         return (began, 0);

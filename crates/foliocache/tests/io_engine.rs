@@ -7,7 +7,6 @@
 //! saying so; `FOLIOCACHE_SKIP_DISK=1` opts out (then every test here passes vacuously and
 //! prints that it did not run).
 
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use foliocache::{CacheError, Config, DirectIo, FolioCache, OpenOptions};
@@ -42,40 +41,14 @@ fn disk_dir() -> Option<tempfile::TempDir> {
     );
 }
 
-/// The share of `path`'s pages in the kernel's page cache, by `mincore`.
+/// The share of `path`'s pages in the kernel's page cache, in percent.
 fn kernel_resident_pct(path: &Path) -> f64 {
-    let f = std::fs::File::open(path).unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    if len == 0 {
-        return 0.0;
-    }
-    // SAFETY: a read-only shared mapping of an open file, unmapped below; never read.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    let pages = len.div_ceil(4096);
-    let mut v = vec![0u8; pages];
-    // SAFETY: `p` maps `len` bytes; `v` has a byte per page.
-    assert_eq!(unsafe { libc::mincore(p, len, v.as_mut_ptr()) }, 0);
-    // SAFETY: the mapping above.
-    unsafe { libc::munmap(p, len) };
-    v.iter().filter(|&&b| b & 1 != 0).count() as f64 * 100.0 / pages as f64
+    foliocache::io::kernel_residency(path).unwrap() * 100.0
 }
 
 /// Drops the kernel's clean pages of `path`.
 fn drop_kernel_cache(path: &Path) {
-    let f = std::fs::File::open(path).unwrap();
-    // SAFETY: a plain system call on an open descriptor.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(r, 0);
+    foliocache::io::drop_kernel_cache(path).unwrap();
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -525,4 +498,36 @@ fn a_file_on_no_block_device_has_no_device_readahead() {
             assert!(pages <= (1 << 20), "{pages} pages of readahead");
         }
     }
+}
+
+#[test]
+fn an_error_in_one_request_of_a_window_fails_only_its_folios() {
+    use foliocache::io::{FaultyBacking, FileBacking};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = pattern(4 << 20, 33);
+    std::fs::write(&path, &data).unwrap();
+    // A 1 MiB window in 4 KiB folios: eight requests of 128 KiB when the engine batches.
+    let cache = FolioCache::new(
+        Config::new(16 << 20)
+            .readahead_pages(256)
+            .max_folio_order(0),
+    )
+    .unwrap();
+    let backing = std::sync::Arc::new(FaultyBacking::new(FileBacking::open(&path).unwrap()));
+    let f = cache.open_backing("faulty", backing.clone()).unwrap();
+    backing.fail_at(300 << 10); // inside the third request (256..384 KiB)
+    f.readahead(0..(1 << 20))
+        .expect_err("the failed request is reported");
+    let batched = cache.io_engine() != foliocache::EngineKind::Sync;
+    if batched {
+        // Every request but the failed one is cached.
+        assert_eq!(f.cached_pages(), 256 - 32, "{:?}", cache.stats());
+    }
+    backing.heal();
+    let mut b = vec![0u8; 1 << 20];
+    f.read_exact_at(&mut b, 0).unwrap();
+    assert!(b[..] == data[..1 << 20], "the retry reads the right bytes");
+    drop(f);
+    cache.validate().unwrap();
 }

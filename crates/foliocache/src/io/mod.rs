@@ -56,6 +56,8 @@
 //! | `file.rs` | [`FileBacking`]: a real file, `pread(2)`/`preadv(2)`/`pwritev(2)` |
 //! | `run.rs` | [`read_run`] and [`check_end_of_data`]: one read per run, EOF against a changed file, zeroing past the size |
 //! | `fault.rs` | [`FaultyBacking`]: fault injection for tests |
+//! | `engine/` | the I/O engines: batches of requests through io_uring, a pool of threads, or one by one |
+//! | `kernel.rs` | what the kernel's page cache holds of a file ([`kernel_residency`]), and [`drop_kernel_cache`] |
 //!
 //! The same items are reachable as [`crate::backing`], their first home.
 
@@ -63,12 +65,14 @@ mod backing;
 pub(crate) mod engine;
 mod fault;
 mod file;
+mod kernel;
 mod run;
 
 pub use backing::{Backing, FileAttrs, MemBacking, RawIo};
 pub use engine::{uring_setup_flags, DirectIo, EngineKind, IoEngine};
 pub use fault::FaultyBacking;
 pub use file::{device_readahead_pages, dio_alignment, FileBacking};
+pub use kernel::{drop_kernel_cache, kernel_residency};
 pub use run::{check_end_of_data, read_run, RunError};
 pub(crate) use run::{read_runs, MAX_IO_BYTES};
 
