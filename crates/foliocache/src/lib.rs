@@ -81,6 +81,17 @@
 //! every handle open when it happened, once, at its next sync. A write past the file
 //! system's largest file size or `RLIMIT_FSIZE` fails at once ([`CacheError::FileTooLarge`]).
 //!
+//! **I/O.** The cache reads and writes its files itself: with direct I/O (`O_DIRECT`) where
+//! the file system has it (ext4, XFS, btrfs), so the kernel's page cache keeps no second copy,
+//! and through the kernel's page cache elsewhere (tmpfs, most FUSE and network file systems)
+//! ([`Config::direct_io`], [`CachedFile::direct_io`]). Requests go through io_uring (one ring
+//! per thread) or, where it is disabled, a pool of I/O threads ([`Config::io_engine`],
+//! [`FolioCache::io_engine`]): a readahead window, a many-range read
+//! ([`CachedFile::read_ranges`]) and a writeback pass keep many requests in flight, and on a
+//! direct-I/O file the next readahead window is read while the reader goes on.
+//! [`CachedFile::advise`] is `posix_fadvise`. `FOLIOCACHE_IO_ENGINE` and `FOLIOCACHE_DIRECT_IO`
+//! override the configuration (the test suite runs under each).
+//!
 //! **Deleted files.** A handle keeps its file after the file is deleted or renamed over, as a
 //! descriptor does. When the last handle of a file that has no name left closes, the cache
 //! drops the file at once: its pages, dirty ones included (there is nowhere to write them),
