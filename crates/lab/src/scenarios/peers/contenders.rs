@@ -421,7 +421,8 @@ pub struct Foliocache {
 
 impl Foliocache {
     /// A cache of `budget_bytes` over `path`, read by copy (`read_at`) or in place
-    /// (`get_range`, `pinned`): [`Config::block_cache`] with a readahead window of `ra_pages`
+    /// (`get_range`, `pinned`): [`Config::block_cache`], buffered I/O (as every contender's
+    /// misses read the kernel's warm page cache), with a readahead window of `ra_pages`
     /// (0: off, the block cache's) and the LRU policy `lru` (the block cache's unless the
     /// command line changed it).
     pub fn new(
@@ -433,6 +434,10 @@ impl Foliocache {
     ) -> Result<Foliocache, CacheError> {
         let cache = FolioCache::new(
             Config::block_cache(budget_bytes)
+                // Like for like: every other contender's miss is a buffered `pread` from the
+                // kernel's warm page cache, so foliocache's is too (the `io` scenario
+                // measures reads from the device).
+                .direct_io(foliocache::DirectIo::Off)
                 .readahead_pages(ra_pages)
                 .workingset(lru.workingset)
                 .inactive_ratio(lru.inactive_ratio)

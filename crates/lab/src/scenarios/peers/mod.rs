@@ -24,6 +24,8 @@
 //! per inactive one where the kernel's formula keeps the lists level below 1 GiB; workingset
 //! detection and the active second chance on. `--ra-pages`, `--inactive-ratio` (`kernel`
 //! for `Config::new`'s formula), `--no-workingset` and `--kernel-active-aging` change them),
+//! foliocache reads its misses buffered here (`DirectIo::Off`), from the kernel's warm page
+//! cache like every other contender (the `io` scenario measures the device), and
 //! `quick_cache` and `moka` (current
 //! crates.io releases holding `Arc<[u8]>` blocks, filled by `pread` on a miss),
 //! `quick_cache-copy` (quick_cache whose reads copy the block into the caller's buffer, as
