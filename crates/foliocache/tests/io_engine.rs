@@ -531,3 +531,38 @@ fn an_error_in_one_request_of_a_window_fails_only_its_folios() {
     drop(f);
     cache.validate().unwrap();
 }
+
+#[test]
+fn a_failed_read_shrinks_the_handles_readahead_window() {
+    use foliocache::io::{FaultyBacking, FileBacking};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = pattern(8 << 20, 44);
+    std::fs::write(&path, &data).unwrap();
+    let windows = |fail: bool| {
+        let cache = FolioCache::new(Config::new(64 << 20).readahead_pages(256)).unwrap();
+        let backing = std::sync::Arc::new(FaultyBacking::new(FileBacking::open(&path).unwrap()));
+        let f = cache.open_backing("faulty", backing.clone()).unwrap();
+        let mut b = vec![0u8; 4096];
+        if fail {
+            backing.fail_at(0);
+            f.read_exact_at(&mut b, 0)
+                .expect_err("the first page fails");
+            backing.heal();
+            cache.drop_caches();
+        }
+        // The same sequential pass: a quarter of the window needs more windows.
+        for at in (0..data.len()).step_by(4096) {
+            f.read_exact_at(&mut b, at as u64).unwrap();
+            assert!(b[..] == data[at..at + 4096]);
+        }
+        let s = cache.stats();
+        s.sync_readahead + s.async_readahead
+    };
+    let (healthy, after_eio) = (windows(false), windows(true));
+    // A window a quarter as wide: about four times as many windows for the same pass.
+    assert!(
+        after_eio >= 2 * healthy,
+        "after an I/O error: {after_eio} windows, healthy {healthy}"
+    );
+}

@@ -564,6 +564,7 @@ impl CachedFile {
             }
             if let Some((offset, e)) = out.error {
                 if out.failed_range.contains(&index) {
+                    self.shrink_readahead_size_eio();
                     return Err(m.fill_error(offset, e));
                 }
             }
@@ -575,8 +576,22 @@ impl CachedFile {
             Ok(Some(f)) => Ok(Some(f)),
             Ok(None) => Ok(None),
             Err(readahead::ReadOneError::OutOfMemory) => Err(c.out_of_memory(1)),
-            Err(readahead::ReadOneError::Read(offset, e)) => Err(m.fill_error(offset, e)),
+            Err(readahead::ReadOneError::Read(offset, e)) => {
+                self.shrink_readahead_size_eio();
+                Err(m.fill_error(offset, e))
+            }
         }
+    }
+
+    /// `shrink_readahead_size_eio`: a read this handle needed failed, so its readahead window
+    /// shrinks to a quarter (a failing device is not read ahead of at full width; the window
+    /// stays small until [`CachedFile::advise`] sets it again).
+    #[cold]
+    fn shrink_readahead_size_eio(&self) {
+        let mut ra = self.ra.lock();
+        ra.ra_pages /= 4;
+        // ORDERING: Relaxed, as every load of it: a hint read on a miss.
+        self.ra_pages.store(ra.ra_pages, Ordering::Relaxed);
     }
 
     /// `page_cache_async_ra` after this reader cleared PG_readahead on the folio at `index`.
