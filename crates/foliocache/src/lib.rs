@@ -81,6 +81,25 @@
 //! every handle open when it happened, once, at its next sync. A write past the file
 //! system's largest file size or `RLIMIT_FSIZE` fails at once ([`CacheError::FileTooLarge`]).
 //!
+//! What survives what, for a storage engine's recovery:
+//!
+//! | event | survives | lost |
+//! |---|---|---|
+//! | the process is killed (`kill -9`, a panic that aborts) | every byte a sync covered, and whatever writeback happened to write | dirty pages not written back yet: **unlike `pwrite`**, whose bytes sit in the kernel's page cache and outlive the process, a write to the cache lives in the process until written back |
+//! | the machine loses power | every byte, and the size, a sync that returned covered | everything else (with direct I/O as without: only a sync makes data durable) |
+//!
+//! - [`CachedFile::sync_data`] makes durable the file's bytes written through the cache before
+//!   the call, and its size: one grown by writes, or changed by [`CachedFile::set_len`]
+//!   (`set_len` changes the file at once; `fdatasync` makes a size change durable, since the
+//!   size is needed to read the data back). [`CachedFile::sync_all`] adds the rest of the
+//!   metadata (times).
+//! - A file's **name** is its directory's: a file created (or renamed) needs its directory
+//!   synced too before it survives a power cut, as for any file. [`sync_dir`] does that.
+//! - A [`PinnedFolio`] or [`PinnedRange`] keeps the bytes it pinned: a write to those pages
+//!   meanwhile goes to a copy that replaces them in the cache, and the guard goes on seeing
+//!   the old bytes (a snapshot of the pages it holds, not of the file). A later read or pin
+//!   sees the write.
+//!
 //! **I/O.** The cache reads and writes its files itself: with direct I/O (`O_DIRECT`) where
 //! the file system has it (ext4, XFS, btrfs), so the kernel's page cache keeps no second copy,
 //! and through the kernel's page cache elsewhere (tmpfs, most FUSE and network file systems)
@@ -164,3 +183,27 @@ pub use io::{DirectIo, EngineKind, IoEngine};
 pub use mm::folio::PAGE_SIZE;
 pub use mm::writeback::WbErrorPolicy;
 pub use variant::{UnknownVariant, Variant};
+
+/// `fsync(2)` of the directory at `path`: makes the names in it durable, as a file created or
+/// renamed there needs before it survives a power cut (the cache syncs a file's data and
+/// size, never its name).
+///
+/// ```
+/// # use foliocache::{Config, FolioCache, OpenOptions};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let cache = FolioCache::new(Config::new(16 << 20))?;
+/// let log = cache.open_with(dir.path().join("wal-000001"), OpenOptions::new().append(true).create_new(true))?;
+/// log.append(b"first record")?;
+/// log.sync_data()?;                   // the bytes and the size
+/// foliocache::sync_dir(dir.path())?;  // the name
+/// # Ok(()) }
+/// ```
+pub fn sync_dir(path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)?
+        .sync_all()
+}

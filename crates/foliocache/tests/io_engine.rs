@@ -566,3 +566,14 @@ fn a_failed_read_shrinks_the_handles_readahead_window() {
         "after an I/O error: {after_eio} windows, healthy {healthy}"
     );
 }
+
+#[test]
+fn sync_dir_syncs_a_directory_and_refuses_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    foliocache::sync_dir(dir.path()).unwrap();
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let e = foliocache::sync_dir(&file).expect_err("a file is not a directory");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR));
+    assert!(foliocache::sync_dir(dir.path().join("missing")).is_err());
+}
