@@ -74,7 +74,9 @@ pub use fault::FaultyBacking;
 pub use file::{device_readahead_pages, dio_alignment, FileBacking};
 pub use kernel::{drop_kernel_cache, kernel_residency};
 pub use run::{check_end_of_data, read_run, RunError};
-pub(crate) use run::{read_runs, MAX_IO_BYTES};
+// Readahead's (the fill is not built under loom).
+#[cfg(not(loom))]
+pub(crate) use run::{read_runs_each, MAX_IO_BYTES};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -1,10 +1,14 @@
 //! Reading a run of folios: one vectored read per contiguous run, the rule that tells EOF
 //! from a file changed behind the cache, and the zeroing past the size a fill started under.
 
+// The cache, which drives the engines, is not compiled under loom.
+#![cfg_attr(loom, allow(dead_code))]
+
 use std::fmt;
 use std::io::{self, IoSliceMut};
 
 use super::backing::Backing;
+use super::engine::{RawBuf, Req};
 
 /// Why [`read_run`] could not fill a run.
 #[derive(Debug)]
@@ -170,27 +174,44 @@ fn overlong_read(backing: &dyn Backing, n: usize, asked: usize, at: u64) -> RunE
 /// size in the figures the engine is held to. A folio larger than this is one request.
 pub(crate) const MAX_IO_BYTES: usize = 128 << 10;
 
-/// [`read_run`] for many runs at once: each run `(offset, buffers)` becomes one request of
-/// a batch the `engine` runs together (the plug: `read_pages` for every run of a window, or
-/// of every range of a many-range read, then one wait), and a run whose request came back
-/// short is finished by [`read_run`] from where it stopped (so EOF, a changed file and the
-/// zeroing past `backing_size` follow exactly its rules). Returns each run's result, in
-/// order. A single run skips the engine: one positional read, as before.
-pub(crate) fn read_runs(
+/// [`read_run`] for many runs at once: each run `(offset, buffers)` becomes one request of a
+/// batch the `engine` runs together (the plug: `read_pages` for every run of a window, or of
+/// every range of a many-range read, then one wait), and `on_done(k, result)` is called once
+/// for each run `k` as its request completes (`end_io` per bio), so its folios can be
+/// unlocked while the rest of the batch is in flight. A run whose request came back short is
+/// finished by [`read_run`] from where it stopped (so EOF, a changed file and the zeroing past
+/// `backing_size` follow exactly its rules) before its `on_done`. A single run skips the
+/// engine: one positional read, as before.
+///
+/// # Safety
+///
+/// Every run's buffers stay valid, and nothing but this call reads or writes them, until
+/// `on_done` is called for that run ([`Req::read_raw`](super::engine::Req::read_raw)'s
+/// contract); after it this call never touches them again.
+pub(crate) unsafe fn read_runs_each(
     engine: &super::engine::Engine,
     backing: &dyn Backing,
-    runs: &mut [(u64, Vec<&mut [u8]>)],
+    runs: Vec<(u64, Vec<RawBuf>)>,
     backing_size: u64,
-) -> Vec<Result<usize, RunError>> {
-    use super::engine::{Op, Req};
-    if let [(offset, bufs)] = runs {
-        return vec![read_run(backing, bufs, *offset, backing_size)];
+    on_done: &mut dyn FnMut(usize, Result<usize, RunError>),
+) {
+    let slices = |bufs: &[RawBuf]| -> Vec<&mut [u8]> {
+        bufs.iter()
+            // SAFETY: the caller's promise: the buffers are ours until `on_done` for their
+            // run, and each run's slices are made once, for its one use.
+            .map(|b| unsafe { b.slice_mut() })
+            .collect()
+    };
+    if let [(offset, bufs)] = &runs[..] {
+        let r = read_run(backing, &mut slices(bufs), *offset, backing_size);
+        on_done(0, r);
+        return;
     }
     // The bytes each run should find below `backing_size`; a run with none reads nothing.
     let want: Vec<usize> = runs
         .iter()
         .map(|(offset, bufs)| {
-            let room: usize = bufs.iter().map(|b| b.len()).sum();
+            let room: usize = bufs.iter().map(|b| b.parts().1).sum();
             usize::try_from(backing_size.saturating_sub(*offset))
                 .unwrap_or(usize::MAX)
                 .min(room)
@@ -198,48 +219,55 @@ pub(crate) fn read_runs(
         .collect();
     let mut reqs: Vec<Req<'_>> = Vec::with_capacity(runs.len());
     let mut of_req: Vec<usize> = Vec::with_capacity(runs.len());
-    for (k, (offset, bufs)) in runs.iter_mut().enumerate() {
+    for (k, (offset, bufs)) in runs.iter().enumerate() {
         if want[k] > 0 {
-            reqs.push(Req::read(*offset, std::mem::take(bufs)));
+            // SAFETY: the caller's promise covers the request: it is announced (and `on_done`
+            // called) before the buffers go back to the caller.
+            reqs.push(unsafe { Req::read_raw(*offset, bufs.clone()) });
             of_req.push(k);
+        } else {
+            // Every byte is past `backing_size`: a hole, or past EOF.
+            zero_from(&mut slices(bufs), 0);
+            on_done(k, Ok(0));
         }
     }
-    engine.run(backing, &mut reqs);
-    let mut results: Vec<Option<io::Result<usize>>> = (0..runs.len()).map(|_| None).collect();
-    for (req, k) in reqs.into_iter().zip(of_req) {
-        let Req { op, result, .. } = req;
-        if let Op::Read(bufs) = op {
-            runs[k].1 = bufs;
-        }
-        results[k] = result;
+    engine.run_each(backing, &mut reqs, &mut |i, r| {
+        let k = of_req[i];
+        let (offset, bufs) = &runs[k];
+        let mut bufs = slices(bufs);
+        let want = want[k];
+        let result = match r {
+            Err(e) => Err(RunError::Io(copy_error(e))),
+            Ok(n) => {
+                let n = *n;
+                let room: usize = bufs.iter().map(|b| b.len()).sum();
+                if n > room {
+                    Err(overlong_read(backing, n, room, *offset))
+                } else if n >= want {
+                    zero_from(&mut bufs, want);
+                    Ok(want)
+                } else if n == 0 {
+                    check_end_of_data(backing, *offset, backing_size).map(|()| {
+                        zero_from(&mut bufs, 0);
+                        0
+                    })
+                } else {
+                    // Short: the rest from where the request stopped.
+                    let mut rest = tail_from(&mut bufs, n);
+                    read_run(backing, &mut rest, *offset + n as u64, backing_size).map(|m| n + m)
+                }
+            }
+        };
+        on_done(k, result);
+    });
+}
+
+/// An owned copy of `e` (its OS error code, or its kind and message).
+fn copy_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
     }
-    runs.iter_mut()
-        .zip(results)
-        .zip(want)
-        .map(|(((offset, bufs), r), want)| {
-            let n = match r {
-                None => 0, // nothing to read: every byte is past `backing_size`
-                Some(Err(e)) => return Err(RunError::Io(e)),
-                Some(Ok(n)) => n,
-            };
-            let room: usize = bufs.iter().map(|b| b.len()).sum();
-            if n > room {
-                return Err(overlong_read(backing, n, room, *offset));
-            }
-            if n >= want {
-                zero_from(bufs, want);
-                return Ok(want);
-            }
-            if n == 0 {
-                check_end_of_data(backing, *offset, backing_size)?;
-                zero_from(bufs, 0);
-                return Ok(0);
-            }
-            // Short: the rest from where the request stopped.
-            let mut rest = tail_from(bufs, n);
-            Ok(n + read_run(backing, &mut rest, *offset + n as u64, backing_size)?)
-        })
-        .collect()
 }
 
 /// Zeroes every byte of `bufs` from byte `from` on.

@@ -97,6 +97,9 @@
 //! variable and the values it accepts. Under loom every choice is the synchronous engine
 //! (the model checker runs neither kernel I/O nor threads it does not model).
 
+// The cache, which drives the engines, is not compiled under loom.
+#![cfg_attr(loom, allow(dead_code))]
+
 mod pool;
 mod uring;
 
@@ -109,7 +112,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use super::backing::Backing;
 pub use super::backing::RawIo;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 use uring::ring_flags;
 pub(crate) use uring::uring_available;
 
@@ -258,10 +261,55 @@ impl fmt::Display for EngineKind {
     }
 }
 
+/// A buffer a read fills, by address: for a caller that ends each request's work as it
+/// completes (unlocking the folios a read filled while the rest of the batch is in flight),
+/// which borrowed slices would forbid. See [`Req::read_raw`] for the contract.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RawBuf {
+    /// The buffer `buf` points at, by address.
+    pub(crate) fn of(buf: &mut [u8]) -> RawBuf {
+        RawBuf {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+        }
+    }
+
+    /// The address and the length.
+    pub(crate) fn parts(self) -> (*mut u8, usize) {
+        (self.ptr, self.len)
+    }
+
+    /// The buffer as a slice, for one call.
+    ///
+    /// # Safety
+    ///
+    /// As [`Req::read_raw`]: the memory is valid, and written only through this request,
+    /// until the request's completion is announced.
+    pub(crate) unsafe fn slice_mut<'b>(self) -> &'b mut [u8] {
+        // SAFETY: the caller's promise, above.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+// SAFETY: a `RawBuf` is an address and a length; the memory it names is handed from the
+// caller to the engine's thread for the request's life by `Req::read_raw`'s contract, as a
+// `&mut [u8]` would be.
+unsafe impl Send for RawBuf {}
+
 /// What one request does.
 pub(crate) enum Op<'a> {
-    /// Read into these buffers, in order, from the request's offset (`preadv`).
+    /// Read into these buffers, in order, from the request's offset (`preadv`). (The cache
+    /// reads with [`Op::ReadRaw`], ending each request as it completes; this safe form is the
+    /// tests'.)
+    #[cfg_attr(not(test), allow(dead_code))]
     Read(Vec<&'a mut [u8]>),
+    /// The same, into buffers named by address ([`Req::read_raw`]).
+    ReadRaw(Vec<RawBuf>),
     /// Write these buffers, in order, at the request's offset (`pwritev`).
     Write(Vec<&'a [u8]>),
     /// `fdatasync`: the writes completed before this batch started are durable.
@@ -280,10 +328,27 @@ pub(crate) struct Req<'a> {
 
 impl<'a> Req<'a> {
     /// A read of `bufs` at `offset`.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn read(offset: u64, bufs: Vec<&'a mut [u8]>) -> Req<'a> {
         Req {
             offset,
             op: Op::Read(bufs),
+            result: None,
+        }
+    }
+
+    /// A read of `bufs`, named by address, at `offset`.
+    ///
+    /// # Safety
+    ///
+    /// Until the engine announces this request's completion ([`Engine::run_each`]'s
+    /// callback, or the return of [`Engine::run`]), every buffer stays valid and nothing but
+    /// the engine reads or writes it; after the announcement the engine never touches it
+    /// again (the caller may then hand the memory to others, as a fill unlocks its folios).
+    pub(crate) unsafe fn read_raw(offset: u64, bufs: Vec<RawBuf>) -> Req<'a> {
+        Req {
+            offset,
+            op: Op::ReadRaw(bufs),
             result: None,
         }
     }
@@ -326,6 +391,15 @@ pub(crate) fn run_inline(backing: &dyn Backing, req: &mut Req<'_>) {
             Op::Read(bufs) => {
                 let mut iov: Vec<IoSliceMut<'_>> =
                     bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+                backing.read_vectored_at(&mut iov, offset)
+            }
+            Op::ReadRaw(bufs) => {
+                // SAFETY: `Req::read_raw`'s contract: the buffers are the request's until its
+                // completion is announced, which is after this call.
+                let mut iov: Vec<IoSliceMut<'_>> = bufs
+                    .iter()
+                    .map(|b| IoSliceMut::new(unsafe { b.slice_mut() }))
+                    .collect();
                 backing.read_vectored_at(&mut iov, offset)
             }
             Op::Write(bufs) if bufs.len() == 1 => backing.write_at(bufs[0], offset),
@@ -439,6 +513,7 @@ impl Engine {
 
     /// Runs every request of `reqs` against `backing` and returns when all have completed,
     /// each with its result (see the module docs for the contract).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn run(&self, backing: &dyn Backing, reqs: &mut [Req<'_>]) {
         self.run_each(backing, reqs, &mut |_, _| {});
     }

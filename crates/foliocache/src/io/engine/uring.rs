@@ -260,6 +260,17 @@ fn run_batch(
                     iov_len: b.len(),
                 })
                 .collect(),
+            Op::ReadRaw(bufs) => bufs
+                .iter()
+                .take(IOV_MAX)
+                .map(|b| {
+                    let (ptr, len) = b.parts();
+                    libc::iovec {
+                        iov_base: ptr.cast(),
+                        iov_len: len,
+                    }
+                })
+                .collect(),
             Op::Write(bufs) => bufs
                 .iter()
                 .take(IOV_MAX)
@@ -287,7 +298,7 @@ fn run_batch(
             {
                 None
             }
-            Op::Read(_) => Some(
+            Op::Read(_) | Op::ReadRaw(_) => Some(
                 opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32)
                     .offset(r.offset)
                     .build(),

@@ -18,7 +18,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::{InsertMode, RaEvent, RaHost, RaProbe, RaRequest};
-use crate::io::{read_run, read_runs, Backing, RunError, MAX_IO_BYTES};
+use crate::io::engine::RawBuf;
+use crate::io::{read_run, read_runs_each, Backing, RunError, MAX_IO_BYTES};
 use crate::mm::filemap::AddressSpace;
 use crate::mm::folio::flags::PG_READAHEAD;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
@@ -595,20 +596,36 @@ fn read_batch_now<'a>(
             read_pages(t, first, run, out);
         }
         _ => {
-            let results = {
-                let mut bufs: Vec<(u64, Vec<&mut [u8]>)> = reqs
-                    .iter_mut()
-                    .map(|(first, run)| {
-                        (
-                            *first << PAGE_SHIFT,
-                            run.iter_mut().map(Filling::data_mut).collect(),
-                        )
-                    })
-                    .collect();
-                read_runs(t.host.engine(), t.backing, &mut bufs, t.backing_size())
-            };
-            for ((first, run), result) in reqs.into_iter().zip(results) {
-                end_read(t, first, run, result, out);
+            // Each request's folios end their read as it completes (`end_io` per bio): a
+            // reader waiting on the first folio of a window goes on after its 128 KiB, not
+            // after the window.
+            let mut slots: Vec<Option<Run<'a>>> = reqs.into_iter().map(Some).collect();
+            let raw: Vec<(u64, Vec<RawBuf>)> = slots
+                .iter_mut()
+                .map(|slot| {
+                    let (first, run) = slot.as_mut().expect("filled above");
+                    (
+                        *first << PAGE_SHIFT,
+                        run.iter_mut().map(|f| RawBuf::of(f.data_mut())).collect(),
+                    )
+                })
+                .collect();
+            // SAFETY: every buffer is the frame of a folio this fill holds locked and not
+            // uptodate (so no reader looks at it and nothing else writes it) in `slots`,
+            // until its request's `end_read` below; the frames stay in the arena as long as
+            // the fill holds the folios. If the batch unwinds, the engine waits for its
+            // requests before `slots` drops (and fails) the folios.
+            unsafe {
+                read_runs_each(
+                    t.host.engine(),
+                    t.backing,
+                    raw,
+                    t.backing_size(),
+                    &mut |k, result| {
+                        let (first, run) = slots[k].take().expect("one completion per request");
+                        end_read(t, first, run, result, out);
+                    },
+                );
             }
         }
     }
