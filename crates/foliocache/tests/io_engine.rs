@@ -577,3 +577,33 @@ fn sync_dir_syncs_a_directory_and_refuses_a_file() {
     assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR));
     assert!(foliocache::sync_dir(dir.path().join("missing")).is_err());
 }
+
+#[test]
+fn a_file_closed_while_its_reads_are_in_flight_leaves_nothing_behind() {
+    let Some(dir) = disk_dir() else { return };
+    let path = dir.path().join("f");
+    let data = pattern(16 << 20, 55);
+    std::fs::write(&path, &data).unwrap();
+    let cache = FolioCache::new(Config::new(8 << 20)).unwrap();
+    let baseline = cache.stats().allocated_pages;
+    for round in 0..20u64 {
+        drop_kernel_cache(&path);
+        let f = cache.open(&path).unwrap();
+        // Reads a worker is doing, and a stream's asynchronous windows, then the close.
+        f.prefetch(&[0..(8 << 20)]).unwrap();
+        let mut b = vec![0u8; 64 << 10];
+        let at = (round * 997 * 4096) % (8 << 20);
+        f.read_exact_at(&mut b, at).unwrap();
+        assert!(b[..] == data[at as usize..at as usize + b.len()], "round {round}");
+        drop(f);
+        if round % 2 == 0 {
+            // The inode stays cached, unused: its pages are still readable and right.
+            let f = cache.open(&path).unwrap();
+            f.read_exact_at(&mut b, 0).unwrap();
+            assert!(b[..] == data[..b.len()]);
+        }
+        cache.drop_caches();
+        cache.validate().unwrap();
+        assert_eq!(cache.stats().allocated_pages, baseline, "round {round}");
+    }
+}
