@@ -594,7 +594,10 @@ fn a_file_closed_while_its_reads_are_in_flight_leaves_nothing_behind() {
         let mut b = vec![0u8; 64 << 10];
         let at = (round * 997 * 4096) % (8 << 20);
         f.read_exact_at(&mut b, at).unwrap();
-        assert!(b[..] == data[at as usize..at as usize + b.len()], "round {round}");
+        assert!(
+            b[..] == data[at as usize..at as usize + b.len()],
+            "round {round}"
+        );
         drop(f);
         if round % 2 == 0 {
             // The inode stays cached, unused: its pages are still readable and right.
