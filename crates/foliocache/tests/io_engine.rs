@@ -590,7 +590,8 @@ fn a_file_closed_while_its_reads_are_in_flight_leaves_nothing_behind() {
         drop_kernel_cache(&path);
         let f = cache.open(&path).unwrap();
         // Reads a worker is doing, and a stream's asynchronous windows, then the close.
-        f.prefetch(&[0..(8 << 20)]).unwrap();
+        f.advise(0..(8 << 20), foliocache::Advice::WillNeed)
+            .unwrap();
         let mut b = vec![0u8; 64 << 10];
         let at = (round * 997 * 4096) % (8 << 20);
         f.read_exact_at(&mut b, at).unwrap();
