@@ -793,6 +793,20 @@ fn prepare_writeback<'a>(
 /// the backing wrote short), then ends each run's writeback. A sync issued after the pass
 /// covers them all: every write has completed when this returns.
 fn submit(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
+    // A run that ends in a folio clamped at EOF writes a partial block: under direct I/O the
+    // backing writes that block whole and then cuts the file back to its size
+    // (`FileBacking`'s bounce write), which would cut off a write beyond it still in flight
+    // (the file grew during the pass, so pages past the old EOF are in the same plug). Such
+    // runs go after the rest of the plug has completed.
+    let (tails, whole): (Vec<Run<'_>>, Vec<Run<'_>>) = runs
+        .into_iter()
+        .partition(|r| r.folios.last().is_some_and(|(f, len)| *len < f.size()));
+    submit_batch(t, whole, out);
+    submit_batch(t, tails, out);
+}
+
+/// [`submit`] for runs that may be in flight together.
+fn submit_batch(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
     if runs.is_empty() {
         return;
     }
