@@ -73,6 +73,7 @@ pub use engine::{uring_setup_flags, DirectIo, EngineKind, IoEngine};
 pub use fault::FaultyBacking;
 pub use file::{device_readahead_pages, dio_alignment, FileBacking};
 pub use kernel::{drop_kernel_cache, kernel_residency};
+pub(crate) use run::copy_error;
 pub use run::{check_end_of_data, read_run, RunError};
 // Readahead's (the fill is not built under loom).
 #[cfg(not(loom))]

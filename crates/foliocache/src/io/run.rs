@@ -145,15 +145,7 @@ pub fn read_run(
     // Zero everything past EOF, and past `backing_size`: a read asks for whole folios, so it
     // may have returned bytes past the size the fill was started under.
     let kept = done.min(total);
-    let mut skip = kept;
-    for b in bufs.iter_mut() {
-        if skip >= b.len() {
-            skip -= b.len();
-            continue;
-        }
-        b[skip..].fill(0);
-        skip = 0;
-    }
+    zero_from(bufs, kept);
     Ok(kept)
 }
 
@@ -262,8 +254,9 @@ pub(crate) unsafe fn read_runs_each(
     });
 }
 
-/// An owned copy of `e` (its OS error code, or its kind and message).
-fn copy_error(e: &io::Error) -> io::Error {
+/// An owned copy of `e` (its OS error code, or its kind and message): the result an engine
+/// announces by reference, for a caller that keeps it.
+pub(crate) fn copy_error(e: &io::Error) -> io::Error {
     match e.raw_os_error() {
         Some(code) => io::Error::from_raw_os_error(code),
         None => io::Error::new(e.kind(), e.to_string()),

@@ -826,11 +826,12 @@ fn submit_batch(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
         for (run, b) in runs.iter().zip(&bufs) {
             let mut written = 0;
             let offset = run.start << PAGE_SHIFT;
-            let r = write_all_vectored(t.backing, b, offset, &mut out.writes, &mut written);
+            let r = write_all_vectored(t.backing, b, offset, None, &mut out.writes, &mut written);
             end_run(t, run, written, r, out);
         }
         return;
     }
+    use crate::io::copy_error;
     use crate::io::engine::Req;
     let mut reqs: Vec<Req<'_>> = runs
         .iter()
@@ -843,66 +844,20 @@ fn submit_batch(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
     // throttled writer or a reclaimer waiting for them goes on at once.
     t.host.engine().run_each(t.backing, &mut reqs, &mut |i, r| {
         let (run, b) = (&runs[i], &bufs[i]);
-        let offset = run.start << PAGE_SHIFT;
-        let total: usize = b.iter().map(|b| b.len()).sum();
-        let (written, r) = match r {
-            Ok(0) if total > 0 => (
-                0,
-                Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!("{:?} wrote 0 bytes at offset {offset}", t.backing),
-                )),
-            ),
-            Ok(n) if *n > total => (
-                0,
-                Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{:?} reported {n} bytes written of {total} at offset {offset}",
-                        t.backing
-                    ),
-                )),
-            ),
-            Ok(n) if *n == total => (total, Ok(())),
-            Ok(n) => {
-                // Short: the rest with the backing's own calls.
-                let mut written = *n;
-                let rest = tail_of(b, *n);
-                let r = write_all_vectored(
-                    t.backing,
-                    &rest,
-                    offset + *n as u64,
-                    &mut out.writes,
-                    &mut written,
-                );
-                (written, r)
-            }
-            Err(e) => (0, Err(copy_error(e))),
-        };
+        let mut written = 0;
+        // The request's result is the first call's; a short write goes on with the backing's
+        // own calls.
+        let first = r.as_ref().map(|&n| n).map_err(copy_error);
+        let r = write_all_vectored(
+            t.backing,
+            b,
+            run.start << PAGE_SHIFT,
+            Some(first),
+            &mut out.writes,
+            &mut written,
+        );
         end_run(t, run, written, r, out);
     });
-}
-
-/// An owned copy of `e` (its OS error code, or its kind and message).
-fn copy_error(e: &io::Error) -> io::Error {
-    match e.raw_os_error() {
-        Some(code) => io::Error::from_raw_os_error(code),
-        None => io::Error::new(e.kind(), e.to_string()),
-    }
-}
-
-/// The buffers of `bufs` from byte `from` on.
-fn tail_of<'b>(bufs: &[&'b [u8]], mut from: usize) -> Vec<&'b [u8]> {
-    let mut out = Vec::with_capacity(bufs.len());
-    for b in bufs {
-        if from >= b.len() {
-            from -= b.len();
-            continue;
-        }
-        out.push(&b[from..]);
-        from = 0;
-    }
-    out
 }
 
 /// The end of one run's write: records what reached the file and any error, then ends the
@@ -972,19 +927,24 @@ fn end_writeback(t: &Wbc<'_>, folio: &FolioRef<'_>, kept: bool) {
 
 /// Writes every byte of `bufs` at `offset`, continuing after short writes; a write of zero
 /// bytes is an error (`WriteZero`). `written` counts the bytes the backing took, also when
-/// it then fails.
+/// it then fails. `first`, if given, is the result of a first write already made (by the
+/// engine), which the loop takes in place of its first call.
 fn write_all_vectored(
     backing: &dyn Backing,
     bufs: &[&[u8]],
     mut offset: u64,
+    mut first: Option<io::Result<usize>>,
     calls: &mut u64,
     written: &mut usize,
 ) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
     let mut rest: &mut [IoSlice<'_>] = &mut slices;
     while !rest.is_empty() {
-        *calls += 1;
-        match backing.write_vectored_at(rest, offset) {
+        let r = first.take().unwrap_or_else(|| {
+            *calls += 1;
+            backing.write_vectored_at(rest, offset)
+        });
+        match r {
             Ok(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
