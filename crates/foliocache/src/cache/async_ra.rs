@@ -30,8 +30,8 @@
 //! window still filling, and its eviction (or the accounting a test checks right after)
 //! finds every page settled.
 
+use crate::mm::sync::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex};
 
 /// The most worker threads a cache starts (started on demand, one at a time).
 const MAX_WORKERS: usize = 4;
@@ -61,7 +61,7 @@ pub(crate) struct AsyncRa {
 
 impl std::fmt::Debug for AsyncRa {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.state.lock();
         f.debug_struct("AsyncRa")
             .field("threads", &s.threads)
             .field("queued", &s.jobs.len())
@@ -74,7 +74,7 @@ impl AsyncRa {
     /// whatever the load if `force` (a prefetch, whose caller does not wait). Otherwise gives
     /// the job back, for the caller to run inline.
     pub(crate) fn submit(self: &std::sync::Arc<Self>, job: Job, force: bool) -> Result<(), Job> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock();
         if s.stop {
             return Err(job);
         }
@@ -104,7 +104,7 @@ impl AsyncRa {
 
     /// A worker's loop: take a job, run it, until stopped.
     fn work(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock();
         loop {
             if let Some(job) = s.jobs.pop_front() {
                 s.running += 1;
@@ -112,7 +112,7 @@ impl AsyncRa {
                 // A panicking backing fails the window's folios (the fill's guards) and must
                 // not take the worker with it.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                s = self.state.lock();
                 s.running -= 1;
                 self.cond.notify_all();
                 continue;
@@ -122,22 +122,23 @@ impl AsyncRa {
                 return;
             }
             s.idle += 1;
-            s = self.cond.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = self.cond.wait(s);
             s.idle -= 1;
         }
     }
 
     /// Waits until no job is queued or running.
     pub(crate) fn wait_idle(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while !s.jobs.is_empty() || s.running > 0 {
-            s = self.cond.wait(s).unwrap_or_else(|e| e.into_inner());
-        }
+        let s = self.state.lock();
+        drop(
+            self.cond
+                .wait_while(s, |s| !s.jobs.is_empty() || s.running > 0),
+        );
     }
 
     /// Tells the workers to finish the queued jobs and exit.
     pub(crate) fn stop(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        self.state.lock().stop = true;
         self.cond.notify_all();
     }
 }
@@ -152,16 +153,14 @@ pub(crate) struct InflightRa {
 impl InflightRa {
     /// Counts a job in; the guard counts it out when dropped (also by unwinding).
     pub(crate) fn enter(self: &std::sync::Arc<Self>) -> InflightGuard {
-        *self.n.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        *self.n.lock() += 1;
         InflightGuard(self.clone())
     }
 
     /// Waits until no job of this inode is in flight.
     pub(crate) fn wait(&self) {
-        let mut n = self.n.lock().unwrap_or_else(|e| e.into_inner());
-        while *n > 0 {
-            n = self.cond.wait(n).unwrap_or_else(|e| e.into_inner());
-        }
+        let n = self.n.lock();
+        drop(self.cond.wait_while(n, |n| *n > 0));
     }
 }
 
@@ -170,7 +169,7 @@ pub(crate) struct InflightGuard(std::sync::Arc<InflightRa>);
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        let mut n = self.0.n.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = self.0.n.lock();
         *n -= 1;
         if *n == 0 {
             self.0.cond.notify_all();
