@@ -562,35 +562,32 @@ fn read_batch_now<'a>(
     // at a time (`batches_help`): a run stays one vectored read.
     let batched = t.host.engine().kind() != crate::io::EngineKind::Sync
         && crate::io::engine::batches_help(t.backing);
-    let max_io = if batched { MAX_IO_BYTES } else { usize::MAX };
+    if !batched {
+        for (first, run) in runs {
+            read_pages(t, first, run, out);
+        }
+        return;
+    }
+    // Runs cut at folio boundaries into requests of at most `MAX_IO_BYTES`.
     let mut reqs: Vec<(u64, Vec<Filling<'a>>)> = Vec::new();
     for (first, run) in runs {
-        let mut at = first;
-        let mut cur: Vec<Filling<'a>> = Vec::new();
-        let mut bytes = 0usize;
+        let (mut start, mut cur, mut bytes) = (first, Vec::new(), 0usize);
         for f in run {
             let size = f.locked().size();
-            if !cur.is_empty() && bytes + size > max_io {
-                let start = at - (bytes >> PAGE_SHIFT) as u64;
+            if !cur.is_empty() && bytes + size > MAX_IO_BYTES {
                 reqs.push((start, std::mem::take(&mut cur)));
+                start += (bytes >> PAGE_SHIFT) as u64;
                 bytes = 0;
             }
-            at += (size >> PAGE_SHIFT) as u64;
             bytes += size;
             cur.push(f);
         }
         if !cur.is_empty() {
-            let start = at - (bytes >> PAGE_SHIFT) as u64;
             reqs.push((start, cur));
         }
     }
     match reqs.len() {
         0 => {}
-        _ if !batched => {
-            for (first, run) in reqs {
-                read_pages(t, first, run, out);
-            }
-        }
         1 => {
             let (first, run) = reqs.pop().expect("one request");
             read_pages(t, first, run, out);
