@@ -81,6 +81,66 @@ fn unlock_without_wake_is_caught() {
     });
 }
 
+/// A task waiting for the unlock (`FolioRef::poll_unlocked`) against the holder's unlock:
+/// the task is always woken (loom's `block_on` parks the model thread until its waker runs,
+/// so a lost wake-up is a deadlock), sees the holder's `end_read` when its poll says
+/// `Ready`, and leaves no registration behind. `announce` false is the weakened
+/// registration (the waker registered without `PG_waiters`), which the model must catch.
+fn task_model(announce: bool) {
+    use crate::mm::folio::flags::PG_LOCKED;
+    use std::task::Poll;
+    loom::model(move || {
+        let (arena, pfn) = setup();
+        let a2 = arena.clone();
+        let t = thread::spawn(move || {
+            // SAFETY: the locked reference leaked by `setup`.
+            let l = unsafe { FolioLocked::from_raw_locked(&a2, a2.folio(pfn)) };
+            drop(l.end_read(true));
+        });
+        {
+            // SAFETY: the extra reference leaked by `setup`.
+            let r = unsafe { FolioRef::from_raw(&arena, arena.folio(pfn)) };
+            let mut slot = None;
+            loom::future::block_on(std::future::poll_fn(|cx| {
+                if announce {
+                    r.poll_unlocked(cx, &mut slot)
+                } else if r.flags() & PG_LOCKED == 0 {
+                    Poll::Ready(())
+                } else {
+                    let f = arena.folio(pfn);
+                    arena
+                        .waits()
+                        .poll_bit_unannounced(f, PG_LOCKED, cx, &mut slot)
+                }
+            }));
+            arena.cancel_wait(&mut slot);
+            assert!(
+                r.is_uptodate(),
+                "a task woken before the holder's end_read was visible"
+            );
+        }
+        t.join().unwrap();
+        assert_eq!(
+            arena.wait_table_sleepers(),
+            0,
+            "a task's registration was left"
+        );
+        let st = arena.validate().unwrap();
+        assert_eq!((st.allocated_pages, st.bad_pages), (0, 0));
+    });
+}
+
+#[test]
+fn task_waiting_for_unlock_is_woken() {
+    task_model(true);
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn task_registered_without_waiters_bit_is_caught() {
+    task_model(false);
+}
+
 /// The access counter in the flags word (`Folio::inc_lru_refs`, `dec_lru_refs`): two readers
 /// count reads of a folio whose count is one short of full while aging spends one and
 /// another layer sets and clears a flag bit. Every interleaving must leave the count in its

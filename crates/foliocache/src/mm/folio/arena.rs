@@ -47,7 +47,7 @@ use std::ptr::NonNull;
 use super::buddy::{self, FrameAllocator, MAX_ORDER, NR_ORDERS};
 use super::flags::*;
 use super::handle::{FolioRef, FrozenFolio};
-use super::wait::WaitTable;
+use super::wait::{TaskWait, WaitTable};
 use super::{Folio, FolioExt, PAGE_SHIFT, PAGE_SIZE, STATE_FREE, STATE_HEAD, STATE_TAIL};
 use crate::mm::refcount::RefStrategy;
 use crate::mm::sync::{
@@ -983,6 +983,15 @@ impl Arena {
     #[inline]
     pub(crate) fn waits(&self) -> &WaitTable {
         &self.waits
+    }
+
+    /// Takes a task's registration out of the wait table (a future dropped, or done waiting,
+    /// while [`FolioRef::poll_unlocked`] left one in `slot`).
+    #[inline]
+    pub(crate) fn cancel_wait(&self, slot: &mut Option<TaskWait>) {
+        if slot.is_some() {
+            self.waits.cancel(slot);
+        }
     }
 
     /// Hints the CPU to start loading the first cache lines of frame `pfn` (a lookup that is

@@ -119,6 +119,25 @@ impl<'a> FolioRef<'a> {
         }
     }
 
+    /// The task form of [`FolioRef::wait_locked`] (`folio_wait_locked_async` with an
+    /// `IOCB_WAITQ` entry): `Ready` once the folio is unlocked; otherwise registers the
+    /// task's waker in the wait table and returns `Pending`, and the unlock wakes the task.
+    /// `slot` holds the registration between polls; a future dropped while it holds one must
+    /// hand it to [`Arena::cancel_wait`](super::Arena::cancel_wait).
+    #[inline]
+    pub(crate) fn poll_unlocked(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        slot: &mut Option<super::wait::TaskWait>,
+    ) -> std::task::Poll<()> {
+        // ORDERING: Acquire; pairs with the Release clear in `Folio::unlock_bit`.
+        if self.folio.flags.load(Ordering::Acquire) & PG_LOCKED == 0 {
+            self.arena.waits().cancel(slot);
+            return std::task::Poll::Ready(());
+        }
+        self.arena.waits().poll_bit(self.folio, PG_LOCKED, cx, slot)
+    }
+
     /// `folio_wait_writeback`: sleeps until the folio is not under writeback (PG_writeback
     /// clear). Afterwards the write that was in flight has returned.
     #[inline]
