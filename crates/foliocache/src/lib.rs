@@ -172,10 +172,10 @@ mod variant;
 
 #[cfg(not(loom))]
 pub use cache::{
-    Advice, BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError, Eviction,
-    EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, OpenOptions, OwnedFolio,
-    OwnedRange, PinnedFolio, PinnedRange, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE,
-    DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
+    Advice, AsyncFile, BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError,
+    Eviction, EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, OpenOptions,
+    OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, ReadAt, BLOCK_CACHE_INACTIVE_RATIO,
+    DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
 pub use io::{DirectIo, EngineKind, IoEngine};
 /// The page size, 4 KiB: a file is cached in pages of this many bytes, page `i` holding

@@ -42,6 +42,9 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 struct State {
     jobs: VecDeque<Job>,
+    /// Async reads' misses (`cache/aio.rs`), taken all at once by one worker and read as
+    /// one batch per file.
+    misses: Vec<super::aio::Miss>,
     /// Workers waiting for a job.
     idle: usize,
     /// Workers started.
@@ -51,12 +54,24 @@ struct State {
     stop: bool,
 }
 
-/// The cache's readahead workers and their queue.
-#[derive(Default)]
+/// A pool of worker threads and their queue: the cache's readahead workers, and the
+/// workers that run the async calls' blocking parts (`cache/aio.rs`).
 pub(crate) struct AsyncRa {
     state: Mutex<State>,
-    /// Workers wait here for jobs; [`AsyncRa::wait_idle`] waits here for the end of jobs.
-    cond: Condvar,
+    /// Workers wait here for jobs.
+    work: Condvar,
+    /// [`AsyncRa::wait_idle`] waits here for the end of jobs.
+    done: Condvar,
+    /// The most worker threads this pool starts.
+    max: usize,
+    /// The workers' thread name.
+    name: &'static str,
+}
+
+impl Default for AsyncRa {
+    fn default() -> Self {
+        Self::new(MAX_WORKERS, "foliocache-ra")
+    }
 }
 
 impl std::fmt::Debug for AsyncRa {
@@ -64,12 +79,23 @@ impl std::fmt::Debug for AsyncRa {
         let s = self.state.lock();
         f.debug_struct("AsyncRa")
             .field("threads", &s.threads)
-            .field("queued", &s.jobs.len())
+            .field("queued", &(s.jobs.len() + s.misses.len()))
             .finish()
     }
 }
 
 impl AsyncRa {
+    /// A pool of at most `max` workers named `name-N`, started on demand.
+    pub(crate) fn new(max: usize, name: &'static str) -> Self {
+        AsyncRa {
+            state: Mutex::new(State::default()),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            max,
+            name,
+        }
+    }
+
     /// Queues `job` for a worker: at once if a worker is idle or another may start, or
     /// whatever the load if `force` (a prefetch, whose caller does not wait). Otherwise gives
     /// the job back, for the caller to run inline.
@@ -78,68 +104,105 @@ impl AsyncRa {
         if s.stop {
             return Err(job);
         }
-        let free = s.idle > s.jobs.len();
-        let spawn = !free && s.threads < MAX_WORKERS;
-        if !free && !spawn && !force {
+        let free = s.idle > s.jobs.len() + usize::from(!s.misses.is_empty());
+        if !free && s.threads >= self.max && !force {
             return Err(job);
         }
         s.jobs.push_back(job);
-        if spawn {
-            let me = self.clone();
-            let n = s.threads;
-            let started = std::thread::Builder::new()
-                .name(format!("foliocache-ra-{n}"))
-                .spawn(move || me.work());
-            if started.is_ok() {
-                s.threads += 1;
-            } else if s.threads == 0 {
-                // No worker at all: the caller runs it.
-                return Err(s.jobs.pop_back().expect("just queued"));
-            }
+        if !free && !self.spawn(&mut s) && s.threads == 0 {
+            // No worker at all: the caller runs it.
+            return Err(s.jobs.pop_back().expect("just queued"));
         }
         drop(s);
-        self.cond.notify_all();
+        self.work.notify_one();
         Ok(())
     }
 
-    /// A worker's loop: take a job, run it, until stopped.
+    /// Queues an async read's miss: a worker takes every queued miss at once and reads each
+    /// file's as one batch. Gives the miss back if no worker can run it (the pool is stopped,
+    /// or not one thread could be started).
+    pub(crate) fn submit_miss(
+        self: &std::sync::Arc<Self>,
+        miss: super::aio::Miss,
+    ) -> Result<(), super::aio::Miss> {
+        let mut s = self.state.lock();
+        if s.stop {
+            return Err(miss);
+        }
+        let first = s.misses.is_empty();
+        s.misses.push(miss);
+        if !first {
+            // A worker is already told of the batch, or is about to take it.
+            return Ok(());
+        }
+        let free = s.idle > s.jobs.len();
+        if !free && !self.spawn(&mut s) && s.threads == 0 {
+            return Err(s.misses.pop().expect("just queued"));
+        }
+        drop(s);
+        // One worker takes the whole batch: wake one, not every idle worker.
+        self.work.notify_one();
+        Ok(())
+    }
+
+    /// Starts a worker if the pool may grow; true if one started.
+    fn spawn(self: &std::sync::Arc<Self>, s: &mut State) -> bool {
+        if s.threads >= self.max {
+            return false;
+        }
+        let me = self.clone();
+        let started = std::thread::Builder::new()
+            .name(format!("{}-{}", self.name, s.threads))
+            .spawn(move || me.work());
+        if started.is_ok() {
+            s.threads += 1;
+        }
+        started.is_ok()
+    }
+
+    /// A worker's loop: take the queued misses or a job, run it, until stopped.
     fn work(&self) {
         let mut s = self.state.lock();
         loop {
-            if let Some(job) = s.jobs.pop_front() {
-                s.running += 1;
-                drop(s);
-                // A panicking backing fails the window's folios (the fill's guards) and must
-                // not take the worker with it.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                s = self.state.lock();
-                s.running -= 1;
-                self.cond.notify_all();
-                continue;
-            }
-            if s.stop {
+            let run: Job = if !s.misses.is_empty() {
+                let batch = std::mem::take(&mut s.misses);
+                Box::new(move || super::aio::read_misses(batch))
+            } else if let Some(job) = s.jobs.pop_front() {
+                job
+            } else if s.stop {
                 s.threads -= 1;
                 return;
+            } else {
+                s.idle += 1;
+                s = self.work.wait(s);
+                s.idle -= 1;
+                continue;
+            };
+            s.running += 1;
+            drop(s);
+            // A panicking backing fails the window's folios (the fill's guards) and must
+            // not take the worker with it.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+            s = self.state.lock();
+            s.running -= 1;
+            if s.running == 0 && s.jobs.is_empty() && s.misses.is_empty() {
+                self.done.notify_all();
             }
-            s.idle += 1;
-            s = self.cond.wait(s);
-            s.idle -= 1;
         }
     }
 
     /// Waits until no job is queued or running.
     pub(crate) fn wait_idle(&self) {
         let s = self.state.lock();
-        drop(
-            self.cond
-                .wait_while(s, |s| !s.jobs.is_empty() || s.running > 0),
-        );
+        drop(self.done.wait_while(s, |s| {
+            !s.jobs.is_empty() || !s.misses.is_empty() || s.running > 0
+        }));
     }
 
     /// Tells the workers to finish the queued jobs and exit.
     pub(crate) fn stop(&self) {
         self.state.lock().stop = true;
-        self.cond.notify_all();
+        self.work.notify_all();
     }
 }
 

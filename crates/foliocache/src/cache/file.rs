@@ -86,7 +86,7 @@ impl std::fmt::Debug for CachedFile {
 }
 
 /// What the hit-only fast path of `read_at` managed.
-enum Fast {
+pub(super) enum Fast {
     /// Everything was cached: the read is complete.
     Done(usize),
     /// Stopped before a folio that needs the slow path, after copying this many bytes.
@@ -98,7 +98,7 @@ const MISS_READ_MAX_PAGES: usize = 512;
 
 /// Reads larger than this skip the fast path (it runs inside one RCU read section, which
 /// should be short).
-const FAST_READ_MAX: usize = 64 << 10;
+pub(super) const FAST_READ_MAX: usize = 64 << 10;
 
 impl CachedFile {
     /// `alloc_file`: a new handle on the inode `mapping`. The caller took the use of the
@@ -133,6 +133,12 @@ impl CachedFile {
     #[inline]
     pub(super) fn mapping(&self) -> Arc<Inode> {
         Arc::clone(&self.m)
+    }
+
+    /// This handle's mapping, borrowed for the handle's life.
+    #[inline]
+    pub(super) fn mapping_ref(&self) -> &Inode {
+        &self.m
     }
 
     /// Runs `f` on this handle's mapping.
@@ -276,7 +282,7 @@ impl CachedFile {
     /// stopping at the first one that is not (readahead, I/O and waiting need the slow path).
     /// Counts the call, its hits and the bytes it copied.
     #[inline]
-    fn read_cached(
+    pub(super) fn read_cached(
         &self,
         m: &Inode,
         section: &RcuReadGuard<'_>,
@@ -364,7 +370,7 @@ impl CachedFile {
     /// `filemap_read` marks a folio accessed only when a read moves on to it
     /// (`pos_same_folio`), so re-reading one spot writes no flag.
     #[inline]
-    fn last_page(&self) -> Option<u64> {
+    pub(super) fn last_page(&self) -> Option<u64> {
         let prev = self.prev_pos.load(Ordering::Relaxed);
         prev.checked_sub(1).map(|b| b >> PAGE_SHIFT)
     }
@@ -372,7 +378,7 @@ impl CachedFile {
     /// `ra->prev_pos = last_pos`, stored only when it changes so that a handle re-reading one
     /// spot (the pread benchmark) writes nothing.
     #[inline]
-    fn set_prev_pos(&self, pos: u64) {
+    pub(super) fn set_prev_pos(&self, pos: u64) {
         if self.prev_pos.load(Ordering::Relaxed) != pos {
             self.prev_pos.store(pos, Ordering::Relaxed);
         }
@@ -537,26 +543,7 @@ impl CachedFile {
         req_count: usize,
     ) -> Result<Option<FolioRef<'m>>, CacheError> {
         let c = &self.cache;
-        // With readahead off (no need to take the stream's lock: the window size never
-        // changes after open), a miss reads the request whole, no more: a block cache's cold
-        // 16 KiB block is one backing read, and one folio when it is aligned.
-        // ORDERING: Relaxed; a hint that only this handle's `advise` changes.
-        let ra_pages = self.ra_pages.load(Ordering::Relaxed);
-        let req = if ra_pages == 0 {
-            (req_count > 1).then_some(RaRequest {
-                index,
-                nr_to_read: req_count.min(MISS_READ_MAX_PAGES),
-                lookahead: 0,
-            })
-        } else {
-            let prev_pos = self.prev_pos.load(Ordering::Relaxed);
-            let probe = readahead::IndexProbe(&m.mapping.pages);
-            self.ra.lock().sync_ra(index, req_count, prev_pos, &probe)
-        };
-        if let Some(req) = req {
-            if ra_pages != 0 {
-                c.counters.inc(Event::SyncRa);
-            }
+        if let Some(req) = self.miss_request(m, index, req_count) {
             crate::trace::span!("sync_readahead", index = req.index, pages = req.nr_to_read);
             let out = readahead::do_page_cache_ra(&m.mapping, &*self.cache, req);
             if let Some(f) = m.mapping.pages.lookup(index) {
@@ -583,11 +570,68 @@ impl CachedFile {
         }
     }
 
+    /// `page_cache_sync_ra`'s decision for a miss at page `index` of a read of `req_count`
+    /// pages: the window to read, or `None` for the page alone (`filemap_create_folio`).
+    pub(super) fn miss_request(
+        &self,
+        m: &Inode,
+        index: u64,
+        req_count: usize,
+    ) -> Option<RaRequest> {
+        // With readahead off (no need to take the stream's lock: the window size never
+        // changes after open), a miss reads the request whole, no more: a block cache's cold
+        // 16 KiB block is one backing read, and one folio when it is aligned.
+        // ORDERING: Relaxed; a hint that only this handle's `advise` changes.
+        let ra_pages = self.ra_pages.load(Ordering::Relaxed);
+        if ra_pages == 0 {
+            return (req_count > 1).then_some(RaRequest {
+                index,
+                nr_to_read: req_count.min(MISS_READ_MAX_PAGES),
+                lookahead: 0,
+            });
+        }
+        let prev_pos = self.prev_pos.load(Ordering::Relaxed);
+        let probe = readahead::IndexProbe(&m.mapping.pages);
+        let req = self.ra.lock().sync_ra(index, req_count, prev_pos, &probe);
+        if req.is_some() {
+            self.cache.counters.inc(Event::SyncRa);
+        }
+        req
+    }
+
+    /// `page_cache_async_ra` for a task, which may not wait: after the task cleared
+    /// PG_readahead on the folio at `index`, the next window goes to a readahead worker
+    /// without the insertion handshake (a reader that reaches its pages before they are in
+    /// the index misses, and its own miss reads them).
+    pub(super) fn async_readahead_nowait(
+        &self,
+        m: &Inode,
+        index: u64,
+        nr_pages: usize,
+        req_count: usize,
+    ) {
+        let req = {
+            let probe = readahead::IndexProbe(&m.mapping.pages);
+            self.ra
+                .lock()
+                .async_ra_folio(index, nr_pages, req_count, &probe)
+        };
+        if let Some(req) = req {
+            self.cache.counters.inc(Event::AsyncRa);
+            let job = self.ra_job(move |m, c| {
+                let _ = readahead::do_page_cache_ra(&m.mapping, c, req);
+            });
+            if let Err(job) = self.cache.async_ra.submit(job, true) {
+                job(); // no worker could start: read it now
+            }
+        }
+    }
+
     /// `shrink_readahead_size_eio`: a read this handle needed failed, so its readahead window
     /// shrinks to a quarter (a failing device is not read ahead of at full width; the window
     /// stays small until [`CachedFile::advise`] sets it again).
     #[cold]
-    fn shrink_readahead_size_eio(&self) {
+    pub(super) fn shrink_readahead_size_eio(&self) {
         let mut ra = self.ra.lock();
         ra.ra_pages /= 4;
         // ORDERING: Relaxed, as every load of it: a hint read on a miss.
@@ -638,7 +682,10 @@ impl CachedFile {
 
     /// A job for the readahead workers that runs `f` on this file's inode, counted in flight
     /// until it ends (every handle's drop waits for the inode's jobs).
-    fn ra_job(&self, f: impl FnOnce(&Inode, &CacheInner) + Send + 'static) -> super::async_ra::Job {
+    pub(super) fn ra_job(
+        &self,
+        f: impl FnOnce(&Inode, &CacheInner) + Send + 'static,
+    ) -> super::async_ra::Job {
         let m: Arc<Inode> = Arc::clone(&self.m);
         let c = self.cache.clone();
         let inflight = m.ra_inflight.enter();
@@ -675,7 +722,7 @@ impl CachedFile {
             let m = self.mapping();
             crate::trace::span!("read_ranges", windows = windows.len());
             // Errors are reported by the reads below, which retry a failed page once.
-            let _ = readahead::page_cache_ra_many(&m.mapping, &*self.cache, &windows);
+            let _ = readahead::page_cache_ra_many(&m.mapping, &*self.cache, &windows, None);
         }
         for (offset, buf) in reads.iter_mut() {
             self.read_exact_at(buf, *offset)?;
@@ -697,7 +744,7 @@ impl CachedFile {
             return Ok(());
         }
         let job = self.ra_job(move |m, c| {
-            let _ = readahead::page_cache_ra_many(&m.mapping, c, &windows);
+            let _ = readahead::page_cache_ra_many(&m.mapping, c, &windows, None);
         });
         if let Err(job) = self.cache.async_ra.submit(job, true) {
             job(); // no worker could start: read them now
@@ -860,7 +907,14 @@ impl Drop for CachedFile {
 /// Copies the part of a folio's `data` (first page `folio_index`) that `pos..end` covers into
 /// `buf` (which starts at file byte `offset`); returns the bytes copied.
 #[inline]
-fn copy_out(buf: &mut [u8], offset: u64, pos: u64, end: u64, folio_index: u64, data: &[u8]) -> u64 {
+pub(super) fn copy_out(
+    buf: &mut [u8],
+    offset: u64,
+    pos: u64,
+    end: u64,
+    folio_index: u64,
+    data: &[u8],
+) -> u64 {
     let within = (pos - (folio_index << PAGE_SHIFT)) as usize;
     let n = ((end - pos) as usize).min(data.len() - within);
     let at = (pos - offset) as usize;
@@ -871,7 +925,7 @@ fn copy_out(buf: &mut [u8], offset: u64, pos: u64, end: u64, folio_index: u64, d
 /// Whether `folio` holds page `page` (`pos_same_folio`: a read that stays in the folio the
 /// previous one ended in does not mark it accessed again).
 #[inline]
-fn holds_page(folio: &FolioRef<'_>, page: Option<u64>) -> bool {
+pub(super) fn holds_page(folio: &FolioRef<'_>, page: Option<u64>) -> bool {
     page.is_some_and(|p| p.wrapping_sub(folio.index()) < folio.nr_pages() as u64)
 }
 

@@ -124,6 +124,7 @@
 //! refcount's cache line is exactly what seed 000 is about, and the strategy is the cache's
 //! choice ([`Experiment::strategy`](crate::mm::Experiment::strategy)).
 
+mod aio;
 mod async_ra;
 mod balloon;
 mod budget;
@@ -153,6 +154,7 @@ mod writeback;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use aio::{AsyncFile, ReadAt};
 pub use budget::{Eviction, EvictionListener, EvictionReason};
 pub use config::{
     Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES,
@@ -242,6 +244,7 @@ impl FolioCache {
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
                 async_ra: Arc::new(async_ra::AsyncRa::default()),
+                aio_pool: Arc::new(async_ra::AsyncRa::new(aio::AIO_WORKERS, "foliocache-aio")),
             }),
         };
         cache.inner.init_balloon(budget_pages)?;
@@ -635,6 +638,7 @@ impl FolioCache {
     pub fn validate(&self) -> Result<crate::mm::folio::ArenaStats, String> {
         // Windows being read by the readahead workers hold locked folios: let them finish.
         self.inner.async_ra.wait_idle();
+        self.inner.aio_pool.wait_idle();
         let _quiet = self.inner.kswapd.as_ref().map(|k| k.worker.busy.lock());
         let _flusher = self.inner.flusher.get().map(|f| f.worker.busy.lock());
         self.lru_add_drain_all();

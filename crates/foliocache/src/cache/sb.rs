@@ -66,8 +66,11 @@ pub(crate) struct CacheInner {
     pub(crate) flusher: std::sync::OnceLock<Arc<Flusher>>,
     /// Held by the one thread running the shadow-node shrinker.
     pub(crate) shadow_shrinker: Mutex<()>,
-    /// The asynchronous readahead workers (`cache/async_ra.rs`).
+    /// The asynchronous readahead workers (`cache/async_ra.rs`), which also read async
+    /// reads' misses.
     pub(crate) async_ra: Arc<super::async_ra::AsyncRa>,
+    /// The workers that run the async calls' blocking parts (`cache/aio.rs`).
+    pub(crate) aio_pool: Arc<super::async_ra::AsyncRa>,
 }
 
 impl std::ops::Deref for CacheInner {
@@ -83,6 +86,7 @@ impl Drop for CacheInner {
     fn drop(&mut self) {
         // Every job holds the cache: none is left to run.
         self.async_ra.stop();
+        self.aio_pool.stop();
         if let Some(k) = &self.kswapd {
             k.worker.stop();
         }

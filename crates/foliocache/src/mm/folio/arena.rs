@@ -1173,7 +1173,7 @@ impl Arena {
         let sleepers = self.waits.sleepers();
         if sleepers != 0 {
             return Err(format!(
-                "{sleepers} threads still registered in the wait table"
+                "{sleepers} threads or tasks still registered in the wait table"
             ));
         }
         Ok(stats)

@@ -149,11 +149,14 @@ pub(crate) fn page_cache_ra_notify(
 
 /// Many windows of one file read as one batch: every window's folios inserted first, then
 /// all their runs issued together and waited for once (a many-range read: a `MultiGet`, a
-/// B-tree scan's next leaves). Windows are clamped to EOF.
+/// B-tree scan's next leaves). Windows are clamped to EOF. `on_inserted`, if any, is called
+/// once every window's folios are in the index, before the reads are issued (an async
+/// read's task then waits on its folio's lock rather than for the whole batch).
 pub(crate) fn page_cache_ra_many(
     m: &AddressSpace,
     host: &dyn RaHost,
     reqs: &[RaRequest],
+    on_inserted: Option<&(dyn Fn() + Sync)>,
 ) -> RaOutcome {
     let mut t = Ractl::new(m, host);
     t.plug = Some(RefCell::new(Vec::new()));
@@ -168,6 +171,9 @@ pub(crate) fn page_cache_ra_many(
         }
     }
     let runs = t.plug.take().map(RefCell::into_inner).unwrap_or_default();
+    if let Some(f) = on_inserted {
+        f();
+    }
     read_batch_now(&t, runs, &mut out);
     out
 }
