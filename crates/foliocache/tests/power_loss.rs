@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use foliocache::backing::Backing;
-use foliocache::{Config, FolioCache};
+use foliocache::{AsyncFile, Config, FolioCache};
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
@@ -231,7 +231,28 @@ impl Promise {
     }
 }
 
-fn run_cuts(seed: u64, cuts: usize) -> (u64, u64) {
+/// The smallest executor: polls the future on this thread, parks between polls.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+/// The cuts' workload drives the file through the synchronous calls, or through their async
+/// forms ([`AsyncFile`], on worker threads).
+fn run_cuts(seed: u64, cuts: usize, asynchronous: bool) -> (u64, u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let disk = Volatile::default();
     let mut promise = Promise::synced(Vec::new());
@@ -248,7 +269,7 @@ fn run_cuts(seed: u64, cuts: usize) -> (u64, u64) {
                 .panic_on_bad_page(true),
         )
         .unwrap();
-        let f = c.open_backing("volatile", disk.clone()).unwrap();
+        let f = AsyncFile::new(c.open_backing("volatile", disk.clone()).unwrap());
         let mut model = disk.0.lock().unwrap().current();
         assert_eq!(f.len(), model.len() as u64);
         for _ in 0..rng.random_range(1..60) {
@@ -257,7 +278,12 @@ fn run_cuts(seed: u64, cuts: usize) -> (u64, u64) {
                     let len = rng.random_range(1..2 * PAGE);
                     let at = rng.random_range(0..MAX_LEN - len);
                     let b: u8 = rng.random_range(1..=255);
-                    f.write_all_at(&vec![b; len], at as u64).unwrap();
+                    let data = vec![b; len];
+                    if asynchronous {
+                        block_on(f.write_all_at(&data, at as u64)).unwrap();
+                    } else {
+                        f.file().write_all_at(&data, at as u64).unwrap();
+                    }
                     if model.len() < at + len {
                         model.resize(at + len, 0);
                     }
@@ -266,12 +292,20 @@ fn run_cuts(seed: u64, cuts: usize) -> (u64, u64) {
                 }
                 60..=69 => {
                     let size = rng.random_range(0..MAX_LEN);
-                    f.set_len(size as u64).unwrap();
+                    if asynchronous {
+                        block_on(f.set_len(size as u64)).unwrap();
+                    } else {
+                        f.file().set_len(size as u64).unwrap();
+                    }
                     model.resize(size, 0);
                     promise.cut_at(size);
                 }
                 _ => {
-                    f.sync_data().unwrap();
+                    if asynchronous {
+                        block_on(f.sync_data()).unwrap();
+                    } else {
+                        f.file().sync_data().unwrap();
+                    }
                     syncs += 1;
                     promise = Promise::synced(model.clone());
                 }
@@ -300,7 +334,19 @@ fn run_cuts(seed: u64, cuts: usize) -> (u64, u64) {
 #[test]
 fn every_byte_a_returned_sync_covered_survives_a_power_cut() {
     let cuts = if cfg!(debug_assertions) { 150 } else { 1200 };
-    let (syncs, checked) = run_cuts(0x0C07_F00D, cuts);
+    let (syncs, checked) = run_cuts(0x0C07_F00D, cuts, false);
+    assert!(syncs > cuts as u64 / 2, "the workload synced ({syncs})");
+    assert!(
+        checked > 0,
+        "some cuts had writes in flight over synced bytes"
+    );
+}
+
+/// The same promise with every write, truncation and sync made through the async API.
+#[test]
+fn every_byte_an_async_sync_covered_survives_a_power_cut() {
+    let cuts = if cfg!(debug_assertions) { 100 } else { 400 };
+    let (syncs, checked) = run_cuts(0xA5C0_F00D, cuts, true);
     assert!(syncs > cuts as u64 / 2, "the workload synced ({syncs})");
     assert!(
         checked > 0,

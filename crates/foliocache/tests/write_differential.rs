@@ -3,12 +3,13 @@
 //! file). The budget is smaller than the files together, so reclaim, the dirty limit and
 //! writeback all run. After every step of the single-threaded phase, `validate()` recomputes
 //! the cache's books, the dirty counts from the index's tags and the folios' flags included.
-//! Then several threads, each with its own file and model, do the same at once.
+//! Then several threads, each with its own file and model, do the same at once, and tasks on
+//! an async runtime through the async API.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use foliocache::{CachedFile, Config, FolioCache, OpenOptions};
+use foliocache::{AsyncFile, CachedFile, Config, FolioCache, OpenOptions};
 
 const PAGE: usize = 4096;
 const MAX_LEN: usize = 40 * PAGE;
@@ -220,6 +221,114 @@ fn threads_each_with_a_file_match_their_models() {
         }
     });
     c.validate().unwrap();
+    c.drop_caches();
+    let a = c.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+}
+
+/// [`step`] through the async API: one random write, read, truncation, sync, close or open,
+/// checked against `model`.
+async fn async_step(
+    c: &FolioCache,
+    path: &std::path::Path,
+    slot: &mut Option<AsyncFile>,
+    model: &mut Vec<u8>,
+    rng: &mut StdRng,
+) -> String {
+    if slot.is_none() {
+        *slot = Some(AsyncFile::open_with(c, path, &rw()).await.unwrap());
+    }
+    let f = slot.as_ref().unwrap();
+    match rng.random_range(0..100) {
+        0..=44 => {
+            let len = rng.random_range(1..3 * PAGE);
+            let off = rng.random_range(0..(MAX_LEN - len)) as u64;
+            let b: u8 = rng.random();
+            f.write_all_at(&vec![b; len], off).await.unwrap();
+            let end = off as usize + len;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].fill(b);
+            format!("write {len} at {off} of {b}")
+        }
+        45..=74 => {
+            let off = rng.random_range(0..MAX_LEN as u64 + 100);
+            let len = rng.random_range(0..2 * PAGE);
+            let mut buf = vec![0u8; len];
+            let n = f.read_at(&mut buf, off).await.unwrap();
+            let want = model
+                .get(off as usize..)
+                .map_or(&[][..], |t| &t[..t.len().min(len)]);
+            assert_eq!(&buf[..n], want, "read {len} at {off}");
+            format!("read {len} at {off}")
+        }
+        75..=81 => {
+            let size = rng.random_range(0..MAX_LEN as u64);
+            f.set_len(size).await.unwrap();
+            model.resize(size as usize, 0);
+            format!("set_len {size}")
+        }
+        82..=89 => {
+            f.sync_data().await.unwrap();
+            assert_same(
+                &std::fs::read(path).unwrap(),
+                model,
+                "the file after a sync",
+            );
+            "sync".to_string()
+        }
+        _ => {
+            *slot = None;
+            "close".to_string()
+        }
+    }
+}
+
+/// Four tasks on a two-thread runtime, each with its own file and model, every call through
+/// [`AsyncFile`].
+#[test]
+fn async_tasks_each_with_a_file_match_their_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = FolioCache::new(Config::new(64 * PAGE).panic_on_bad_page(true)).unwrap();
+    let steps = if cfg!(debug_assertions) { 400 } else { 2000 };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (c, path) = (c.clone(), dir.path().join(format!("a{t}")));
+                tokio::spawn(async move {
+                    let mut rng = StdRng::seed_from_u64(100 + t);
+                    let (mut model, mut slot) = (Vec::new(), None);
+                    let mut trail = Trail(std::collections::VecDeque::new());
+                    for i in 0..steps {
+                        let what = async_step(&c, &path, &mut slot, &mut model, &mut rng).await;
+                        trail.0.push_back(format!("task {t} step {i}: {what}"));
+                        if trail.0.len() > 40 {
+                            trail.0.pop_front();
+                        }
+                    }
+                    let f = AsyncFile::open_with(&c, &path, &rw()).await.unwrap();
+                    f.sync_data().await.unwrap();
+                    let mut all = vec![0u8; f.len() as usize];
+                    f.read_exact_at(&mut all, 0).await.unwrap();
+                    assert_same(&all, &model, "the cached file at the end");
+                    assert_same(
+                        &std::fs::read(&path).unwrap(),
+                        &model,
+                        "the file at the end",
+                    );
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    drop(rt);
     c.drop_caches();
     let a = c.validate().unwrap();
     assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
