@@ -51,6 +51,7 @@
 //! | [`FolioCache`] | the cache: a budget, the files it caches, statistics; cheap to clone |
 //! | [`Config`] | its settings: budget, readahead, LRU protection, unused inodes, dirty limits |
 //! | [`CachedFile`] | an open file: `read_at`, `write_at`, `append`, `set_len`, syncs, pinned pages |
+//! | [`AsyncFile`], [`ReadAt`] | the same calls as futures, for async executors: none blocks the polling thread |
 //! | [`OpenOptions`] | how to open: read-only (default), write, create, truncate |
 //! | [`PinnedRange`], [`OwnedRange`] | a byte range of a file, pinned, read in place (borrowed, or `'static`, `Clone`, `AsRef<[u8]>`) |
 //! | [`PinnedFolio`], [`OwnedFolio`] | the whole folio holding a byte, pinned, read in place |
@@ -110,6 +111,24 @@
 //! direct-I/O file the next readahead window is read while the reader goes on.
 //! [`CachedFile::advise`] is `posix_fadvise`. `FOLIOCACHE_IO_ENGINE` and `FOLIOCACHE_DIRECT_IO`
 //! override the configuration (the test suite runs under each).
+//!
+//! **Async calls.** [`AsyncFile`] has the handle's calls as futures for any executor (only
+//! [`Waker`](std::task::Waker)s; the library starts no runtime). None blocks the thread that
+//! polls it, except where said below:
+//!
+//! | call | where it waits | dropped before it completes |
+//! |---|---|---|
+//! | `read_at`, `read_exact_at`, `read_ranges` | a hit copies at the first poll (no allocation); a miss is read by the readahead workers (many tasks' misses in one batch of requests), a folio under I/O is waited for with the task's waker in the folio wait table | the reads it started go on and cache their pages; its wait is taken out |
+//! | `prefetch` | never waits (not a future) | |
+//! | `get_folio`, `get_range` | the read as above; the pin then waits in the polling thread only if the pinned share is full ([`Config::pin_wait`]) or the page was evicted between its read and the pin | as a read |
+//! | `write_at`, `write_all_at`, `append`, `set_len` | a worker thread, with a copy of the bytes (a writer at the dirty limit waits there) | polled once: runs to its end (the write happens whole, or fails as the synchronous call would); never polled: nothing happens |
+//! | `sync_data`, `sync_all`, `sync_range` | a worker thread; one handle's syncs run in the order polled | runs to its end; its error, unseen, is reported by the handle's next sync |
+//! | `open`, `open_with` | a worker thread (`open(2)`, `statx(2)`, revalidation) | the handle is closed on the worker |
+//!
+//! No future holds a lock across an await. Dropping an [`AsyncFile`] whose last handle closes
+//! waits for the file's reads still in flight, as every close does (microseconds to a
+//! device's latency). A pinned guard is `Send`: a task may hold one across an await, where it
+//! keeps its pages out of reclaim and counts against [`Config::pinned_share`] for as long.
 //!
 //! **Deleted files.** A handle keeps its file after the file is deleted or renamed over, as a
 //! descriptor does. When the last handle of a file that has no name left closes, the cache
