@@ -33,8 +33,8 @@
 use crate::mm::sync::{Condvar, Mutex};
 use std::collections::VecDeque;
 
-/// The most worker threads a cache starts (started on demand, one at a time).
-const MAX_WORKERS: usize = 4;
+/// The most readahead worker threads a cache starts (started on demand, one at a time).
+pub(crate) const MAX_WORKERS: usize = 4;
 
 /// A job: one window (or a prefetch's windows) of one file.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
@@ -42,9 +42,9 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 struct State {
     jobs: VecDeque<Job>,
-    /// Async reads' misses (`cache/aio.rs`), taken all at once by one worker and read as
-    /// one batch per file.
-    misses: Vec<super::aio::Miss>,
+    /// Items taken all at once by one worker and run as one batch by [`AsyncRa::batch`]
+    /// (async reads' misses, `cache/aio.rs`, read as one batch per file).
+    misses: Vec<BatchItem>,
     /// Workers waiting for a job.
     idle: usize,
     /// Workers started.
@@ -66,13 +66,12 @@ pub(crate) struct AsyncRa {
     max: usize,
     /// The workers' thread name.
     name: &'static str,
+    /// Runs a batch of queued items.
+    batch: fn(Vec<BatchItem>),
 }
 
-impl Default for AsyncRa {
-    fn default() -> Self {
-        Self::new(MAX_WORKERS, "foliocache-ra")
-    }
-}
+/// An item of a batch ([`AsyncRa::submit_batched`]): only the batch function knows its type.
+pub(crate) type BatchItem = Box<dyn std::any::Any + Send>;
 
 impl std::fmt::Debug for AsyncRa {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -85,14 +84,16 @@ impl std::fmt::Debug for AsyncRa {
 }
 
 impl AsyncRa {
-    /// A pool of at most `max` workers named `name-N`, started on demand.
-    pub(crate) fn new(max: usize, name: &'static str) -> Self {
+    /// A pool of at most `max` workers named `name-N`, started on demand, whose batched
+    /// items are run by `batch`.
+    pub(crate) fn new(max: usize, name: &'static str, batch: fn(Vec<BatchItem>)) -> Self {
         AsyncRa {
             state: Mutex::new(State::default()),
             work: Condvar::new(),
             done: Condvar::new(),
             max,
             name,
+            batch,
         }
     }
 
@@ -118,13 +119,13 @@ impl AsyncRa {
         Ok(())
     }
 
-    /// Queues an async read's miss: a worker takes every queued miss at once and reads each
-    /// file's as one batch. Gives the miss back if no worker can run it (the pool is stopped,
-    /// or not one thread could be started).
-    pub(crate) fn submit_miss(
+    /// Queues an item for the next batch (an async read's miss): a worker takes every
+    /// queued item at once and hands them to the batch function. Gives the item back if no
+    /// worker can run it (the pool is stopped, or not one thread could be started).
+    pub(crate) fn submit_batched(
         self: &std::sync::Arc<Self>,
-        miss: super::aio::Miss,
-    ) -> Result<(), super::aio::Miss> {
+        miss: BatchItem,
+    ) -> Result<(), BatchItem> {
         let mut s = self.state.lock();
         if s.stop {
             return Err(miss);
@@ -165,8 +166,8 @@ impl AsyncRa {
         let mut s = self.state.lock();
         loop {
             let run: Job = if !s.misses.is_empty() {
-                let batch = std::mem::take(&mut s.misses);
-                Box::new(move || super::aio::read_misses(batch))
+                let (batch, run) = (std::mem::take(&mut s.misses), self.batch);
+                Box::new(move || run(batch))
             } else if let Some(job) = s.jobs.pop_front() {
                 job
             } else if s.stop {

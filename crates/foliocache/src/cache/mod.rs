@@ -243,8 +243,16 @@ impl FolioCache {
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
-                async_ra: Arc::new(async_ra::AsyncRa::default()),
-                aio_pool: Arc::new(async_ra::AsyncRa::new(aio::AIO_WORKERS, "foliocache-aio")),
+                async_ra: Arc::new(async_ra::AsyncRa::new(
+                    async_ra::MAX_WORKERS,
+                    "foliocache-ra",
+                    aio::read_misses,
+                )),
+                aio_pool: Arc::new(async_ra::AsyncRa::new(
+                    aio::AIO_WORKERS,
+                    "foliocache-aio",
+                    aio::read_misses,
+                )),
             }),
         };
         cache.inner.init_balloon(budget_pages)?;

@@ -246,6 +246,56 @@ impl CachedFile {
         Ok(pos)
     }
 
+    /// `IOCB_NOWAIT` (`generic_perform_write` under `kiocb_set_rw_flags(RWF_NOWAIT)`): writes
+    /// `buf` at `offset` as far as it can without waiting for anything, and returns the bytes
+    /// written, possibly 0 (the async write then hands the rest to a worker). It stops
+    /// before a page that is not cached whole in a folio of its own, is locked, latched, under
+    /// writeback or held by a guard (a copy would allocate), when `i_rwsem` is taken, or when
+    /// the dirty limit has no room. Errors are those the write would report at once (a
+    /// read-only handle, the file size limits).
+    pub(super) fn write_nowait(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
+        let m = self.writable_mapping()?;
+        if self.append || buf.is_empty() {
+            return Ok(0);
+        }
+        let Some(w) = m.i_rwsem.try_lock() else {
+            return Ok(0);
+        };
+        if let Some((first, last)) = write_pages(offset, buf.len()) {
+            if m.latches.find(first, last, self.id).is_some() {
+                return Ok(0); // the worker's write waits, or reports the caller's own latch
+            }
+        }
+        let c = &self.cache;
+        let len = c.write_limit(&m, offset, buf.len())?;
+        let end = offset + len as u64;
+        let mut at = offset;
+        while at < end {
+            let index = at >> PAGE_SHIFT;
+            let within = (at & (PAGE_SIZE as u64 - 1)) as usize;
+            let n = (PAGE_SIZE - within).min((end - at) as usize);
+            // `balance_dirty_pages`' reservation, without its throttle.
+            if !c.dirty.try_reserve(1) {
+                break;
+            }
+            let Some(folio) =
+                modify_cached_nowait(c, &m, index, within, &buf[(at - offset) as usize..][..n])
+            else {
+                c.dirty.unreserve(1);
+                break;
+            };
+            write_end(c, &m, folio, at + n as u64);
+            at += n as u64;
+        }
+        if at > offset {
+            c.counters.inc(Event::WriteCalls);
+            c.counters.add(Event::BytesWritten, at - offset);
+            c.wake_flusher();
+        }
+        drop(w);
+        Ok((at - offset) as usize)
+    }
+
     /// The mapping, if this handle may write.
     pub(super) fn writable_mapping(&self) -> Result<Arc<Inode>, CacheError> {
         let m = self.mapping();
@@ -348,6 +398,41 @@ pub(super) fn modify_cached<'a>(
             };
             Ok(Some(replace_page(c, m, old, within, src, new)))
         }
+    }
+}
+
+/// [`modify_cached`] without waiting: writes `src` in place into page `index` if it is
+/// cached in a folio of its own, uptodate, unlocked, not under writeback and held by nobody
+/// else; returns it locked, or `None` (nothing written).
+fn modify_cached_nowait<'a>(
+    c: &'a CacheInner,
+    m: &'a Inode,
+    index: u64,
+    within: usize,
+    src: &[u8],
+) -> Option<FolioLocked<'a>> {
+    let folio = m.mapping.pages.lookup(index)?;
+    if folio.nr_pages() > 1 {
+        return None;
+    }
+    let folio = folio.try_lock().ok()?;
+    if folio.mapping() != m.id
+        || folio.index() != index
+        || !folio.is_uptodate()
+        || folio.test_flag(crate::mm::folio::flags::PG_WRITEBACK)
+    {
+        return None;
+    }
+    // SAFETY: as in `modify_cached`: the folio is in our index (checked under its lock: one
+    // reference for the page cache, order 0) and we hold one.
+    match unsafe { folio.freeze(2) } {
+        Ok(frozen) => {
+            frozen.write_frozen(within, src);
+            c.counters.inc(Event::WritesInPlace);
+            // SAFETY: the same two references exist again.
+            Some(unsafe { frozen.unfreeze_locked(2) })
+        }
+        Err(_) => None,
     }
 }
 

@@ -1,0 +1,216 @@
+//! Calls run on the cache's async workers: [`Blocking`], a future completed by a job on the
+//! pool, and [`Serial`], a queue whose jobs run one after another.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::cache::error::CacheError;
+use crate::cache::sb::CacheInner;
+
+/// Jobs run one at a time, in the order queued, on the pool's workers: while one runs, the
+/// next ones wait in this queue, not in a worker.
+#[derive(Default)]
+pub(super) struct Serial {
+    /// The queued jobs, and whether a worker is draining them.
+    state: std::sync::Mutex<(std::collections::VecDeque<Job>, bool)>,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+impl Serial {
+    /// Queues `job`; starts a worker on the queue if none is draining it.
+    pub(super) fn submit(
+        self: &Arc<Self>,
+        pool: &std::sync::Arc<crate::cache::async_ra::AsyncRa>,
+        job: Job,
+    ) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.0.push_back(job);
+        if st.1 {
+            return;
+        }
+        st.1 = true;
+        drop(st);
+        let me = self.clone();
+        let drain: Job = Box::new(move || me.drain());
+        if let Err(drain) = pool.submit(drain, true) {
+            drain(); // no worker could be started: run them here
+        }
+    }
+
+    fn drain(&self) {
+        loop {
+            let job = {
+                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                match st.0.pop_front() {
+                    Some(j) => j,
+                    None => {
+                        st.1 = false;
+                        return;
+                    }
+                }
+            };
+            // A panicking job (its future reports the lost worker) stops no later one.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        }
+    }
+}
+
+/// A call run on one of the cache's async workers; the future completes with its result.
+/// The job is queued at the first poll; once queued it runs to its end whether or not the
+/// future is still there.
+pub(super) struct Blocking<T: Send + 'static> {
+    pool: std::sync::Arc<crate::cache::async_ra::AsyncRa>,
+    job: Option<Box<dyn FnOnce() -> T + Send>>,
+    slot: Arc<Slot<T>>,
+    /// What to do with a result nobody will read (the future was dropped first).
+    pub(super) on_lost: Option<Box<dyn FnOnce(T) + Send>>,
+    /// Run after the jobs queued before it on this queue, not beside them.
+    pub(super) serial: Option<Arc<Serial>>,
+}
+
+struct Slot<T> {
+    state: std::sync::Mutex<SlotState<T>>,
+}
+
+struct SlotState<T> {
+    result: Option<T>,
+    waker: Option<Waker>,
+    /// The job ended without a result (it panicked).
+    lost: bool,
+    /// The future was dropped: the result goes to `on_lost`.
+    abandoned: Option<Box<dyn FnOnce(T) + Send>>,
+    dropped: bool,
+}
+
+impl<T: Send + 'static> Blocking<T> {
+    pub(super) fn new(c: &CacheInner, f: impl FnOnce() -> T + Send + 'static) -> Self {
+        Blocking {
+            pool: c.aio_pool.clone(),
+            job: Some(Box::new(f)),
+            slot: Arc::new(Slot {
+                state: std::sync::Mutex::new(SlotState {
+                    result: None,
+                    waker: None,
+                    lost: false,
+                    abandoned: None,
+                    dropped: false,
+                }),
+            }),
+            on_lost: None,
+            serial: None,
+        }
+    }
+}
+
+impl<T> Slot<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Completes a slot when the job ends, by returning or by unwinding.
+struct Complete<T: Send + 'static> {
+    slot: Arc<Slot<T>>,
+    result: Option<T>,
+}
+
+impl<T: Send + 'static> Drop for Complete<T> {
+    fn drop(&mut self) {
+        let mut st = self.slot.lock();
+        match self.result.take() {
+            Some(r) if st.dropped => {
+                let f = st.abandoned.take();
+                drop(st);
+                if let Some(f) = f {
+                    f(r);
+                }
+                return;
+            }
+            Some(r) => st.result = Some(r),
+            None => st.lost = true,
+        }
+        let w = st.waker.take();
+        drop(st);
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Blocking<T>
+where
+    T: From<WorkerLost>,
+{
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        if let Some(job) = this.job.take() {
+            this.slot.lock().waker = Some(cx.waker().clone());
+            let slot = this.slot.clone();
+            let run = Box::new(move || {
+                let mut done = Complete { slot, result: None };
+                // The job's captures (a handle, a copy of the bytes) are dropped inside `job`
+                // before the task is woken: a task that then drops its last handle finds
+                // no worker still holding it.
+                done.result = Some(job());
+            });
+            match &this.serial {
+                Some(q) => q.submit(&this.pool, run),
+                None => {
+                    if let Err(run) = this.pool.submit(run, true) {
+                        // No worker could be started: run it here (blocking this thread).
+                        run();
+                    }
+                }
+            }
+        }
+        let mut st = this.slot.lock();
+        if let Some(r) = st.result.take() {
+            return Poll::Ready(r);
+        }
+        if st.lost {
+            return Poll::Ready(T::from(WorkerLost));
+        }
+        match &st.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => st.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+impl<T: Send + 'static> Drop for Blocking<T> {
+    fn drop(&mut self) {
+        if self.job.is_some() {
+            return; // never queued: nothing happened
+        }
+        let mut st = self.slot.lock();
+        st.dropped = true;
+        st.waker = None;
+        let on_lost = self.on_lost.take();
+        if let Some(r) = st.result.take() {
+            drop(st);
+            if let Some(f) = on_lost {
+                f(r);
+            }
+        } else {
+            st.abandoned = on_lost;
+        }
+    }
+}
+
+/// A worker ended a call without a result (it panicked).
+pub(super) struct WorkerLost;
+
+impl<T> From<WorkerLost> for Result<T, CacheError> {
+    fn from(_: WorkerLost) -> Self {
+        Err(CacheError::Spawn(io::Error::other(
+            "the worker thread running this call panicked",
+        )))
+    }
+}
