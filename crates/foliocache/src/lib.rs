@@ -142,7 +142,9 @@
 //! through the [`metrics`](https://docs.rs/metrics) facade. `tracing`: spans over the slow
 //! paths (misses and readahead, syncs, writeback, reclaim) and events for errors and rare
 //! counters, named like the vmstat counters, through [`tracing`](https://docs.rs/tracing).
-//! `bytes`: an [`OwnedRange`] converts into a `bytes::Bytes` without a copy.
+//! `bytes`: an [`OwnedRange`] converts into a `bytes::Bytes` without a copy. `tokio`:
+//! `AsyncFile::cursor`, an `AsyncCursor` implementing tokio's `AsyncRead`, `AsyncSeek` and
+//! `AsyncWrite` (the async calls themselves need no feature and no runtime).
 //!
 //! # Pages, folios and offsets
 //!
@@ -189,6 +191,8 @@ pub mod mm;
 mod trace;
 mod variant;
 
+#[cfg(all(not(loom), feature = "tokio"))]
+pub use cache::AsyncCursor;
 #[cfg(not(loom))]
 pub use cache::{
     Advice, AsyncFile, BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError,

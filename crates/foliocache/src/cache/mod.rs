@@ -154,6 +154,8 @@ mod writeback;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "tokio")]
+pub use aio::AsyncCursor;
 pub use aio::{AsyncFile, ReadAt};
 pub use budget::{Eviction, EvictionListener, EvictionReason};
 pub use config::{

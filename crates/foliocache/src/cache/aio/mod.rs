@@ -40,6 +40,8 @@
 //! it is reported by the handle's next sync, so no error is lost.
 
 mod blocking;
+#[cfg(feature = "tokio")]
+mod cursor;
 mod read;
 
 use std::ops::Range;
@@ -47,6 +49,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use self::blocking::{Blocking, Serial};
+#[cfg(feature = "tokio")]
+pub use self::cursor::AsyncCursor;
 use self::read::fault_pages;
 pub(crate) use self::read::read_misses;
 pub use self::read::ReadAt;
@@ -182,6 +186,18 @@ impl AsyncFile {
     /// leaves the reads it started running: their pages are cached for the next reader.
     pub fn read_at<'a>(&'a self, buf: &'a mut [u8], offset: u64) -> ReadAt<'a> {
         ReadAt::new(&self.inner.file, buf, offset)
+    }
+
+    /// What a read of `buf` at `offset` can copy from the cache without waiting: `Some` with
+    /// the bytes copied (0 at the end of the file) if the first page is cached, else `None`.
+    #[cfg(feature = "tokio")]
+    fn read_cached_now(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        let f = &self.inner.file;
+        match f.hit_section(|m, section| f.read_cached(m, section, buf, offset)) {
+            super::file::Fast::Done(n) => Some(n),
+            super::file::Fast::Partial(0) => None,
+            super::file::Fast::Partial(n) => Some(n),
+        }
     }
 
     /// [`CachedFile::read_exact_at`] as a future: exactly `buf.len()` bytes at `offset`, or
