@@ -592,3 +592,72 @@ fn a_write_into_cached_pages_completes_at_its_first_poll() {
     drop(f);
     assert_baseline(&c);
 }
+
+/// Async reads racing a file that shrinks and grows: every read ends (a page cut under a
+/// read ends it short), nothing hangs, and the cache's books balance afterwards.
+#[test]
+fn async_reads_racing_truncation_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t");
+    std::fs::write(&path, pattern(64 * PAGE_SIZE, 10)).unwrap();
+    let c = FolioCache::new(Config::new(1 << 20)).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let f = rt
+        .block_on(AsyncFile::open_with(
+            &c,
+            &path,
+            OpenOptions::new().write(true),
+        ))
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cutter = {
+        let (f, stop) = (f.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let size = if i % 2 == 0 {
+                    (i % 7) * 1000
+                } else {
+                    64 * PAGE_SIZE as u64
+                };
+                f.file().set_len(size).unwrap();
+                f.file().invalidate(0..u64::MAX).unwrap();
+                i += 1;
+            }
+        })
+    };
+    let done = rt.block_on(async {
+        let tasks: Vec<_> = (0..16u64)
+            .map(|t| {
+                let f = f.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 3 * PAGE_SIZE];
+                    for i in 0..200u64 {
+                        let off = ((t * 7919 + i * 104_729) % 60) * PAGE_SIZE as u64 + i % 100;
+                        let n = f.read_at(&mut buf, off).await.unwrap();
+                        assert!(n <= buf.len());
+                    }
+                })
+            })
+            .collect();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            for t in tasks {
+                t.await.unwrap();
+            }
+        })
+        .await
+    });
+    stop.store(true, Ordering::SeqCst);
+    cutter.join().unwrap();
+    assert!(
+        done.is_ok(),
+        "async reads hung while the file was cut and grown"
+    );
+    drop(f);
+    drop(rt);
+    assert_baseline(&c);
+}

@@ -185,6 +185,7 @@ impl<'a> ReadAt<'a> {
                     }));
                 }
                 Err(PageError::Failed(e)) => return Poll::Ready(self.fail(e)),
+                Err(PageError::PastEof) => return Poll::Ready(Ok(self.done)),
             }
         }
     }
@@ -201,6 +202,8 @@ impl<'a> ReadAt<'a> {
 
 /// Why [`PageWait`] gave no folio.
 enum PageError {
+    /// The page is past the end of the file (it shrank during the read): the read ends.
+    PastEof,
     /// The budget had no page to give: the caller reads uncached.
     OutOfMemory,
     Failed(CacheError),
@@ -338,6 +341,10 @@ impl<'a> PageWait<'a> {
                     };
                 }
                 None => {
+                    if index >= m.nr_pages() {
+                        // Truncated under the read: nothing to wait for.
+                        return Poll::Ready(Err(PageError::PastEof));
+                    }
                     if !missed {
                         c.counters.inc(Event::Miss);
                         missed = true;
