@@ -241,3 +241,47 @@ fn peers_reads_16k_blocks() {
         "block size",
     );
 }
+
+/// `peers --async` (opt-in: `all` runs the synchronous mode): a tiny run on both runtimes,
+/// fio beside it where it is installed, writes a report that `validate --strict` accepts.
+#[test]
+fn peers_async_runs_and_validates() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("peers-async.json");
+    let r = lab(
+        &[
+            "peers",
+            "--async",
+            "--quick",
+            "--file-mib",
+            "4",
+            "--tasks",
+            "8",
+            "--duration",
+            "50ms",
+            "--runs",
+            "1",
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--no-progress",
+            "--no-plot",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        r.code,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(r.stdout.contains("resident hits"), "{}", r.stdout);
+    let v = lab(&["validate", "--strict", json.to_str().unwrap()], QUICK);
+    assert_eq!(v.code, Some(0), "{} {}", v.stdout, v.stderr);
+    refused(
+        &lab(&["peers", "--async", "--tasks", "0"], QUICK),
+        "task count",
+    );
+}

@@ -19,7 +19,8 @@ use super::LabResult;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct IoArgs {
     /// Directory for the test files [default: /dev/shm, the tmpfs the seeds measured on;
-    /// for `io`: /var/tmp, a disk file system].
+    /// for `io` and `peers --async`: /var/tmp, a disk file system; for `peers`: the
+    /// temporary directory].
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// foliocache's I/O engine (`Config::io_engine`): auto, uring, pool or sync.

@@ -11,6 +11,8 @@
 //!   (`--dir`, `--io`, `--direct`) and what their caches got there (file system, engine,
 //!   direct or buffered); [`drop_kernel_cache`], [`kernel_residency`] and [`cpu_time`] for
 //!   cold measurements;
+//! - [`FioArgs`] and [`FioJob`]: fio beside a cold measurement, the device's limit for the
+//!   same file, pattern and queue depth;
 //! - [`run_threads`]: N threads pinned to CPUs, all spawned and parked before the clock
 //!   starts, released together, counted up to the stop signal (the window is the clock's);
 //! - [`Interleaver`]: runs every variant once per round, rounds repeated `runs` times
@@ -29,6 +31,7 @@
 mod args;
 mod bench;
 mod fileio;
+mod fio;
 mod plot_svg;
 mod progress;
 mod report;
@@ -45,6 +48,7 @@ pub use fileio::{
     cpu_time, drop_kernel_cache, free_bytes, fs_name, kernel_residency, merge, mode_name,
     Filesystem, IoArgs, IoSetup,
 };
+pub use fio::{parse_fio, FioArgs, FioJob, FioOut, FIO_ENGINES};
 pub use plot_svg::{esc, figure, plot, Unit};
 pub use progress::Progress;
 pub use report::{Check, Comparison, Machine, Report, Row, SCHEMA};

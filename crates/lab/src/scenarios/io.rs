@@ -91,7 +91,6 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -103,7 +102,7 @@ use super::files::{cache_stats_json, LabFile};
 use super::peers::workload::splitmix64;
 use crate::harness::{
     cpu_time, drop_kernel_cache, fmt_num, free_bytes, kernel_residency, merge, seed_table, Bench,
-    CommonArgs, Interleaver, IoArgs, IoSetup, LabResult, Report, Table, MAX_RUNS,
+    CommonArgs, FioArgs, FioJob, Interleaver, IoArgs, IoSetup, LabResult, Report, Table, MAX_RUNS,
 };
 
 /// Not a seed: foliocache's own I/O, against the kernel's and the device's.
@@ -240,12 +239,9 @@ pub struct Args {
     /// Workloads, comma-separated [default: all three].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub workload: Vec<Workload>,
-    /// The fio to run beside the contenders [default: `fio` on PATH, if there is one].
-    #[arg(long, value_name = "PATH")]
-    pub fio: Option<PathBuf>,
-    /// Do not run fio.
-    #[arg(long, conflicts_with = "fio")]
-    pub no_fio: bool,
+    /// The fio beside the contenders (`--fio PATH`, `--no-fio`).
+    #[command(flatten)]
+    pub fio: FioArgs,
 }
 
 super::scenario!();
@@ -340,7 +336,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
     if reads == 0 {
         return Err(crate::lab_err!("--reads must be at least 1"));
     }
-    let fio = find_fio(args)?;
+    let fio = args.fio.find()?;
     let dir = args.io.dir_or(default_dir);
     let setup = IoSetup::probe(&args.io, &dir)?;
     let file_bytes = file_mib << 20;
@@ -372,17 +368,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
         ctx.budget >> 20,
         settings.runs
     );
-    match &fio {
-        Some(p) => println!(
-            "{NAME}: device limit: {} --direct=1 (io_uring, else libaio, else psync), the same \
-             pattern and depth, at most {runtime_s} s",
-            p.display()
-        ),
-        None if args.no_fio => println!("{NAME}: fio not run (--no-fio): no device limit"),
-        None => println!(
-            "{NAME}: fio is not on PATH: no device limit measured (--fio PATH names one)"
-        ),
-    }
+    let shape = format!("the same pattern and depth, at most {runtime_s} s");
+    println!("{}", args.fio.header(NAME, fio.as_deref(), &shape));
 
     let measurements: usize = workloads
         .iter()
@@ -461,7 +448,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             let mut il = Interleaver::new();
             for &n in &threads {
                 bench.message(format!("{}, fio at {n} job(s)", w.name()));
-                match run_fio(bin, &ctx, w, n, runtime_s) {
+                match fio_job(&ctx, w, n, runtime_s).run(bin) {
                     Ok(f) => {
                         il.add(FIO, n, "mb_per_sec", f.bw_bytes / 1e6);
                         il.add(FIO, n, "ops_per_sec", f.iops);
@@ -980,135 +967,22 @@ fn measure(
 // fio.
 // ---------------------------------------------------------------------------------------
 
-/// The fio to run: `--fio PATH` (which must exist), else `fio` on `PATH`, else none;
-/// `--no-fio`: none.
-fn find_fio(args: &Args) -> LabResult<Option<PathBuf>> {
-    if args.no_fio {
-        return Ok(None);
-    }
-    if let Some(p) = &args.fio {
-        if !p.is_file() {
-            return Err(crate::lab_err!(
-                "--fio {}: no such file (or pass --no-fio)",
-                p.display()
-            ));
-        }
-        return Ok(Some(p.clone()));
-    }
-    Ok(std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("fio"))
-            .find(|p| is_executable(p))
-    }))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// What fio measured.
-#[derive(Debug)]
-struct FioOut {
-    /// The `--ioengine` that ran.
-    engine: String,
-    bw_bytes: f64,
-    iops: f64,
-    p50_ns: Option<f64>,
-    p99_ns: Option<f64>,
-    resident: f64,
-}
-
-/// fio's engines, the first one that runs wins.
-const FIO_ENGINES: [&str; 3] = ["io_uring", "libaio", "psync"];
-
-/// Runs fio on the file in `w`'s shape at `jobs` jobs, `--direct=1`, trying each of
-/// [`FIO_ENGINES`] until one runs.
-fn run_fio(
-    bin: &Path,
-    ctx: &Ctx,
-    w: Workload,
-    jobs: usize,
-    runtime_s: u64,
-) -> Result<FioOut, String> {
-    let path = ctx.file.path();
+/// fio's run for `w` at `jobs` jobs: the file, `w`'s pattern and queue depth, a random
+/// workload's number of reads (shared by the jobs), at most `runtime_s` seconds.
+fn fio_job(ctx: &Ctx, w: Workload, jobs: usize, runtime_s: u64) -> FioJob<'_> {
     let (rw, bs, depth) = w.fio_shape();
-    let mut failures = Vec::new();
-    for engine in FIO_ENGINES {
-        drop_kernel_cache(path).map_err(|e| format!("dropping the kernel's cache: {e}"))?;
-        let mut cmd = Command::new(bin);
-        cmd.arg("--name=foliocache-lab-io")
-            .arg(format!("--filename={}", path.display()))
-            .arg("--readonly")
-            .arg("--direct=1")
-            .arg(format!("--ioengine={engine}"))
-            .arg(format!("--rw={rw}"))
-            .arg(format!("--bs={bs}"))
-            .arg(format!("--iodepth={depth}"))
-            .arg(format!("--numjobs={jobs}"))
-            .arg("--group_reporting")
-            .arg(format!("--size={}", ctx.file_bytes))
-            .arg(format!("--runtime={runtime_s}"))
-            .arg("--output-format=json");
-        if w != Workload::Seqread {
-            cmd.arg(format!(
-                "--number_ios={}",
-                (ctx.reads / jobs as u64).max(1)
-            ));
-        }
-        let out = match cmd.output() {
-            Ok(o) => o,
-            Err(e) => return Err(format!("running {}: {e}", bin.display())),
-        };
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let parsed = if out.status.success() {
-            parse_fio(&stdout)
-        } else {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            Err(format!(
-                "{}: {}",
-                out.status,
-                stderr.lines().next().unwrap_or("no message")
-            ))
-        };
-        match parsed {
-            Ok(mut f) => {
-                f.engine = engine.to_string();
-                f.resident = kernel_residency(path).unwrap_or(f64::NAN);
-                return Ok(f);
-            }
-            Err(e) => failures.push(format!("{engine}: {e}")),
-        }
+    FioJob {
+        name: "foliocache-lab-io",
+        path: ctx.file.path(),
+        rw,
+        bs: bs.to_string(),
+        depth,
+        jobs,
+        size: ctx.file_bytes,
+        runtime: Duration::from_secs(runtime_s),
+        time_based: false,
+        number_ios: (w != Workload::Seqread).then(|| (ctx.reads / jobs as u64).max(1)),
     }
-    Err(failures.join("; "))
-}
-
-/// Reads fio's `--output-format=json` (its first job, `--group_reporting`'s sum of them).
-fn parse_fio(stdout: &str) -> Result<FioOut, String> {
-    let start = stdout.find('{').ok_or("no JSON in fio's output")?;
-    let v: Value =
-        serde_json::from_str(&stdout[start..]).map_err(|e| format!("fio's JSON: {e}"))?;
-    let job = &v["jobs"][0];
-    match job["error"].as_i64() {
-        Some(0) => {}
-        Some(e) => return Err(format!("fio's job failed with error {e}")),
-        None => return Err("fio's JSON has no job".into()),
-    }
-    let r = &job["read"];
-    let bytes = r["io_bytes"].as_u64().unwrap_or(0);
-    if bytes == 0 {
-        return Err("fio read nothing".into());
-    }
-    let pct = |k: &str| r["clat_ns"]["percentile"][k].as_f64();
-    Ok(FioOut {
-        engine: String::new(),
-        bw_bytes: r["bw_bytes"].as_f64().unwrap_or(0.0),
-        iops: r["iops"].as_f64().unwrap_or(0.0),
-        p50_ns: pct("50.000000"),
-        p99_ns: pct("99.000000"),
-        resident: 0.0,
-    })
 }
 
 #[cfg(test)]
@@ -1132,8 +1006,10 @@ mod tests {
             file_mib: None,
             reads: None,
             workload: Vec::new(),
-            fio: None,
-            no_fio: !fio,
+            fio: FioArgs {
+                fio: None,
+                no_fio: !fio,
+            },
         }
     }
 
@@ -1224,24 +1100,10 @@ mod tests {
     }
 
     #[test]
-    fn fio_json_is_read_and_failures_are_reported() {
-        let json = r#"fio: a warning line
-{ "jobs": [ { "error": 0, "read": { "io_bytes": 4096000, "bw_bytes": 400000000,
-  "iops": 97656.2, "clat_ns": { "percentile": { "50.000000": 288768, "99.000000": 987136 } } } } ] }"#;
-        let f = parse_fio(json).unwrap();
-        assert_eq!(f.bw_bytes, 4e8);
-        assert_eq!(f.iops, 97656.2);
-        assert_eq!((f.p50_ns, f.p99_ns), (Some(288768.0), Some(987136.0)));
-        assert!(parse_fio("nothing").is_err());
-        assert!(parse_fio(r#"{"jobs":[{"error":5,"read":{}}]}"#).is_err());
-        assert!(parse_fio(r#"{"jobs":[{"error":0,"read":{"io_bytes":0}}]}"#).is_err());
-    }
-
-    #[test]
     fn a_missing_fio_is_refused_up_front() {
         let dir = tempfile::tempdir().unwrap();
         let mut args = quick(dir.path(), true);
-        args.fio = Some(dir.path().join("no-fio-here"));
+        args.fio.fio = Some(dir.path().join("no-fio-here"));
         let Err(e) = run(&args) else {
             panic!("a missing --fio was accepted");
         };

@@ -433,23 +433,36 @@ impl Foliocache {
         pinned: bool,
     ) -> Result<Foliocache, CacheError> {
         let cache = FolioCache::new(
-            Config::block_cache(budget_bytes)
+            block_cache_config(budget_bytes, ra_pages, lru)
                 // Like for like: every other contender's miss is a buffered `pread` from the
                 // kernel's warm page cache, so foliocache's is too (the `io` scenario
                 // measures reads from the device).
-                .direct_io(foliocache::DirectIo::Off)
-                .readahead_pages(ra_pages)
-                .workingset(lru.workingset)
-                .inactive_ratio(lru.inactive_ratio)
-                .experiment(Experiment::new().active_second_chance(lru.active_second_chance)),
+                .direct_io(foliocache::DirectIo::Off),
         )?;
         let file = cache.open(path)?;
-        Ok(Foliocache {
+        Ok(Foliocache::with_cache(cache, file, pinned))
+    }
+
+    /// The contender over a cache already built and its open `file` (the async mode's
+    /// resident cache, filled once and read by every resident measurement).
+    pub fn with_cache(cache: FolioCache, file: CachedFile, pinned: bool) -> Foliocache {
+        Foliocache {
             cache,
             file,
             pinned,
-        })
+        }
     }
+}
+
+/// The foliocache contenders' configuration: [`Config::block_cache`] of `budget_bytes`, a
+/// readahead window of `ra_pages` (0: off, the block cache's) and the LRU policy `lru` (the
+/// block cache's unless the command line changed it). The caller chooses the I/O.
+pub fn block_cache_config(budget_bytes: usize, ra_pages: usize, lru: LruConfig) -> Config {
+    Config::block_cache(budget_bytes)
+        .readahead_pages(ra_pages)
+        .workingset(lru.workingset)
+        .inactive_ratio(lru.inactive_ratio)
+        .experiment(Experiment::new().active_second_chance(lru.active_second_chance))
 }
 
 impl Reader for Foliocache {

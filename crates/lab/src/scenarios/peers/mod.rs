@@ -56,6 +56,12 @@
 //! exact LFU and Belady's optimum hit on the same trace and budget: where foliocache trails
 //! the best peer, they say how much any policy could gain.
 //!
+//! **The async mode** (`--async`, [`aio`]): `--tasks` tokio tasks (default 64) on a
+//! current-thread and a 2-thread runtime read a file on a disk file system cold, through
+//! foliocache's `AsyncFile`, its synchronous API in `spawn_blocking`, and `tokio::fs`, beside
+//! fio's measure of the device; then the same reads when the file is resident. It replaces
+//! the synchronous contenders and the sweep for that run; `all` runs the synchronous mode.
+//!
 //! **Correctness.** Every read checks the block's first and last words against the file's
 //! content (a generated file's words are a function of their offset); one read in 256 checks
 //! the whole block (a user's file: against a direct `pread` of the same block).
@@ -70,6 +76,7 @@
 //! | stats | `foliocache` and `foliocache-pinned`: the cache's `/proc/vmstat` lines (`FolioCache::vmstat`: read path, LRU, `workingset_*`) after their last measurement |
 //! | comparisons | like for like, metric `ops_per_sec`, per thread count and mix: candidate `foliocache-pinned` against `quick_cache`, `moka`, `mmap`; candidate `foliocache` against `quick_cache-copy`, `kernel-pread` |
 //! | checks | `correct_bytes` (reads whose bytes were wrong, must be 0), `sampled_reads_verified` (full-block checks made, must be above 0), `read_errors` (reads that failed, must be 0) |
+//! | async mode | its variants, row fields, metrics and checks: [`aio`] |
 //!
 //! The targets (issue 15; Zipf 0.99, budget 1/4, at 1 and 2 threads): `foliocache-pinned`
 //! at least 1.25x `quick_cache` and 3x `moka`; `foliocache` at least 1.1x `quick_cache-copy`
@@ -77,6 +84,7 @@
 //! `quick_cache`; the hit ratio within 1 point of the best peer. The targets table prints
 //! whether they were met; they are not checks (a noisy machine must not fail CI).
 
+pub mod aio;
 pub mod contenders;
 mod probes;
 pub mod sweep;
@@ -86,7 +94,7 @@ use std::fs::File;
 
 use foliocache::mm::lru::LruConfig;
 use foliocache::BLOCK_CACHE_INACTIVE_RATIO;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,7 +104,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use crate::harness::{
-    fmt_num, parse_duration, run_threads, seed_table, Bench, CommonArgs, LabResult, Report,
+    fmt_num, parse_duration, run_threads, seed_table, Bench, CommonArgs, IoArgs, LabResult, Report,
     Settings, Table, CHECK_EVERY,
 };
 use contenders::{Kind, Reader};
@@ -180,6 +188,14 @@ pub struct Args {
     /// aligned block as one large folio. The JSON records it (`block_bytes`).
     #[arg(long, default_value = "4k", value_parser = parse_block)]
     pub block: usize,
+    /// Where the generated file is (`--dir`: the temporary directory by default; with
+    /// `--async`, /var/tmp, a disk file system) and, with `--async`, how foliocache reads it
+    /// (`--io`, `--direct`; the synchronous contenders read buffered).
+    #[command(flatten)]
+    pub io: IoArgs,
+    /// The async mode (`--async`, `--tasks`, `--runtime`, `--fio`, `--no-fio`).
+    #[command(flatten)]
+    pub aio: aio::AsyncArgs,
 }
 
 /// `--block`: `4k`, `16k`, `64k` (or a byte count that is a multiple of 4096).
@@ -259,6 +275,8 @@ impl Default for Args {
             inactive_ratio: InactiveRatio::Fixed(BLOCK_CACHE_INACTIVE_RATIO),
             kernel_active_aging: false,
             block: BLOCK,
+            io: IoArgs::default(),
+            aio: aio::AsyncArgs::default(),
         }
     }
 }
@@ -322,8 +340,14 @@ struct Sample {
     stats: Option<Value>,
 }
 
-/// Runs the scenario: measures, prints the tables, writes JSON and plot if asked.
+/// Runs the scenario: measures, prints the tables, writes JSON and plot if asked (`--async`:
+/// the async mode, [`aio`]).
 pub fn run(args: &Args) -> LabResult<Report> {
+    check_args(args)?;
+    workload::set_block(args.block);
+    if args.aio.enabled {
+        return aio::run(args);
+    }
     let settings = args.common.settings();
     let kinds = if args.contenders.is_empty() {
         Kind::ALL.to_vec()
@@ -338,33 +362,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             })
             .collect::<LabResult<Vec<_>>>()?
     };
-    if !(args.skew > 0.0 && args.skew.is_finite()) {
-        return Err(crate::lab_err!(
-            "--skew must be above 0 (0.99 is the usual; use --mix uniform for no skew)"
-        ));
-    }
-    if args
-        .sweep_skews
-        .iter()
-        .any(|s| !(*s > 0.0 && s.is_finite()))
-    {
-        return Err(crate::lab_err!(
-            "--sweep-skews must all be above 0, e.g. 0.6,0.8,0.9,0.99,1.2"
-        ));
-    }
-    if !(args.budget_fraction > 0.0 && args.budget_fraction <= 1.0) {
-        return Err(crate::lab_err!(
-            "--budget-fraction must be in (0, 1], e.g. 0.25 for a budget of 1/4 of the file"
-        ));
-    }
-    if args.block == 0 || args.block % 4096 != 0 {
-        return Err(crate::lab_err!(
-            "--block {} is not a whole number of 4 KiB pages",
-            args.block
-        ));
-    }
-    workload::set_block(args.block);
-    let setup = prepare(args, &settings)?;
+    let setup = prepare(args, &settings, args.io.dir.as_deref(), true)?;
     let warmup = args.warmup.unwrap_or(settings.duration);
     let trace_len: usize = if settings.quick { 1 << 16 } else { 1 << 20 };
     let budget_mib = setup.budget_bytes() as f64 / (1 << 20) as f64;
@@ -569,6 +567,37 @@ pub fn run(args: &Args) -> LabResult<Report> {
     bench.finish(&settings, &tables, Some(("ops_per_sec", &plot_extra)))
 }
 
+/// Refuses the options no mode can run with, before anything is built.
+fn check_args(args: &Args) -> LabResult<()> {
+    if !(args.skew > 0.0 && args.skew.is_finite()) {
+        return Err(crate::lab_err!(
+            "--skew must be above 0 (0.99 is the usual; use --mix uniform for no skew)"
+        ));
+    }
+    if args
+        .sweep_skews
+        .iter()
+        .any(|s| !(*s > 0.0 && s.is_finite()))
+    {
+        return Err(crate::lab_err!(
+            "--sweep-skews must all be above 0, e.g. 0.6,0.8,0.9,0.99,1.2"
+        ));
+    }
+    if !(args.budget_fraction > 0.0 && args.budget_fraction <= 1.0) {
+        return Err(crate::lab_err!(
+            "--budget-fraction must be in (0, 1], e.g. 0.25 for a budget of 1/4 of the file"
+        ));
+    }
+    if args.block == 0 || args.block % 4096 != 0 {
+        return Err(crate::lab_err!(
+            "--block {} is not a whole number of 4 KiB pages",
+            args.block
+        ));
+    }
+    Ok(())
+}
+
+/// The rows' extra fields of `mix`: `mix`.
 fn mix_extra(mix: Mix) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("mix".into(), json!(mix.name()));
@@ -603,8 +632,10 @@ fn open_regular(p: &std::path::Path) -> LabResult<File> {
     Ok(file)
 }
 
-/// Generates (or opens) the file, reads it once into the kernel page cache, sizes the budget.
-fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
+/// Generates the file (in a temporary directory under `dir`, or under the system's temporary
+/// directory) or opens `--file`, reads it once into the kernel page cache if `warm` (the
+/// synchronous contenders' misses read that warm copy), sizes the budget.
+fn prepare(args: &Args, settings: &Settings, dir: Option<&Path>, warm: bool) -> LabResult<Setup> {
     let (path, dir, content) = match &args.file {
         Some(p) => {
             let reference = open_regular(p)?;
@@ -617,10 +648,13 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
             if mib == 0 {
                 return Err(crate::lab_err!("--file-mib must be at least 1"));
             }
-            let dir = tempfile::Builder::new()
-                .prefix("foliocache-peers")
-                .tempdir()
-                .map_err(|e| crate::lab_err!("creating a temporary directory: {e}"))?;
+            let mut temp = tempfile::Builder::new();
+            temp.prefix("foliocache-peers");
+            let dir = match dir {
+                Some(d) => temp.tempdir_in(d),
+                None => temp.tempdir(),
+            }
+            .map_err(|e| crate::lab_err!("creating a temporary directory: {e}"))?;
             let path = dir.path().join("blocks.dat");
             workload::generate(&path, mib << 20 >> 12)
                 .map_err(|e| crate::lab_err!("writing {}: {e}", path.display()))?;
@@ -646,18 +680,9 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
             path.display()
         ));
     }
-    // Into the kernel page cache, so no contender pays the storage device on its misses.
-    let mut buf = vec![0u8; 1 << 20];
-    let mut off = 0;
-    while off < len {
-        use std::os::unix::fs::FileExt;
-        let n = file
-            .read_at(&mut buf, off)
-            .map_err(|e| crate::lab_err!("reading {}: {e}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        off += n as u64;
+    if warm {
+        // Into the kernel page cache, so no contender pays the storage device on its misses.
+        read_whole(&file, len, &path)?;
     }
     let budget_blocks = ((blocks as f64 * args.budget_fraction) as usize).max(1);
     Ok(Setup {
@@ -673,6 +698,24 @@ fn prepare(args: &Args, settings: &Settings) -> LabResult<Setup> {
             .active_second_chance(!args.kernel_active_aging),
         _dir: dir,
     })
+}
+
+/// Reads the first `len` bytes of `file` (at `path`) in 1 MiB calls: into the kernel's page
+/// cache.
+fn read_whole(file: &File, len: u64, path: &Path) -> LabResult<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0;
+    while off < len {
+        let n = file
+            .read_at(&mut buf, off)
+            .map_err(|e| crate::lab_err!("reading {}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    Ok(())
 }
 
 /// Builds `kind` fresh, warms it up, measures it, and drops it.
@@ -834,28 +877,36 @@ fn phase<R: Reader>(
         let (warm, fresh) = t2.0[tid].split_at(t2.0[tid].len() / 2);
         worker(&*r2, if timed { fresh } else { warm }, &c2, stop)
     });
-    let mut out = PhaseOut {
-        ops: 0,
-        cpu_ns: 0,
-        elapsed: run.elapsed,
-        bad: 0,
-        verified: 0,
-        misses: 0,
-        hist: new_histogram(),
-        errors: Vec::new(),
-    };
-    for w in run.results {
-        out.ops += w.ops;
-        out.cpu_ns += w.cpu_ns;
-        out.bad += w.bad;
-        out.verified += w.verified;
-        out.misses += w.misses;
-        out.hist.add(&w.hist).expect("histograms of equal bounds");
-        out.errors.extend(w.error);
-    }
-    out
+    PhaseOut::of(run.elapsed, run.results)
 }
 
+impl PhaseOut {
+    /// The workers' tallies of a window of `elapsed`, added up.
+    fn of(elapsed: Duration, workers: impl IntoIterator<Item = WorkerOut>) -> PhaseOut {
+        let mut out = PhaseOut {
+            ops: 0,
+            cpu_ns: 0,
+            elapsed,
+            bad: 0,
+            verified: 0,
+            misses: 0,
+            hist: new_histogram(),
+            errors: Vec::new(),
+        };
+        for w in workers {
+            out.ops += w.ops;
+            out.cpu_ns += w.cpu_ns;
+            out.bad += w.bad;
+            out.verified += w.verified;
+            out.misses += w.misses;
+            out.hist.add(&w.hist).expect("histograms of equal bounds");
+            out.errors.extend(w.error);
+        }
+        out
+    }
+}
+
+/// A latency histogram: 1 ns to 60 s, 3 significant digits.
 fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds")
 }
@@ -871,67 +922,82 @@ struct WorkerOut {
     error: Option<String>,
 }
 
+impl WorkerOut {
+    /// A tally of nothing yet.
+    fn new() -> WorkerOut {
+        WorkerOut {
+            ops: 0,
+            cpu_ns: 0,
+            bad: 0,
+            verified: 0,
+            misses: 0,
+            hist: new_histogram(),
+            error: None,
+        }
+    }
+
+    /// What the next read does besides reading: whether its whole block is checked (one
+    /// read in [`FULL_CHECK_EVERY`]) and, if it is timed (one in [`LATENCY_EVERY`]), when it
+    /// started.
+    #[inline]
+    fn next_read(&self) -> (bool, Option<Instant>) {
+        (
+            self.ops % FULL_CHECK_EVERY == 1,
+            (self.ops % LATENCY_EVERY == 0).then(Instant::now),
+        )
+    }
+
+    /// Counts one read begun at [`WorkerOut::next_read`]'s `t0`: `res` is its check's
+    /// verdict (`Ok(true)`: the right bytes) or its error; `full` whether the check read
+    /// every byte. False after an error: the worker stops.
+    #[inline]
+    fn tally(&mut self, res: Result<bool, String>, full: bool, t0: Option<Instant>) -> bool {
+        if let Some(t0) = t0 {
+            self.hist.saturating_record(t0.elapsed().as_nanos() as u64);
+        }
+        self.ops += 1;
+        match res {
+            Ok(true) => self.verified += u64::from(full),
+            Ok(false) => self.bad += 1,
+            Err(e) => {
+                self.error = Some(e);
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// The measured loop: block numbers from the trace, one read each, its bytes checked.
 fn worker<R: Reader>(r: &R, trace: &[u32], content: &Content, stop: &AtomicBool) -> WorkerOut {
     let mask = trace.len() - 1;
     let mut pos = 0;
-    let mut hist = new_histogram();
-    let (mut ops, mut bad, mut verified) = (0u64, 0u64, 0u64);
+    let mut out = WorkerOut::new();
     let mut local = match r.local() {
         Ok(l) => l,
         Err(e) => {
-            return WorkerOut {
-                ops,
-                cpu_ns: 0,
-                bad,
-                verified,
-                misses: 0,
-                hist,
-                error: Some(format!("setting up a worker: {e}")),
-            }
+            out.error = Some(format!("setting up a worker: {e}"));
+            return out;
         }
     };
-    let mut error = None;
     let cpu0 = thread_cpu_ns();
     'run: loop {
         for _ in 0..CHECK_EVERY {
             let b = trace[pos];
             pos = (pos + 1) & mask;
-            let full = ops % FULL_CHECK_EVERY == 1;
-            let t0 = (ops % LATENCY_EVERY == 0).then(Instant::now);
-            let res = r.with_block(&mut local, b, |data| {
-                if full {
-                    content.full(b, data)
-                } else {
-                    content.spot(b, data)
-                }
-            });
-            if let Some(t0) = t0 {
-                hist.saturating_record(t0.elapsed().as_nanos() as u64);
-            }
-            ops += 1;
-            match res {
-                Ok(true) => verified += u64::from(full),
-                Ok(false) => bad += 1,
-                Err(e) => {
-                    error = Some(e);
-                    break 'run;
-                }
+            let (full, t0) = out.next_read();
+            let res = r.with_block(&mut local, b, |data| content.check(b, data, full));
+            if !out.tally(res, full, t0) {
+                break 'run;
             }
         }
         if stop.load(Ordering::Relaxed) {
             break;
         }
     }
-    WorkerOut {
-        ops,
-        cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
-        bad,
-        verified,
-        misses: R::local_misses(&local),
-        hist,
-        error,
-    }
+    out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+    out.misses = R::local_misses(&local);
+    out
 }
 
 /// What the tables say about fairness.

@@ -114,6 +114,16 @@ impl Content {
         }
     }
 
+    /// The check of one read of `block`: [`Content::full`] if `full`, else [`Content::spot`].
+    #[inline]
+    pub fn check(&self, block: u32, data: &[u8], full: bool) -> bool {
+        if full {
+            self.full(block, data)
+        } else {
+            self.spot(block, data)
+        }
+    }
+
     /// The full check of a sampled read: every byte of the block.
     pub fn full(&self, block: u32, data: &[u8]) -> bool {
         let bytes = self::block();
