@@ -389,16 +389,31 @@ impl MissState {
 }
 
 impl MissShared {
-    /// The batch's folios are in the index: wake the task to wait on its folio instead.
-    fn inserted(&self) {
+    /// The batch's folios are in the index: the task's waker moves to the lock of the folio
+    /// holding page `index` (its read's completion wakes the task, once), or the task is
+    /// woken now if that folio is not under I/O (already read, or not inserted).
+    fn inserted(&self, pages: &crate::mm::index::Index, index: u64) {
         let w = {
             let mut st = self.state.lock();
             st.inserted = true;
             st.waker.take()
         };
-        if let Some(w) = w {
-            w.wake();
+        let Some(w) = w else {
+            return; // the future was dropped, or is being polled and will look itself
+        };
+        if let Some(folio) = pages.lookup(index) {
+            // The entry belongs to the wait table from here: the unlock takes it out and
+            // wakes the task, which then finds its folio read. A task polled meanwhile
+            // registers again in its own name; a spare wake-up is harmless.
+            let mut slot = None;
+            if folio
+                .poll_unlocked(&mut Context::from_waker(&w), &mut slot)
+                .is_pending()
+            {
+                return;
+            }
         }
+        w.wake();
     }
 }
 
@@ -456,7 +471,7 @@ pub(crate) fn read_misses(batch: Vec<crate::cache::async_ra::BatchItem>) {
         reqs.dedup_by_key(|r| r.index);
         let wake_all = || {
             for x in &mine {
-                x.shared.inserted();
+                x.shared.inserted(&m.mapping.pages, x.index);
             }
         };
         let out = readahead::page_cache_ra_many(&m.mapping, &*c, &reqs, Some(&wake_all));

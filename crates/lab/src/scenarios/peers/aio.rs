@@ -29,10 +29,11 @@
 //! **Resident** (row field `async`: `resident`): the hit path. One cache of 1.25x the file
 //! is filled once (every page read) and read by every foliocache measurement; `tokio-fs`
 //! reads the file from the kernel's page cache (read whole before each measurement). The
-//! variants: `foliocache-async`, `foliocache-sync-blocking` and `tokio-fs` as above, and
-//! `foliocache-sync`, the synchronous `CachedFile::read_exact_at` in a loop on as many
-//! threads as the runtime has (the async read's cost beside the synchronous one on the
-//! same number of threads).
+//! variants: `foliocache-async` with one task per runtime thread, `foliocache-sync`, the
+//! synchronous `CachedFile::read_exact_at` in a loop on as many threads (the async read's
+//! cost beside the synchronous one on equal terms), and `foliocache-sync-blocking` and
+//! `tokio-fs` with every task as above (a hop to a blocking thread per read gains from
+//! more tasks in flight).
 //!
 //! **What is measured**, per variant and runtime: reads per second (all tasks), misses per
 //! second (foliocache: its `misses` counter; `tokio-fs`: the blocks the process read from
@@ -855,10 +856,12 @@ fn mix_tables(
         (
             format!(
                 "peers --async, resident hits, mix {}: the file cached whole (foliocache: {:.1} \
-                 MiB; tokio-fs: the kernel's page cache); foliocache-sync: read_exact_at on the \
-                 runtime's number of threads",
+                 MiB; tokio-fs: the kernel's page cache); foliocache-async: one task per runtime \
+                 thread; foliocache-sync: read_exact_at on as many threads; the others: {} \
+                 tasks",
                 mix.name(),
-                mib(ctx.resident_budget as f64)
+                mib(ctx.resident_budget as f64),
+                ctx.tasks
             ),
             table(&plan.resident, false, Part::Resident),
         ),
@@ -1008,7 +1011,15 @@ fn measure_resident(
         out.cpu_ns = (cpu_time() - cpu0).as_nanos() as u64;
         out
     } else {
-        let handles = (0..ctx.tasks).map(|_| kind.handle(file)).collect();
+        // The async read beside the synchronous one on equal terms: one task per runtime
+        // thread, as `foliocache-sync` reads on one thread per runtime thread; the reads
+        // that hop to a blocking thread keep every task (their best case).
+        let tasks = if kind == AsyncKind::FoliocacheAsync {
+            threads
+        } else {
+            ctx.tasks
+        };
+        let handles = (0..tasks).map(|_| kind.handle(file)).collect();
         let c = cache.clone();
         run_tasks(
             rt,
@@ -1102,7 +1113,9 @@ async fn blocking(
     }
 }
 
-/// One task: reads the blocks of trace `i`, one at a time, checking each, until `stop`.
+/// One task: reads the blocks of trace `i`, one at a time, checking each, until `stop`. The
+/// loop is the synchronous workers' (`peers`' `worker`): the stop flag looked at every
+/// [`CHECK_EVERY`] reads, the async read into the task's own buffer.
 async fn task(
     h: Handle,
     traces: Arc<Traces>,
@@ -1115,20 +1128,32 @@ async fn task(
     let mut out = WorkerOut::new();
     let mut buf = vec![0u8; block()];
     let mut pos = 0;
-    loop {
-        let b = trace[pos];
-        pos = (pos + 1) & mask;
-        let (full, t0) = out.next_read();
-        let (back, r) = h.read(buf, b).await;
-        buf = back;
-        let res = r.map(|()| content.check(b, &buf, full));
-        if !out.tally(res, full, t0) || stop.load(Ordering::Relaxed) {
+    'run: loop {
+        for _ in 0..CHECK_EVERY {
+            let b = trace[pos];
+            pos = (pos + 1) & mask;
+            let (full, t0) = out.next_read();
+            let r = match &h {
+                Handle::Async(f) => f
+                    .read_exact_at(&mut buf, u64::from(b) * block() as u64)
+                    .await
+                    .map_err(|e| format!("AsyncFile::read_exact_at of block {b}: {e}")),
+                other => {
+                    let (back, r) = other.read(std::mem::take(&mut buf), b).await;
+                    buf = back;
+                    r
+                }
+            };
+            let res = r.map(|()| content.check(b, &buf, full));
+            if !out.tally(res, full, t0) {
+                break 'run;
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
             break;
         }
-        if out.ops % CHECK_EVERY == 0 {
-            // A task whose reads all hit never returns `Pending`: let the others run.
-            tokio::task::yield_now().await;
-        }
+        // A task whose reads all hit never returns `Pending`: let the others run.
+        tokio::task::yield_now().await;
     }
     out
 }
