@@ -345,7 +345,7 @@ fn every_byte_a_returned_sync_covered_survives_a_power_cut() {
 /// The same promise with every write, truncation and sync made through the async API.
 #[test]
 fn every_byte_an_async_sync_covered_survives_a_power_cut() {
-    let cuts = if cfg!(debug_assertions) { 100 } else { 400 };
+    let cuts = if cfg!(debug_assertions) { 60 } else { 250 };
     let (syncs, checked) = run_cuts(0xA5C0_F00D, cuts, true);
     assert!(syncs > cuts as u64 / 2, "the workload synced ({syncs})");
     assert!(
