@@ -393,18 +393,23 @@ impl CachedFile {
             // A short count is the end of the file or an error after some bytes were copied
             // (pread's rule); the next call returns 0 for the first, the error for the second.
             match self.read_at(&mut buf[done..], offset + done as u64)? {
-                0 => {
-                    return Err(CacheError::UnexpectedEof {
-                        path: self.path(),
-                        offset,
-                        len: buf.len(),
-                        file_size: self.len(),
-                    })
-                }
+                0 => return Err(self.eof_error(offset, buf.len())),
                 n => done += n,
             }
         }
         Ok(())
+    }
+
+    /// The error of an exact read of `len` bytes at `offset` that reached the end of the
+    /// file.
+    #[cold]
+    pub(super) fn eof_error(&self, offset: u64, len: usize) -> CacheError {
+        CacheError::UnexpectedEof {
+            path: self.path(),
+            offset,
+            len,
+            file_size: self.len(),
+        }
     }
 
     /// `readahead(2)` / `force_page_cache_ra`: reads the pages of the byte range `range` into

@@ -206,14 +206,7 @@ impl AsyncFile {
         let mut done = 0;
         while done < buf.len() {
             match self.read_at(&mut buf[done..], offset + done as u64).await? {
-                0 => {
-                    return Err(CacheError::UnexpectedEof {
-                        path: self.path(),
-                        offset,
-                        len: buf.len(),
-                        file_size: self.len(),
-                    })
-                }
+                0 => return Err(self.inner.file.eof_error(offset, buf.len())),
                 n => done += n,
             }
         }

@@ -913,24 +913,7 @@ fn measure_cold(
         .map_err(|e| crate::lab_err!("dropping {} from the kernel's cache: {e}", path.display()))?;
     let rt = ctx.runtime(threads);
     if kind == AsyncKind::TokioFs {
-        let file = open_tokio_fs(rt, path)?;
-        let handles = (0..ctx.tasks)
-            .map(|_| Handle::TokioFs(file.clone()))
-            .collect();
-        let (out, misses) = run_tasks(
-            rt,
-            handles,
-            traces,
-            ctx.content(),
-            ctx.duration,
-            kernel_misses,
-        );
-        return Ok(Sample {
-            out,
-            misses: Some(misses),
-            stats: None,
-            bad_pages: 0,
-        });
+        return measure_tokio_fs(ctx, rt, traces);
     }
     let cache = FolioCache::new(ctx.config(ctx.setup.budget_bytes()))
         .map_err(|e| crate::lab_err!("foliocache: {e}"))?;
@@ -960,6 +943,29 @@ fn measure_cold(
     })
 }
 
+/// `tokio-fs` on `rt`: every task a `spawn_blocking` `pread` of the buffered file, as the
+/// kernel's cache of it stands (dropped for a cold run, read whole for a resident one).
+fn measure_tokio_fs(ctx: &Ctx, rt: &Runtime, traces: &Arc<Traces>) -> LabResult<Sample> {
+    let file = open_tokio_fs(rt, &ctx.setup.path)?;
+    let handles = (0..ctx.tasks)
+        .map(|_| Handle::TokioFs(file.clone()))
+        .collect();
+    let (out, misses) = run_tasks(
+        rt,
+        handles,
+        traces,
+        ctx.content(),
+        ctx.duration,
+        kernel_misses,
+    );
+    Ok(Sample {
+        out,
+        misses: Some(misses),
+        stats: None,
+        bad_pages: 0,
+    })
+}
+
 /// One resident measurement of `kind` at `threads` threads: the resident cache, or the file
 /// in the kernel's page cache.
 fn measure_resident(
@@ -972,24 +978,7 @@ fn measure_resident(
     let rt = ctx.runtime(threads);
     if kind == AsyncKind::TokioFs {
         read_whole(&ctx.setup.file, ctx.file_bytes, path)?;
-        let file = open_tokio_fs(rt, path)?;
-        let handles = (0..ctx.tasks)
-            .map(|_| Handle::TokioFs(file.clone()))
-            .collect();
-        let (out, misses) = run_tasks(
-            rt,
-            handles,
-            traces,
-            ctx.content(),
-            ctx.duration,
-            kernel_misses,
-        );
-        return Ok(Sample {
-            out,
-            misses: Some(misses),
-            stats: None,
-            bad_pages: 0,
-        });
+        return measure_tokio_fs(ctx, rt, traces);
     }
     let (cache, file) = ctx
         .resident
