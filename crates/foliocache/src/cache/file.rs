@@ -604,6 +604,26 @@ impl CachedFile {
         req
     }
 
+    /// `page_cache_async_ra`'s decision after a reader cleared PG_readahead on the folio at
+    /// `index` (`nr_pages` long): the next window, if the stream wants one (counted).
+    fn next_async_window(
+        &self,
+        m: &Inode,
+        index: u64,
+        nr_pages: usize,
+        req_count: usize,
+    ) -> Option<RaRequest> {
+        let probe = readahead::IndexProbe(&m.mapping.pages);
+        let req = self
+            .ra
+            .lock()
+            .async_ra_folio(index, nr_pages, req_count, &probe);
+        if req.is_some() {
+            self.cache.counters.inc(Event::AsyncRa);
+        }
+        req
+    }
+
     /// `page_cache_async_ra` for a task, which may not wait: after the task cleared
     /// PG_readahead on the folio at `index`, the next window goes to a readahead worker
     /// without the insertion handshake (a reader that reaches its pages before they are in
@@ -615,14 +635,7 @@ impl CachedFile {
         nr_pages: usize,
         req_count: usize,
     ) {
-        let req = {
-            let probe = readahead::IndexProbe(&m.mapping.pages);
-            self.ra
-                .lock()
-                .async_ra_folio(index, nr_pages, req_count, &probe)
-        };
-        if let Some(req) = req {
-            self.cache.counters.inc(Event::AsyncRa);
+        if let Some(req) = self.next_async_window(m, index, nr_pages, req_count) {
             let job = self.ra_job(move |m, c| {
                 let _ = readahead::do_page_cache_ra(&m.mapping, c, req);
             });
@@ -647,14 +660,7 @@ impl CachedFile {
     #[cold]
     fn async_readahead(&self, m: &Inode, index: u64, nr_pages: usize, req_count: usize) {
         crate::trace::span!("async_readahead", index);
-        let req = {
-            let probe = readahead::IndexProbe(&m.mapping.pages);
-            self.ra
-                .lock()
-                .async_ra_folio(index, nr_pages, req_count, &probe)
-        };
-        if let Some(req) = req {
-            self.cache.counters.inc(Event::AsyncRa);
+        if let Some(req) = self.next_async_window(m, index, nr_pages, req_count) {
             if m.mapping.dio_align != 0 && self.start_async_ra(req) {
                 return;
             }
