@@ -21,6 +21,7 @@ mod index_world;
 mod lru;
 mod percpu_counter;
 mod percpu_ref;
+mod pool;
 mod rcu;
 mod refcount;
 mod seqcount;

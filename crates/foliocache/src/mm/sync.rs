@@ -81,7 +81,7 @@ pub use crossbeam_utils::CachePadded;
 /// Threads: `spawn`, `yield_now`, `JoinHandle`, from std or loom.
 pub mod thread {
     #[cfg(loom)]
-    pub use loom::thread::{current, spawn, yield_now, JoinHandle};
+    pub use loom::thread::{current, spawn, yield_now, Builder, JoinHandle};
     #[cfg(loom)]
     pub use std::thread::panicking;
     #[cfg(not(loom))]

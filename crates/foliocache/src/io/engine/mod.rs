@@ -100,7 +100,7 @@
 // The cache, which drives the engines, is not compiled under loom.
 #![cfg_attr(loom, allow(dead_code))]
 
-mod pool;
+pub(crate) mod pool;
 mod uring;
 
 #[cfg(all(test, not(loom)))]

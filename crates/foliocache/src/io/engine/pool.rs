@@ -26,7 +26,7 @@ pub(crate) fn default_threads() -> usize {
 /// A pool of I/O worker threads, started with the pool and joined when it is dropped.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    threads: Vec<crate::mm::sync::thread::JoinHandle<()>>,
 }
 
 /// What the caller and the workers share.
@@ -34,6 +34,10 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Signalled when a job is queued or the pool shuts down.
     work: Condvar,
+    /// Weakened on purpose, for the loom model that must catch it: a worker counts its job
+    /// down before running it.
+    #[cfg(loom)]
+    count_down_early: bool,
 }
 
 struct Queue {
@@ -92,24 +96,44 @@ impl Drop for BatchWait<'_> {
     }
 }
 
-// std's thread-local in both builds: under loom every engine choice is the synchronous
-// engine, so no pool ever runs there.
+// Loom's thread-local under loom (its threads share one OS thread), where the pool runs only
+// in its model (`loom_tests::pool`: every engine choice is the synchronous engine there).
+#[cfg(not(loom))]
 std::thread_local! {
     /// The pool the current thread is a worker of (the address of its `Shared`), 0 on any
     /// other thread: a batch a worker starts on its own pool runs in the worker (waiting for
     /// the pool from inside it could leave no worker free to run the batch).
     static WORKER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
+#[cfg(loom)]
+loom::thread_local! {
+    static WORKER_OF: std::cell::Cell<usize> = std::cell::Cell::new(0);
+}
 
 impl Pool {
     /// Starts `threads` workers (at least 1), named `foliocache-io-N`.
     pub(crate) fn new(threads: usize) -> io::Result<Pool> {
+        Pool::start(threads, false)
+    }
+
+    /// [`Pool::new`] with workers that count each job down before running it, for the loom
+    /// model that must catch it.
+    #[cfg(loom)]
+    pub(crate) fn new_weakened(threads: usize) -> io::Result<Pool> {
+        Pool::start(threads, true)
+    }
+
+    fn start(threads: usize, count_down_early: bool) -> io::Result<Pool> {
+        #[cfg(not(loom))]
+        let _ = count_down_early;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 jobs: VecDeque::new(),
                 shutdown: false,
             }),
             work: Condvar::new(),
+            #[cfg(loom)]
+            count_down_early,
         });
         let mut pool = Pool {
             shared,
@@ -118,7 +142,7 @@ impl Pool {
         for n in 0..threads.max(1) {
             let shared = Arc::clone(&pool.shared);
             // A failed spawn drops `pool`, which stops and joins the workers already started.
-            let h = std::thread::Builder::new()
+            let h = crate::mm::sync::thread::Builder::new()
                 .name(format!("foliocache-io-{n}"))
                 .spawn(move || worker(&shared))?;
             pool.threads.push(h);
@@ -214,12 +238,22 @@ fn worker(shared: &Arc<Shared>) {
                 q = shared.work.wait(q);
             }
         };
+        #[cfg(loom)]
+        if shared.count_down_early {
+            job.batch.count_down();
+        }
         // SAFETY: the pointers are valid and unaliased until this job is counted down (see
         // the `Send` impl of `Job`); this job is the only one pointing at this request.
         let (backing, req) = unsafe { (job.backing.as_ref(), &mut *job.req.as_ptr()) };
         run_caught(backing, req);
+        #[cfg(loom)]
+        if shared.count_down_early {
+            continue;
+        }
         // The last use of `req` and `backing` is above: after this the caller may return and
-        // free them.
+        // free them. The count is taken under the batch's mutex: its unlock here pairs with
+        // the lock `BatchWait` re-takes on waking, so the request's result and bytes happen
+        // before the caller reads them.
         job.batch.count_down();
     }
 }

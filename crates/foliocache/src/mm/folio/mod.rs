@@ -136,6 +136,7 @@ pub use arena::{
 pub use buddy::{MAX_ORDER, NR_ORDERS, PCP_MAX_ORDER};
 pub use ext::{FolioExt, EXT_NONE};
 pub use handle::{FolioLocked, FolioRef, FrozenFolio};
+#[cfg(not(loom))]
 pub(crate) use wait::TaskWait;
 
 use crate::mm::refcount::{RefCount, RefStrategy};
