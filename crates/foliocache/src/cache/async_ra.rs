@@ -30,7 +30,7 @@
 //! window still filling, and its eviction (or the accounting a test checks right after)
 //! finds every page settled.
 
-use crate::mm::sync::{Condvar, Mutex};
+use crate::mm::sync::{Arc, Condvar, Mutex};
 use std::collections::VecDeque;
 
 /// The most readahead worker threads a cache starts (started on demand, one at a time).
@@ -100,33 +100,33 @@ impl AsyncRa {
     /// Queues `job` for a worker: at once if a worker is idle or another may start, or
     /// whatever the load if `force` (a prefetch, whose caller does not wait). Otherwise gives
     /// the job back, for the caller to run inline.
-    pub(crate) fn submit(self: &std::sync::Arc<Self>, job: Job, force: bool) -> Result<(), Job> {
-        let mut s = self.state.lock();
+    ///
+    /// (An associated function, not a method on `Arc<Self>`: the pool also runs on loom's
+    /// `Arc` in its model, `loom_tests::async_ra`, which cannot be a receiver.)
+    pub(crate) fn submit(this: &Arc<Self>, job: Job, force: bool) -> Result<(), Job> {
+        let mut s = this.state.lock();
         if s.stop {
             return Err(job);
         }
         let free = s.idle > s.jobs.len() + usize::from(!s.misses.is_empty());
-        if !free && s.threads >= self.max && !force {
+        if !free && s.threads >= this.max && !force {
             return Err(job);
         }
         s.jobs.push_back(job);
-        if !free && !self.spawn(&mut s) && s.threads == 0 {
+        if !free && !AsyncRa::spawn(this, &mut s) && s.threads == 0 {
             // No worker at all: the caller runs it.
             return Err(s.jobs.pop_back().expect("just queued"));
         }
         drop(s);
-        self.work.notify_one();
+        this.work.notify_one();
         Ok(())
     }
 
     /// Queues an item for the next batch (an async read's miss): a worker takes every
     /// queued item at once and hands them to the batch function. Gives the item back if no
     /// worker can run it (the pool is stopped, or not one thread could be started).
-    pub(crate) fn submit_batched(
-        self: &std::sync::Arc<Self>,
-        miss: BatchItem,
-    ) -> Result<(), BatchItem> {
-        let mut s = self.state.lock();
+    pub(crate) fn submit_batched(this: &Arc<Self>, miss: BatchItem) -> Result<(), BatchItem> {
+        let mut s = this.state.lock();
         if s.stop {
             return Err(miss);
         }
@@ -137,23 +137,23 @@ impl AsyncRa {
             return Ok(());
         }
         let free = s.idle > s.jobs.len();
-        if !free && !self.spawn(&mut s) && s.threads == 0 {
+        if !free && !AsyncRa::spawn(this, &mut s) && s.threads == 0 {
             return Err(s.misses.pop().expect("just queued"));
         }
         drop(s);
         // One worker takes the whole batch: wake one, not every idle worker.
-        self.work.notify_one();
+        this.work.notify_one();
         Ok(())
     }
 
     /// Starts a worker if the pool may grow; true if one started.
-    fn spawn(self: &std::sync::Arc<Self>, s: &mut State) -> bool {
-        if s.threads >= self.max {
+    fn spawn(this: &Arc<Self>, s: &mut State) -> bool {
+        if s.threads >= this.max {
             return false;
         }
-        let me = self.clone();
-        let started = std::thread::Builder::new()
-            .name(format!("{}-{}", self.name, s.threads))
+        let me = Arc::clone(this);
+        let started = crate::mm::sync::thread::Builder::new()
+            .name(format!("{}-{}", this.name, s.threads))
             .spawn(move || me.work());
         if started.is_ok() {
             s.threads += 1;
@@ -216,9 +216,9 @@ pub(crate) struct InflightRa {
 
 impl InflightRa {
     /// Counts a job in; the guard counts it out when dropped (also by unwinding).
-    pub(crate) fn enter(self: &std::sync::Arc<Self>) -> InflightGuard {
-        *self.n.lock() += 1;
-        InflightGuard(self.clone())
+    pub(crate) fn enter(this: &Arc<Self>) -> InflightGuard {
+        *this.n.lock() += 1;
+        InflightGuard(Arc::clone(this))
     }
 
     /// Waits until no job of this inode is in flight.
@@ -229,14 +229,82 @@ impl InflightRa {
 }
 
 /// A job of an inode in flight.
-pub(crate) struct InflightGuard(std::sync::Arc<InflightRa>);
+pub(crate) struct InflightGuard(Arc<InflightRa>);
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
+        // The count goes down under the mutex `InflightRa::wait` re-takes when it wakes: all
+        // the job did before its guard dropped happens before the waiter goes on.
         let mut n = self.0.n.lock();
         *n -= 1;
         if *n == 0 {
             self.0.cond.notify_all();
         }
+    }
+}
+
+/// A job that runs `f` counted in flight by `guard` until `f` has returned (or unwound): the
+/// guard drops after `f`'s last use of the inode.
+pub(crate) fn counted_job(guard: InflightGuard, f: impl FnOnce() + Send + 'static) -> Job {
+    Box::new(move || {
+        let _inflight = guard;
+        f();
+    })
+}
+
+/// [`counted_job`] weakened on purpose, for the loom model that must catch it: the job counts
+/// itself out before it runs.
+#[cfg(loom)]
+pub(crate) fn counted_job_weakened(guard: InflightGuard, f: impl FnOnce() + Send + 'static) -> Job {
+    Box::new(move || {
+        drop(guard);
+        f();
+    })
+}
+
+/// The readahead handshake: a reader that handed a window to a worker waits until the
+/// window's folios are in the index ([`Handshake::wait`]), which the worker announces right
+/// after the insertion ([`HandshakeSignal::signal`]) or, if its job ends without announcing
+/// (it inserted nothing, or unwound), when its signal is dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Handshake {
+    done: Mutex<bool>,
+    cond: Condvar,
+}
+
+/// The worker's end of a [`Handshake`].
+pub(crate) struct HandshakeSignal(Arc<Handshake>);
+
+impl Handshake {
+    /// A handshake and the signal a job takes with it.
+    pub(crate) fn new() -> (Arc<Handshake>, HandshakeSignal) {
+        let h = Arc::new(Handshake::default());
+        let signal = HandshakeSignal(Arc::clone(&h));
+        (h, signal)
+    }
+
+    /// Waits for the signal (or its drop).
+    pub(crate) fn wait(&self) {
+        let done = self.done.lock();
+        // Pairs with the store under the same mutex in `HandshakeSignal::signal`: the
+        // insertion the worker made before signalling happens before the reader goes on.
+        drop(self.cond.wait_while(done, |d| !*d));
+    }
+}
+
+impl HandshakeSignal {
+    /// Announces that the window's folios are in the index.
+    pub(crate) fn signal(&self) {
+        let mut done = self.0.done.lock();
+        if !*done {
+            *done = true;
+            self.0.cond.notify_all();
+        }
+    }
+}
+
+impl Drop for HandshakeSignal {
+    fn drop(&mut self) {
+        self.signal();
     }
 }

@@ -639,7 +639,7 @@ impl CachedFile {
             let job = self.ra_job(move |m, c| {
                 let _ = readahead::do_page_cache_ra(&m.mapping, c, req);
             });
-            if let Err(job) = self.cache.async_ra.submit(job, true) {
+            if let Err(job) = super::async_ra::AsyncRa::submit(&self.cache.async_ra, job, true) {
                 job(); // no worker could start: read it now
             }
         }
@@ -674,17 +674,16 @@ impl CachedFile {
     /// index, not for their reads (`cache/async_ra.rs`). False if every worker is busy: the
     /// caller reads the window itself.
     fn start_async_ra(&self, req: RaRequest) -> bool {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let (handshake, signal) = super::async_ra::Handshake::new();
         let job = self.ra_job(move |m, c| {
-            let inserted = move || {
-                let _ = tx.try_send(());
-            };
+            let inserted = || signal.signal();
             let _ = readahead::page_cache_ra_notify(&m.mapping, c, req, Some(&inserted));
+            // A job that ends without a word (nothing inserted, or unwinding) drops `signal`,
+            // which tells the reader too: the window's folios are settled.
         });
-        match self.cache.async_ra.submit(job, false) {
+        match super::async_ra::AsyncRa::submit(&self.cache.async_ra, job, false) {
             Ok(()) => {
-                // Err: the job ended (or panicked) without a word: its folios are settled.
-                let _ = rx.recv();
+                handshake.wait();
                 true
             }
             Err(_) => false,
@@ -699,11 +698,8 @@ impl CachedFile {
     ) -> super::async_ra::Job {
         let m: Arc<Inode> = Arc::clone(&self.m);
         let c = self.cache.clone();
-        let inflight = m.ra_inflight.enter();
-        Box::new(move || {
-            let _inflight = inflight;
-            f(&m, &c);
-        })
+        let inflight = super::async_ra::InflightRa::enter(&m.ra_inflight);
+        super::async_ra::counted_job(inflight, move || f(&m, &c))
     }
 
     /// Reads many byte ranges of the file at once, each into its buffer exactly
@@ -757,7 +753,7 @@ impl CachedFile {
         let job = self.ra_job(move |m, c| {
             let _ = readahead::page_cache_ra_many(&m.mapping, c, &windows, None);
         });
-        if let Err(job) = self.cache.async_ra.submit(job, true) {
+        if let Err(job) = super::async_ra::AsyncRa::submit(&self.cache.async_ra, job, true) {
             job(); // no worker could start: read them now
         }
         Ok(())

@@ -13,6 +13,12 @@
 //! or one file with a filter, e.g. `... --lib loom_tests::refcount`. The models use only the
 //! crate's public API (`crate::` paths), as the integration tests they once were did.
 
+// The readahead workers' queue, in-flight count and handshake (`cache/async_ra.rs`), compiled
+// here on loom's primitives: the rest of `cache` is not built under loom.
+mod async_ra;
+#[path = "../cache/async_ra.rs"]
+#[allow(dead_code)]
+mod async_ra_code;
 mod cow_reuse;
 mod filetable;
 mod folio;

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use crate::cache::async_ra::AsyncRa;
 use crate::cache::error::CacheError;
 use crate::cache::sb::CacheInner;
 
@@ -22,11 +23,7 @@ type Job = Box<dyn FnOnce() + Send>;
 
 impl Serial {
     /// Queues `job`; starts a worker on the queue if none is draining it.
-    pub(super) fn submit(
-        self: &Arc<Self>,
-        pool: &std::sync::Arc<crate::cache::async_ra::AsyncRa>,
-        job: Job,
-    ) {
+    pub(super) fn submit(self: &Arc<Self>, pool: &Arc<AsyncRa>, job: Job) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.0.push_back(job);
         if st.1 {
@@ -36,7 +33,7 @@ impl Serial {
         drop(st);
         let me = self.clone();
         let drain: Job = Box::new(move || me.drain());
-        if let Err(drain) = pool.submit(drain, true) {
+        if let Err(drain) = AsyncRa::submit(pool, drain, true) {
             drain(); // no worker could be started: run them here
         }
     }
@@ -63,7 +60,7 @@ impl Serial {
 /// The job is queued at the first poll; once queued it runs to its end whether or not the
 /// future is still there.
 pub(super) struct Blocking<T: Send + 'static> {
-    pool: std::sync::Arc<crate::cache::async_ra::AsyncRa>,
+    pool: Arc<AsyncRa>,
     job: Option<Box<dyn FnOnce() -> T + Send>>,
     slot: Arc<Slot<T>>,
     /// What to do with a result nobody will read (the future was dropped first).
@@ -162,7 +159,7 @@ where
             match &this.serial {
                 Some(q) => q.submit(&this.pool, run),
                 None => {
-                    if let Err(run) = this.pool.submit(run, true) {
+                    if let Err(run) = AsyncRa::submit(&this.pool, run, true) {
                         // No worker could be started: run it here (blocking this thread).
                         run();
                     }

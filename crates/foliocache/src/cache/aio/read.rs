@@ -439,9 +439,11 @@ fn submit_miss(f: &CachedFile, m: &Inode, req: RaRequest, index: u64, shared: &A
         req,
         index,
         shared: shared.clone(),
-        _inflight: m.ra_inflight.enter(),
+        _inflight: crate::cache::async_ra::InflightRa::enter(&m.ra_inflight),
     };
-    if let Err(miss) = f.cache.async_ra.submit_batched(Box::new(miss)) {
+    if let Err(miss) =
+        crate::cache::async_ra::AsyncRa::submit_batched(&f.cache.async_ra, Box::new(miss))
+    {
         read_misses(vec![miss]);
     }
 }
