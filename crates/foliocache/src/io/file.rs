@@ -122,7 +122,7 @@ impl Backing for FileBacking {
         loop {
             match self.file.write_at(buf, offset) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => return r,
+                r => return self.planted(offset, r),
             }
         }
     }
@@ -139,18 +139,19 @@ impl Backing for FileBacking {
             let parts: Vec<&[u8]> = bufs[..n].iter().map(|b| &**b).collect();
             return self.bounce_write(&parts, offset);
         }
-        let offset = off_t(offset)?;
+        let at = off_t(offset)?;
         // SAFETY: `IoSlice` is guaranteed ABI-compatible with `struct iovec` on Unix; the
         // first `n` entries are valid buffers borrowed for the call; the descriptor is open for
         // the lifetime of `self.file`.
-        retry_interrupted(|| unsafe {
+        let r = retry_interrupted(|| unsafe {
             libc::pwritev(
                 self.file.as_raw_fd(),
                 bufs.as_ptr().cast::<libc::iovec>(),
                 n as libc::c_int,
-                offset,
+                at,
             )
-        })
+        });
+        self.planted(offset, r)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -177,7 +178,7 @@ impl Backing for FileBacking {
         loop {
             match self.file.read_at(buf, offset) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => return r,
+                r => return self.planted(offset, r),
             }
         }
     }
@@ -194,18 +195,32 @@ impl Backing for FileBacking {
             let mut parts: Vec<&mut [u8]> = bufs[..n].iter_mut().map(|b| &mut **b).collect();
             return self.bounce_read(&mut parts, offset);
         }
-        let offset = off_t(offset)?;
+        let at = off_t(offset)?;
         // SAFETY: `IoSliceMut` is guaranteed ABI-compatible with `struct iovec` on Unix; the
         // first `n` entries are valid, writable buffers borrowed mutably for the call; the
         // descriptor is open for the lifetime of `self.file`.
-        retry_interrupted(|| unsafe {
+        let r = retry_interrupted(|| unsafe {
             libc::preadv(
                 self.file.as_raw_fd(),
                 bufs.as_mut_ptr().cast::<libc::iovec>(),
                 n as libc::c_int,
-                offset,
+                at,
             )
-        })
+        });
+        self.planted(offset, r)
+    }
+}
+
+impl FileBacking {
+    /// The result of a read or write at `offset`, after the fault a test planted there
+    /// (`io::engine::faults`); the result itself outside the library's tests.
+    #[inline(always)]
+    fn planted(&self, offset: u64, r: io::Result<usize>) -> io::Result<usize> {
+        #[cfg(all(test, not(loom)))]
+        let r = super::engine::faults::on_call(self.file.as_raw_fd(), offset, r);
+        #[cfg(not(all(test, not(loom))))]
+        let _ = offset;
+        r
     }
 }
 

@@ -106,6 +106,74 @@ mod uring;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+/// Faults the tests plant at a descriptor and a file offset (`EIO`, a short count, `EAGAIN`),
+/// applied once to the result the kernel gave the next read or write there, on the engines'
+/// own paths: a ring's completions (`uring.rs`) and `FileBacking`'s system calls (the pool's
+/// workers and the synchronous engine). Only a ring applies `EAGAIN` (a blocking `preadv` on
+/// a regular file never returns it; a ring's completion may, and is queued again).
+#[cfg(all(test, not(loom)))]
+pub(crate) mod faults {
+    use std::io;
+    use std::sync::Mutex;
+
+    /// What a planted fault does to the kernel's result.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Fault {
+        /// The call fails with this errno.
+        Errno(i32),
+        /// The call moves at most this many bytes (the kernel's result is cut down to it).
+        Short(usize),
+        /// The completion is `-EAGAIN` (rings only).
+        Again,
+    }
+
+    static PLANTED: Mutex<Vec<(i32, u64, Fault)>> = Mutex::new(Vec::new());
+
+    /// Plants `fault` for the next read or write on descriptor `fd` at `offset`.
+    pub(crate) fn plant(fd: i32, offset: u64, fault: Fault) {
+        PLANTED.lock().unwrap().push((fd, offset, fault));
+    }
+
+    /// Removes every fault still planted on `fd`; returns how many there were.
+    pub(crate) fn clear(fd: i32) -> usize {
+        let mut p = PLANTED.lock().unwrap();
+        let before = p.len();
+        p.retain(|&(f, _, _)| f != fd);
+        before - p.len()
+    }
+
+    /// Takes the fault planted at `fd` and `offset` that `pred` accepts, if any.
+    fn take(fd: i32, offset: u64, pred: impl Fn(Fault) -> bool) -> Option<Fault> {
+        let mut p = PLANTED.lock().unwrap();
+        let i = p
+            .iter()
+            .position(|&(f, o, x)| f == fd && o == offset && pred(x))?;
+        Some(p.remove(i).2)
+    }
+
+    /// A ring's completion result (bytes, or `-errno`) after the fault planted there.
+    pub(crate) fn on_completion(fd: i32, offset: u64, res: i32) -> i32 {
+        match take(fd, offset, |_| true) {
+            None => res,
+            Some(Fault::Errno(e)) => -e,
+            Some(Fault::Again) => -libc::EAGAIN,
+            Some(Fault::Short(n)) if res >= 0 => res.min(n as i32),
+            Some(Fault::Short(_)) => res,
+        }
+    }
+
+    /// A system call's result after the fault planted there (`EAGAIN` stays planted for a
+    /// ring).
+    pub(crate) fn on_call(fd: i32, offset: u64, r: io::Result<usize>) -> io::Result<usize> {
+        match take(fd, offset, |f| f != Fault::Again) {
+            None => r,
+            Some(Fault::Errno(e)) => Err(io::Error::from_raw_os_error(e)),
+            Some(Fault::Short(n)) => r.map(|got| got.min(n)),
+            Some(Fault::Again) => unreachable!("not taken"),
+        }
+    }
+}
+
 use std::fmt;
 use std::io::{self, IoSlice, IoSliceMut};
 

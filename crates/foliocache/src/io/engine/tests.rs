@@ -572,7 +572,74 @@ macro_rules! every_engine {
     };
 }
 
+/// Faults planted on the engine's own path (`faults`: a ring's completions, the backing's
+/// system calls) fail, shorten or retry only their request: `EIO` fails its request alone, a
+/// short count is reported as such (the cache's runs read the rest: below), and a ring's
+/// `EAGAIN` completion is queued again and then succeeds. Writes alike.
+fn planted_faults_touch_only_their_request(e: &Engine) {
+    use super::faults::{clear, plant, Fault};
+    let data = pattern(64 << 10, 30);
+    let (f, b, _) = direct_file(&data);
+    let fd = b.raw_io().unwrap().fd;
+    let mut bufs: Vec<Aligned> = (0..4).map(|_| Aligned::new(4096)).collect();
+    let at = [0u64, 8192, 16384, 24576];
+    plant(fd, 8192, Fault::Errno(libc::EIO));
+    plant(fd, 16384, Fault::Short(512));
+    plant(fd, 24576, Fault::Again);
+    let mut reqs: Vec<Req<'_>> = bufs
+        .iter_mut()
+        .zip(at)
+        .map(|(buf, o)| Req::read(o, vec![buf.bytes_mut()]))
+        .collect();
+    e.run(&b, &mut reqs);
+    let r = results(&mut reqs);
+    drop(reqs);
+    let err = r[1].as_ref().expect_err("EIO planted");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    assert_eq!(*r[0].as_ref().unwrap(), 4096);
+    assert_eq!(*r[2].as_ref().unwrap(), 512, "short, as planted");
+    assert_eq!(
+        *r[3].as_ref().unwrap(),
+        4096,
+        "EAGAIN retried (or not planted)"
+    );
+    assert!(bufs[0].bytes() == &data[..4096]);
+    assert!(bufs[2].bytes()[..512] == data[16384..16384 + 512]);
+    assert!(bufs[3].bytes() == &data[24576..24576 + 4096]);
+    // A ring took its `EAGAIN`; the other engines never apply one.
+    let left = clear(fd);
+    assert_eq!(
+        left,
+        usize::from(e.kind() != EngineKind::Uring),
+        "faults left"
+    );
+
+    // Writes: one fails, one is cut short, the third is whole.
+    let mut w: Vec<Aligned> = (0..3).map(|_| Aligned::new(4096)).collect();
+    for (k, x) in w.iter_mut().enumerate() {
+        x.bytes_mut().fill(0xA0 + k as u8);
+    }
+    plant(fd, 32768, Fault::Errno(libc::EIO));
+    plant(fd, 40960, Fault::Short(1024));
+    let mut reqs: Vec<Req<'_>> = w
+        .iter()
+        .zip([32768u64, 40960, 49152])
+        .map(|(x, o)| Req::write(o, vec![x.bytes()]))
+        .collect();
+    e.run(&b, &mut reqs);
+    let r = results(&mut reqs);
+    assert_eq!(r[0].as_ref().unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(*r[1].as_ref().unwrap(), 1024);
+    assert_eq!(*r[2].as_ref().unwrap(), 4096);
+    assert_eq!(clear(fd), 0);
+    // (A planted fault changes what the kernel reported, not what it did: the failed and the
+    // short write may have landed; the whole one has.)
+    let on_disk = std::fs::read(f.path()).unwrap();
+    assert!(on_disk[49152..53248].iter().all(|&x| x == 0xA2));
+}
+
 every_engine!(
+    planted_faults_touch_only_their_request,
     random_reads_match_pread,
     a_batch_bigger_than_the_ring_completes,
     vectored_reads_scatter_in_order,
@@ -1022,4 +1089,138 @@ fn bounce_write_at_eof_sets_the_exact_size() {
     model.resize(12_000, 0);
     model.extend_from_slice(&w);
     assert!(std::fs::read(f.path()).unwrap() == model);
+}
+
+// ---- planted faults through the cache ------------------------------------------------------
+
+/// The descriptors this process holds open on `path`.
+fn fds_of(path: &std::path::Path) -> Vec<i32> {
+    let want = path.canonicalize().unwrap();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            (target == want).then(|| e.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// A window of 64 pages read through the cache on a direct-I/O file, under each engine, with
+/// `EIO` planted on the second 128 KiB request and a short count on the first: under the
+/// engines that batch (pool, io_uring) the window's first request is cached whole (its short
+/// read finished by a second call), the second request's folios alone fail, and a later read
+/// of them retries and succeeds. The synchronous engine reads the window as one run: the short
+/// count is finished the same way, and the call covering the second half never starts at the
+/// planted offset. Every byte equals the file's.
+#[test]
+fn planted_faults_fail_only_their_folios_through_the_cache() {
+    use super::faults::{clear, plant, Fault};
+    use crate::{CacheError, Config, FolioCache};
+    const PAGE: usize = 4096;
+    for choice in [IoEngine::Pool, IoEngine::Uring, IoEngine::Sync] {
+        if choice == IoEngine::Uring && engine("uring").is_none() {
+            continue;
+        }
+        let data = pattern(64 * PAGE, 31);
+        let f = temp_file(&data);
+        let c = FolioCache::new(
+            Config::new(4 << 20)
+                .readahead_pages(64)
+                // Order-0 folios: a request boundary may fall anywhere.
+                .max_folio_order(0)
+                .io_engine(choice)
+                .direct_io(DirectIo::On),
+        )
+        .unwrap();
+        let file = c.open(f.path()).unwrap();
+        let batched = c.io_engine() != EngineKind::Sync;
+        // The cache's own descriptor (the test's handle on the file is not one).
+        let fds: Vec<i32> = fds_of(f.path())
+            .into_iter()
+            .filter(|&fd| fd != f.as_file().as_raw_fd())
+            .collect();
+        assert_eq!(fds.len(), 1, "{choice}: the cache's descriptor");
+        for &fd in &fds {
+            plant(fd, 0, Fault::Short(PAGE));
+            plant(fd, 32 * PAGE as u64, Fault::Errno(libc::EIO));
+        }
+        let r = file.readahead(0..64 * PAGE as u64);
+        if batched {
+            match r {
+                Err(CacheError::Io { offset, source, .. }) => {
+                    assert_eq!(offset, 32 * PAGE as u64, "{choice}");
+                    assert_eq!(source.raw_os_error(), Some(libc::EIO), "{choice}");
+                }
+                other => panic!("{choice}: {other:?}"),
+            }
+            assert_eq!(
+                file.cached_pages(),
+                32,
+                "{choice}: the first request's folios"
+            );
+        } else {
+            assert_eq!(r.unwrap(), 64, "{choice}");
+        }
+        let left: usize = fds.iter().map(|&fd| clear(fd)).sum();
+        assert_eq!(left, usize::from(!batched), "{choice}: faults left");
+        let mut all = vec![0u8; 64 * PAGE];
+        file.read_exact_at(&mut all, 0).unwrap();
+        assert!(all == data, "{choice}: the bytes");
+        assert_eq!(file.cached_pages(), 64);
+        drop(file);
+        c.validate().unwrap();
+    }
+}
+
+/// Writeback through each engine with faults planted on its writes: a write cut short goes on
+/// from where it stopped, and an `EIO` on the other run's write fails the sync that covers it,
+/// once (the next sync, with nothing new, succeeds); the run written whole is on disk.
+#[test]
+fn planted_faults_on_writeback_are_finished_or_reported_once() {
+    use super::faults::{clear, plant, Fault};
+    use crate::{CacheError, Config, FolioCache};
+    const PAGE: usize = 4096;
+    for choice in [IoEngine::Pool, IoEngine::Uring, IoEngine::Sync] {
+        if choice == IoEngine::Uring && engine("uring").is_none() {
+            continue;
+        }
+        let data = pattern(32 * PAGE, 32);
+        let f = temp_file(&data);
+        let c = FolioCache::new(
+            Config::new(4 << 20)
+                .io_engine(choice)
+                .direct_io(DirectIo::On),
+        )
+        .unwrap();
+        let file = c
+            .open_with(f.path(), crate::OpenOptions::new().write(true))
+            .unwrap();
+        let fd = fds_of(f.path())
+            .into_iter()
+            .find(|&fd| fd != f.as_file().as_raw_fd())
+            .expect("the cache's descriptor");
+        // Two dirty runs: pages 0..8 and 16..24.
+        let (a, b) = (vec![0x5Au8; 8 * PAGE], vec![0xA5u8; 8 * PAGE]);
+        file.write_all_at(&a, 0).unwrap();
+        file.write_all_at(&b, 16 * PAGE as u64).unwrap();
+        plant(fd, 0, Fault::Short(PAGE));
+        plant(fd, 16 * PAGE as u64, Fault::Errno(libc::EIO));
+        match file.sync_data() {
+            Err(CacheError::Writeback { source, .. }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::EIO), "{choice}")
+            }
+            other => panic!("{choice}: {other:?}"),
+        }
+        assert_eq!(clear(fd), 0, "{choice}: both faults fired");
+        file.sync_data()
+            .unwrap_or_else(|e| panic!("{choice}: reported twice: {e}"));
+        let on_disk = std::fs::read(f.path()).unwrap();
+        assert!(
+            on_disk[..8 * PAGE] == a[..],
+            "{choice}: the short write was finished"
+        );
+        drop(file);
+        c.validate().unwrap();
+    }
 }

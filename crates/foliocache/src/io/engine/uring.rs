@@ -323,6 +323,7 @@ fn run_batch(
     let mut batch = Batch {
         ring: Some(ring),
         in_flight: 0,
+        fd: raw.fd,
     };
     batch.fill(&mut queue, &sqes);
     let mut ok = Ok(());
@@ -362,6 +363,9 @@ struct Batch {
     ring: Option<Ring>,
     /// Requests pushed and not yet reaped: in the submission queue or in the kernel.
     in_flight: usize,
+    /// The descriptor every request of the batch reads or writes.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fd: i32,
 }
 
 impl Batch {
@@ -460,10 +464,14 @@ impl Batch {
     /// after `EAGAIN` or `EINTR`.
     fn reap(&mut self, reqs: &mut [Req<'_>], queue: &mut VecDeque<usize>, on_done: OnDone<'_>) {
         let mut reaped = 0;
+        #[cfg(all(test, not(loom)))]
+        let fd = self.fd;
         for cqe in self.ring().completion() {
             reaped += 1;
             let i = cqe.user_data() as usize;
             let res = cqe.result();
+            #[cfg(all(test, not(loom)))]
+            let res = super::faults::on_completion(fd, reqs[i].offset, res);
             if res == -libc::EAGAIN || res == -libc::EINTR {
                 queue.push_back(i);
                 continue;
