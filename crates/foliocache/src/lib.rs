@@ -201,7 +201,7 @@ pub use cache::{
     OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, ReadAt, BLOCK_CACHE_INACTIVE_RATIO,
     DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
-pub use io::{DirectIo, EngineKind, IoEngine};
+pub use io::{DirectIo, EngineKind, IoEngine, IoMode};
 /// The page size, 4 KiB: a file is cached in pages of this many bytes, page `i` holding
 /// bytes `i * PAGE_SIZE ..`; a folio holds 1, 2, 4, ... 512 consecutive pages.
 pub use mm::folio::PAGE_SIZE;

@@ -611,3 +611,77 @@ fn a_file_closed_while_its_reads_are_in_flight_leaves_nothing_behind() {
         assert_eq!(cache.stats().allocated_pages, baseline, "round {round}");
     }
 }
+
+/// `DirectIo::Uncached`: a buffered file whose reads and writes pass `RWF_DONTCACHE` leaves
+/// (almost) nothing in the kernel's page cache, read cold or written and synced, where the
+/// kernel and the file system take the flag; elsewhere (an older kernel, tmpfs) the file is
+/// plainly buffered and says so. `io_mode` reports each mode.
+#[test]
+fn an_uncached_buffered_file_leaves_nothing_in_the_kernel_cache() {
+    let Some(dir) = disk_dir() else { return };
+    if std::env::var_os("FOLIOCACHE_DIRECT_IO").is_some() {
+        eprintln!("FOLIOCACHE_DIRECT_IO forces a mode: this test did not run");
+        return;
+    }
+    let path = dir.path().join("uncached");
+    let len = 4 << 20;
+    let data = pattern(len, 11);
+    std::fs::write(&path, &data).unwrap();
+    drop_kernel_cache(&path);
+    // What the kernel and this file system take, asked directly.
+    let mut probe = foliocache::backing::FileBacking::open(&path).unwrap();
+    let supported = probe.enable_dontcache().unwrap();
+    drop(probe);
+
+    let cache = FolioCache::new(Config::new(16 << 20).direct_io(DirectIo::Uncached)).unwrap();
+    let file = cache
+        .open_with(&path, OpenOptions::new().write(true))
+        .unwrap();
+    let want = if supported {
+        foliocache::IoMode::Uncached
+    } else {
+        foliocache::IoMode::Buffered
+    };
+    assert_eq!(file.io_mode(), want);
+    assert_eq!(file.direct_io(), None);
+    let mut buf = vec![0u8; 128 << 10];
+    for at in (0..len).step_by(buf.len()) {
+        file.read_exact_at(&mut buf, at as u64).unwrap();
+        assert!(buf[..] == data[at..at + buf.len()], "bytes at {at}");
+    }
+    let after_read = kernel_resident_pct(&path);
+    file.write_all_at(&vec![0xEE; 1 << 20], 0).unwrap();
+    file.sync_data().unwrap();
+    let after_write = kernel_resident_pct(&path);
+    eprintln!("kernel residency: {after_read:.1}% after a cold read, {after_write:.1}% after a synced write");
+    if supported {
+        assert!(
+            after_read <= 1.0,
+            "read uncached: {after_read:.1}% in the kernel's cache"
+        );
+        assert!(
+            after_write <= 1.0,
+            "written uncached: {after_write:.1}% in the kernel's cache"
+        );
+    }
+    drop(file);
+    let mut model = data.clone();
+    model[..1 << 20].fill(0xEE);
+    assert!(std::fs::read(&path).unwrap() == model);
+
+    // The default on the same file system: direct I/O.
+    let direct = FolioCache::new(Config::new(1 << 20)).unwrap();
+    let f = direct.open(&path).unwrap();
+    assert!(matches!(f.io_mode(), foliocache::IoMode::Direct { align } if align > 0));
+    // tmpfs takes no RWF_DONTCACHE: plainly buffered.
+    if Path::new("/dev/shm").is_dir() {
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let p = shm.path().join("f");
+        std::fs::write(&p, &data[..10_000]).unwrap();
+        let f = cache.open(&p).unwrap();
+        assert_eq!(f.io_mode(), foliocache::IoMode::Buffered, "tmpfs");
+        let mut b = vec![0u8; 10_000];
+        f.read_exact_at(&mut b, 0).unwrap();
+        assert!(b[..] == data[..10_000]);
+    }
+}

@@ -173,6 +173,32 @@ impl CachedFile {
         }
     }
 
+    /// How the cache reads and writes this file: direct I/O, buffered with the kernel told to
+    /// drop its copy, or plainly buffered ([`Config::direct_io`](crate::Config::direct_io)
+    /// chooses; the file system decides what is possible).
+    ///
+    /// ```
+    /// # use foliocache::{Config, FolioCache, IoMode};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # std::fs::write(dir.path().join("data"), b"hello")?;
+    /// let cache = FolioCache::new(Config::new(1 << 20))?;
+    /// let file = cache.open(dir.path().join("data"))?;
+    /// match file.io_mode() {
+    ///     IoMode::Direct { align } => println!("direct I/O, {align}-byte alignment"),
+    ///     mode => println!("{mode}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn io_mode(&self) -> crate::IoMode {
+        self.with_mapping(|m| match (m.key, m.mapping.dio_align, m.dontcache) {
+            (None, _, _) => crate::IoMode::Backing,
+            (_, 0, true) => crate::IoMode::Uncached,
+            (_, 0, false) => crate::IoMode::Buffered,
+            (_, align, _) => crate::IoMode::Direct { align },
+        })
+    }
+
     /// The file size in bytes (`i_size`): the size the file had when the cache last looked
     /// at it (at `open`, or [`CachedFile::refresh`]).
     pub fn len(&self) -> u64 {

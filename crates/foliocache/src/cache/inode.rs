@@ -244,6 +244,8 @@ pub(crate) struct Inode {
     /// the cache's, or the device's for a file under direct I/O; see
     /// [`Config::readahead_pages`](crate::Config::readahead_pages)).
     pub(crate) ra_pages: usize,
+    /// Buffered reads and writes pass `RWF_DONTCACHE` (`FileBacking::enable_dontcache`).
+    pub(crate) dontcache: bool,
 }
 
 impl std::fmt::Debug for Inode {

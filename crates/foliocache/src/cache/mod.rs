@@ -363,7 +363,7 @@ impl FolioCache {
                 mode => Some(mode),
             },
         };
-        if let Some(mode) = direct {
+        if let Some(mode) = direct.filter(|&m| m != DirectIo::Uncached) {
             let enabled = fb.enable_direct().map_err(|source| CacheError::Open {
                 path: path.to_path_buf(),
                 source,
@@ -380,6 +380,14 @@ impl FolioCache {
             }
         }
         let dio_align = fb.direct_alignment();
+        // A buffered file keeps the kernel from caching it too where the kernel can
+        // (`RWF_DONTCACHE`): the fallback of `Auto`, and `Uncached`. Later descriptors follow
+        // the inode's first. A probe that fails leaves the file plainly buffered.
+        let dontcache = match &found {
+            Some(m) => m.dontcache,
+            None => dio_align == 0 && matches!(c.direct_io, DirectIo::Auto | DirectIo::Uncached),
+        };
+        let dontcache = dontcache && fb.enable_dontcache().unwrap_or(false);
         // `file_ra_state_init`: the device's window for a file only our readahead streams,
         // but no more than an eighth of the budget (a window that large would evict what the
         // windows before it read: the kernel's memory is never that small next to it).
@@ -403,6 +411,7 @@ impl FolioCache {
                     FileIo {
                         max_bytes,
                         dio_align,
+                        dontcache,
                         ra_pages,
                     },
                 );
@@ -470,6 +479,7 @@ impl FolioCache {
             FileIo {
                 max_bytes: limits::MAX_FILE_SIZE,
                 dio_align: 0,
+                dontcache: false,
                 ra_pages: self.inner.config.ra_pages,
             },
         );
@@ -489,6 +499,7 @@ impl FolioCache {
         let FileIo {
             max_bytes,
             dio_align,
+            dontcache,
             ra_pages,
         } = io;
         let pages = Index::with_shadow_nodes(
@@ -511,6 +522,7 @@ impl FolioCache {
             latches: inode::Latches::new(),
             ra_inflight: Default::default(),
             ra_pages,
+            dontcache,
             mapping: AddressSpace::new(
                 pages,
                 backing,
@@ -820,6 +832,8 @@ struct FileIo {
     max_bytes: u64,
     /// The direct-I/O alignment, 0 for buffered I/O.
     dio_align: u32,
+    /// Buffered I/O with `RWF_DONTCACHE`.
+    dontcache: bool,
     /// The readahead window a handle starts with.
     ra_pages: usize,
 }

@@ -23,6 +23,14 @@ use crate::mm::sync::Mutex;
 /// holds the end of the file is written whole, and the true size restored, under a lock that
 /// [`Backing::set_len`] takes too).
 ///
+/// # Buffered, uncached
+///
+/// Where the file stays buffered, [`FileBacking::enable_dontcache`] makes every read and
+/// write pass `RWF_DONTCACHE` (`preadv2`/`pwritev2`, Linux 6.14 on, for file systems that
+/// take it: ext4, XFS, btrfs, not tmpfs): the kernel drops its copy of the bytes once they
+/// are read, or written back, so the file is still not cached twice. (Where the kernel keeps
+/// written pages anyway, a sync drops them: see `drop_behind`.)
+///
 /// [`FolioCache::open`]: crate::FolioCache::open
 #[derive(Debug)]
 pub struct FileBacking {
@@ -30,6 +38,8 @@ pub struct FileBacking {
     path: PathBuf,
     /// The direct-I/O alignment (0: buffered).
     align: u32,
+    /// Buffered reads and writes pass `RWF_DONTCACHE`.
+    dontcache: bool,
     /// Held by the bounce write (from its `fstat` to its size restore) and by `set_len`.
     size_lock: Mutex<()>,
 }
@@ -47,8 +57,49 @@ impl FileBacking {
             file,
             path: path.into(),
             align: 0,
+            dontcache: false,
             size_lock: Mutex::new(()),
         }
+    }
+
+    /// Makes the buffered reads and writes of this file pass `RWF_DONTCACHE`, if the kernel
+    /// and the file system take it (a one-byte read at offset 0 asks them): returns whether
+    /// they do. A file under direct I/O needs no such flag and gets none (false).
+    pub fn enable_dontcache(&mut self) -> io::Result<bool> {
+        if self.align != 0 {
+            return Ok(false);
+        }
+        if self.dontcache {
+            return Ok(true);
+        }
+        let mut probe = [0u8; 1];
+        let iov = libc::iovec {
+            iov_base: probe.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        // SAFETY: one valid iovec over a live, writable byte; the descriptor is ours.
+        let r = retry_interrupted(|| unsafe {
+            libc::preadv2(self.file.as_raw_fd(), &iov, 1, 0, RWF_DONTCACHE)
+        });
+        match r {
+            Ok(_) => {
+                self.dontcache = true;
+                Ok(true)
+            }
+            // An older kernel (an unknown flag) or a file system without it.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+                Ok(false)
+            }
+            // A descriptor open for writing only cannot be probed by reading: leave it.
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether buffered reads and writes pass `RWF_DONTCACHE`
+    /// ([`FileBacking::enable_dontcache`]).
+    pub fn dontcache(&self) -> bool {
+        self.dontcache
     }
 
     /// Switches the descriptor to direct I/O (`O_DIRECT`) if the file system supports it for
@@ -119,6 +170,9 @@ impl Backing for FileBacking {
         if !self.fits(offset, [(buf.as_ptr() as usize, buf.len())]) {
             return self.bounce_write(&[buf], offset);
         }
+        if self.dontcache {
+            return self.write_vectored_at(&[IoSlice::new(buf)], offset);
+        }
         loop {
             match self.file.write_at(buf, offset) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -140,26 +194,32 @@ impl Backing for FileBacking {
             return self.bounce_write(&parts, offset);
         }
         let at = off_t(offset)?;
+        let flags = self.rw_flags();
         // SAFETY: `IoSlice` is guaranteed ABI-compatible with `struct iovec` on Unix; the
         // first `n` entries are valid buffers borrowed for the call; the descriptor is open for
         // the lifetime of `self.file`.
         let r = retry_interrupted(|| unsafe {
-            libc::pwritev(
+            libc::pwritev2(
                 self.file.as_raw_fd(),
                 bufs.as_ptr().cast::<libc::iovec>(),
                 n as libc::c_int,
                 at,
+                flags,
             )
         });
         self.planted(offset, r)
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.file.sync_data()
+        self.file.sync_data()?;
+        self.drop_behind();
+        Ok(())
     }
 
     fn sync_all(&self) -> io::Result<()> {
-        self.file.sync_all()
+        self.file.sync_all()?;
+        self.drop_behind();
+        Ok(())
     }
 
     fn set_len(&self, size: u64) -> io::Result<()> {
@@ -174,6 +234,9 @@ impl Backing for FileBacking {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if !self.fits(offset, [(buf.as_ptr() as usize, buf.len())]) {
             return self.bounce_read(&mut [buf], offset);
+        }
+        if self.dontcache {
+            return self.read_vectored_at(&mut [IoSliceMut::new(buf)], offset);
         }
         loop {
             match self.file.read_at(buf, offset) {
@@ -196,15 +259,17 @@ impl Backing for FileBacking {
             return self.bounce_read(&mut parts, offset);
         }
         let at = off_t(offset)?;
+        let flags = self.rw_flags();
         // SAFETY: `IoSliceMut` is guaranteed ABI-compatible with `struct iovec` on Unix; the
         // first `n` entries are valid, writable buffers borrowed mutably for the call; the
         // descriptor is open for the lifetime of `self.file`.
         let r = retry_interrupted(|| unsafe {
-            libc::preadv(
+            libc::preadv2(
                 self.file.as_raw_fd(),
                 bufs.as_mut_ptr().cast::<libc::iovec>(),
                 n as libc::c_int,
                 at,
+                flags,
             )
         });
         self.planted(offset, r)
@@ -212,6 +277,30 @@ impl Backing for FileBacking {
 }
 
 impl FileBacking {
+    /// After a sync of an uncached file: drops the kernel's clean pages of it. `RWF_DONTCACHE`
+    /// should have dropped each written page when its writeback ended, but the kernel skips
+    /// that when the completion runs in interrupt context (Linux 6.18 on ext4 here: every
+    /// page of a synced 1 MiB write stayed cached); after the sync they are all clean, and
+    /// `POSIX_FADV_DONTNEED` drops them. (Pages written back by the kernel without a sync of
+    /// ours may stay until its reclaim takes them.)
+    fn drop_behind(&self) {
+        if self.dontcache {
+            // SAFETY: plain integer arguments on a descriptor this backing owns. A failure
+            // only leaves clean pages cached, which is what a buffered file always had.
+            unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
+
+    /// The `RWF_*` flags of this file's `preadv2`/`pwritev2` calls.
+    #[inline]
+    fn rw_flags(&self) -> libc::c_int {
+        if self.dontcache {
+            RWF_DONTCACHE
+        } else {
+            0
+        }
+    }
+
     /// The result of a read or write at `offset`, after the fault a test planted there
     /// (`io::engine::faults`); the result itself outside the library's tests.
     #[inline(always)]
@@ -223,6 +312,10 @@ impl FileBacking {
         r
     }
 }
+
+/// `RWF_DONTCACHE` (`include/uapi/linux/fs.h`, Linux 6.14): buffered I/O whose pages the
+/// kernel drops once read or written back (not yet in the `libc` crate).
+const RWF_DONTCACHE: libc::c_int = 0x80;
 
 /// A file offset as `off_t`, or `InvalidInput` past its range.
 fn off_t(offset: u64) -> io::Result<libc::off_t> {

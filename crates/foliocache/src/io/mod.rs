@@ -69,7 +69,7 @@ mod kernel;
 mod run;
 
 pub use backing::{Backing, FileAttrs, MemBacking, RawIo};
-pub use engine::{uring_setup_flags, DirectIo, EngineKind, IoEngine};
+pub use engine::{uring_setup_flags, DirectIo, EngineKind, IoEngine, IoMode};
 pub use fault::FaultyBacking;
 pub use file::{device_readahead_pages, dio_alignment, FileBacking};
 pub use kernel::{drop_kernel_cache, kernel_residency};

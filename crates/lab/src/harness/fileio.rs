@@ -66,6 +66,9 @@ pub struct IoSetup {
     /// The direct-I/O alignment a file in the directory got
     /// ([`CachedFile::direct_io`](foliocache::CachedFile::direct_io)), `None` when buffered.
     pub direct_align: Option<u32>,
+    /// Whether a buffered file there is uncached (`RWF_DONTCACHE`,
+    /// [`IoMode::Uncached`](foliocache::IoMode::Uncached)).
+    pub uncached: bool,
 }
 
 impl IoSetup {
@@ -100,12 +103,17 @@ impl IoSetup {
             direct_asked: args.direct,
             engine: cache.io_engine(),
             direct_align: file.direct_io(),
+            uncached: file.io_mode() == foliocache::IoMode::Uncached,
         })
     }
 
-    /// `direct (align N)` or `buffered`.
+    /// `direct (align N)`, `buffered, uncached` or `buffered`.
     pub fn mode(&self) -> String {
-        mode_name(self.direct_align)
+        if self.uncached {
+            "buffered, uncached".into()
+        } else {
+            mode_name(self.direct_align)
+        }
     }
 
     /// The header line: `files in DIR (FS); foliocache I/O: engine E, MODE (asked: --io A
@@ -123,7 +131,7 @@ impl IoSetup {
     }
 
     /// The report's `params` fields (see `docs/LAB-RESULTS.md`): `dir`, `filesystem`,
-    /// `io_engine`, `io_engine_asked`, `io_mode` (`direct` or `buffered`), `direct_io_align`
+    /// `io_engine`, `io_engine_asked`, `io_mode` (`direct`, `uncached` or `buffered`), `direct_io_align`
     /// (`null` when buffered), `direct_io_asked`.
     pub fn params(&self) -> Value {
         json!({
@@ -131,7 +139,11 @@ impl IoSetup {
             "filesystem": self.filesystem.name(),
             "io_engine": self.engine.name(),
             "io_engine_asked": self.engine_asked.name(),
-            "io_mode": if self.direct_align.is_some() { "direct" } else { "buffered" },
+            "io_mode": match (self.direct_align, self.uncached) {
+                (Some(_), _) => "direct",
+                (None, true) => "uncached",
+                (None, false) => "buffered",
+            },
             "direct_io_align": self.direct_align,
             "direct_io_asked": self.direct_asked.name(),
         })

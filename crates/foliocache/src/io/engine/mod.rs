@@ -265,28 +265,71 @@ pub enum DirectIo {
     On,
     /// Always through the kernel's page cache (every byte cached twice).
     Off,
+    /// Buffered, uncached: no `O_DIRECT` (no alignment rules, the kernel's own readahead),
+    /// but every read and write passes `RWF_DONTCACHE`, so the kernel drops its copy once
+    /// the bytes are read or written back (Linux 6.14 on; ext4, XFS and btrfs take it). Plain
+    /// buffered I/O where the kernel or the file system does not take it (tmpfs).
+    Uncached,
 }
 
 impl DirectIo {
     /// Every choice, `auto` first.
-    pub const ALL: [DirectIo; 3] = [DirectIo::Auto, DirectIo::On, DirectIo::Off];
+    pub const ALL: [DirectIo; 4] = [
+        DirectIo::Auto,
+        DirectIo::On,
+        DirectIo::Off,
+        DirectIo::Uncached,
+    ];
 
-    /// The stable name (`auto`, `on`, `off`).
+    /// The stable name (`auto`, `on`, `off`, `uncached`).
     pub fn name(self) -> &'static str {
         match self {
             DirectIo::Auto => "auto",
             DirectIo::On => "on",
             DirectIo::Off => "off",
+            DirectIo::Uncached => "uncached",
         }
     }
 
-    /// The choice `FOLIOCACHE_DIRECT_IO` names (`auto`, `on`, `off`) if it is set, else
+    /// The choice `FOLIOCACHE_DIRECT_IO` names (`auto`, `on`, `off`, `uncached`) if it is set, else
     /// `self`: the environment overrides a configuration, so a test suite can run under
     /// each mode. An unknown value is an error naming the variable.
     pub(crate) fn resolve_env(self) -> Result<DirectIo, crate::UnknownVariant> {
         match std::env::var("FOLIOCACHE_DIRECT_IO") {
             Ok(v) if !v.is_empty() => <DirectIo as crate::Variant>::from_name(&v),
             _ => Ok(self),
+        }
+    }
+}
+
+/// How the cache reads and writes one file ([`CachedFile::io_mode`](crate::CachedFile::io_mode)),
+/// chosen at the inode's first open from [`DirectIo`] and what the file system offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IoMode {
+    /// Direct I/O (`O_DIRECT`) with requests aligned to `align` bytes: the bytes move
+    /// between the device and the cache's frames, and the kernel keeps no copy.
+    Direct {
+        /// The file's direct-I/O alignment (`statx`'s `STATX_DIOALIGN`).
+        align: u32,
+    },
+    /// Buffered with `RWF_DONTCACHE`: the kernel drops its copy once the bytes are read or
+    /// written back.
+    Uncached,
+    /// Buffered through the kernel's page cache, which keeps a second copy.
+    Buffered,
+    /// A backing of the caller's ([`FolioCache::open_backing`](crate::FolioCache::open_backing)),
+    /// which does its own I/O.
+    Backing,
+}
+
+impl fmt::Display for IoMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IoMode::Direct { align } => write!(f, "direct I/O (alignment {align} bytes)"),
+            IoMode::Uncached => f.write_str("buffered, uncached (RWF_DONTCACHE)"),
+            IoMode::Buffered => f.write_str("buffered (the kernel caches it too)"),
+            IoMode::Backing => f.write_str("the backing's own I/O"),
         }
     }
 }
