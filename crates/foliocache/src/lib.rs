@@ -101,10 +101,23 @@
 //!   the old bytes (a snapshot of the pages it holds, not of the file). A later read or pin
 //!   sees the write.
 //!
+//! **The write-ahead rule.** An engine with a write-ahead log can put uncommitted changes
+//! into cached pages: write each change with its log sequence number
+//! ([`CachedFile::write_at_lsn`], [`FolioMut::set_lsn`]) and give the cache its log
+//! ([`FolioCache::set_write_ahead_log`]; [`FolioCache::log_durable`] after the engine's own
+//! group commit). Every writeback path (a sync, the flusher, a writer at the dirty limit,
+//! `set_budget`) then writes a page only once the log is durable up to the highest number of
+//! the changes it holds, calling [`WriteAheadLog::flush_log`] when it is not yet (PostgreSQL's
+//! `FlushBuffer` calling `XLogFlush`). If the log cannot be flushed, those pages stay dirty
+//! (the others are written), a sync fails with [`CacheError::WriteAheadLog`], and a writer at
+//! the dirty limit goes over it rather than wait for its own commit.
+//!
 //! **I/O.** The cache reads and writes its files itself: with direct I/O (`O_DIRECT`) where
 //! the file system has it (ext4, XFS, btrfs), so the kernel's page cache keeps no second copy,
+//! buffered with `RWF_DONTCACHE` where a file system has no direct I/O but takes that flag,
 //! and through the kernel's page cache elsewhere (tmpfs, most FUSE and network file systems)
-//! ([`Config::direct_io`], [`CachedFile::direct_io`]). Requests go through io_uring (one ring
+//! ([`Config::direct_io`], [`CachedFile::io_mode`]). Fault injection on the engines' own
+//! paths (errors, short counts, `EAGAIN`) is tested per engine. Requests go through io_uring (one ring
 //! per thread) or, where it is disabled, a pool of I/O threads ([`Config::io_engine`],
 //! [`FolioCache::io_engine`]): a readahead window, a many-range read
 //! ([`CachedFile::read_ranges`]) and a writeback pass keep many requests in flight, and on a
@@ -198,8 +211,8 @@ pub use cache::AsyncCursor;
 pub use cache::{
     Advice, AsyncFile, BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError,
     Eviction, EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, OpenOptions,
-    OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, ReadAt, BLOCK_CACHE_INACTIVE_RATIO,
-    DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
+    OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, ReadAt, WriteAheadLog,
+    BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
 pub use io::{DirectIo, EngineKind, IoEngine, IoMode};
 /// The page size, 4 KiB: a file is cached in pages of this many bytes, page `i` holding

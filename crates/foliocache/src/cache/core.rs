@@ -49,6 +49,8 @@ pub(crate) struct Core {
     pub(crate) engine: crate::io::engine::Engine,
     /// [`Config::direct_io`], with `FOLIOCACHE_DIRECT_IO` applied.
     pub(crate) direct_io: crate::io::DirectIo,
+    /// The engine's write-ahead log and its durable point (`cache/wal.rs`).
+    pub(crate) log: super::wal::LogState,
 }
 
 impl std::fmt::Debug for Core {
@@ -146,5 +148,13 @@ impl crate::mm::writeback::WbHost for Core {
         if self.lru.rotate_reclaimable(&self.arena, folio) {
             self.counters.inc(Event::ReclaimRotated);
         }
+    }
+
+    fn flush_log(&self, lsn: u64) -> std::io::Result<()> {
+        self.log.flush(lsn)
+    }
+
+    fn durable_lsn(&self) -> u64 {
+        self.log.durable()
     }
 }

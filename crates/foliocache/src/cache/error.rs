@@ -94,6 +94,15 @@ pub enum CacheError {
         /// The backing's error (its `errno` as recorded in the file's error sequence).
         source: io::Error,
     },
+    /// A sync could not write pages back because the engine's write-ahead log could not be
+    /// made durable up to their changes ([`WriteAheadLog::flush_log`](crate::WriteAheadLog::flush_log)
+    /// failed, or the cache has no log): those pages were not written and are still dirty.
+    WriteAheadLog {
+        /// The file whose pages wait.
+        path: PathBuf,
+        /// The log's error.
+        source: io::Error,
+    },
     /// An argument was out of range.
     InvalidArgument {
         /// What was wrong and what is accepted.
@@ -212,6 +221,13 @@ impl fmt::Display for CacheError {
                  may be lost: write it again and sync",
                 path.display()
             ),
+            CacheError::WriteAheadLog { path, source } => write!(
+                f,
+                "pages of {} were not written back: the write-ahead log could not be made \
+                 durable up to their changes ({source}); they stay dirty: fix the log and sync \
+                 again",
+                path.display()
+            ),
             CacheError::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
             CacheError::PinLimit {
                 pinned_pages,
@@ -263,7 +279,8 @@ impl std::error::Error for CacheError {
             CacheError::Open { source, .. }
             | CacheError::Io { source, .. }
             | CacheError::IoEngine { source, .. }
-            | CacheError::Writeback { source, .. } => Some(source),
+            | CacheError::Writeback { source, .. }
+            | CacheError::WriteAheadLog { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -293,7 +310,7 @@ impl From<crate::mm::folio::ArenaError> for CacheError {
 ///
 /// | `CacheError` | `io::ErrorKind` |
 /// |---|---|
-/// | `Open`, `Io`, `Writeback` | the operating system error's own kind (`NotFound` for a missing file) |
+/// | `Open`, `Io`, `Writeback`, `WriteAheadLog` | the operating system error's own kind (`NotFound` for a missing file) |
 /// | `Unsupported` (a directory, a FIFO...) | `Unsupported` |
 /// | `NotWritable` | `PermissionDenied` |
 /// | `FileChanged` | `InvalidData` |
@@ -307,6 +324,7 @@ impl From<CacheError> for io::Error {
             CacheError::Open { source, .. }
             | CacheError::Io { source, .. }
             | CacheError::Writeback { source, .. }
+            | CacheError::WriteAheadLog { source, .. }
             | CacheError::Spawn(source)
             | CacheError::IoEngine { source, .. }
             | CacheError::Arena(ArenaError::Map(source)) => source.kind(),

@@ -69,6 +69,9 @@ pub struct FolioMut<'f> {
     new: std::ptr::NonNull<crate::mm::folio::Folio>,
     /// The file's bytes in the page.
     valid: usize,
+    /// The highest log sequence number of the changes made through the guard
+    /// ([`FolioMut::set_lsn`]).
+    lsn: u64,
     done: bool,
 }
 
@@ -126,6 +129,7 @@ impl CachedFile {
             old,
             new,
             valid,
+            lsn: 0,
             done: false,
         })
     }
@@ -180,6 +184,13 @@ impl FolioMut<'_> {
         self.index
     }
 
+    /// Says that the changes made through the guard were logged at `lsn` in the engine's
+    /// write-ahead log (the highest number given is kept): once committed, the page reaches
+    /// the file only after the log is durable up to it ([`CachedFile::write_at_lsn`]).
+    pub fn set_lsn(&mut self, lsn: u64) {
+        self.lsn = self.lsn.max(lsn);
+    }
+
     /// Publishes the changes now (what dropping the guard does).
     pub fn commit(mut self) {
         self.finish(true);
@@ -210,7 +221,7 @@ impl FolioMut<'_> {
         }
         let c = self.file.cache.clone();
         let m = self.mapping.clone();
-        let index = self.index;
+        let (index, lsn) = (self.index, self.lsn);
         let (old, mut new) = self.take();
         if !commit {
             // The copy is freed with its last reference, never having been in an index.
@@ -232,7 +243,7 @@ impl FolioMut<'_> {
             publish_copy(&c, &m, index, old, &new);
             c.folio_added(&new, None);
             c.counters.inc(Event::WritesReplaced);
-            write_end(&c, &m, new, 0);
+            write_end(&c, &m, new, 0, lsn);
         }
         m.latches.remove(index);
         c.pin_uncharge(2);

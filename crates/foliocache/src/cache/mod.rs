@@ -147,6 +147,7 @@ mod split;
 mod stats;
 mod sync;
 mod truncate;
+mod wal;
 mod worker;
 mod write;
 mod writeback;
@@ -170,6 +171,7 @@ pub use latch::FolioMut;
 pub use range::{OwnedRange, PinnedRange};
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
+pub use wal::WriteAheadLog;
 pub use write::OpenOptions;
 
 use self::core::Core;
@@ -242,6 +244,7 @@ impl FolioCache {
                     budget,
                     engine,
                     direct_io,
+                    log: Default::default(),
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),

@@ -67,7 +67,7 @@ impl CachedFile {
         c.counters.inc(Event::Syncs);
         let first = range.start >> PAGE_SHIFT;
         let last = (range.end - 1) >> PAGE_SHIFT;
-        writeback_mapping(c, &m, first, last, SyncMode::All);
+        let out = writeback_mapping(c, &m, first, last, SyncMode::All);
         writeback::wait_writeback_range(&m.mapping, first, last);
         let writer = m.mapping.writer.lock().clone();
         if let Some(w) = writer {
@@ -82,6 +82,14 @@ impl CachedFile {
                 m.mapping.wb.err.set(errno);
                 c.sb_err.set(errno, &m.path);
             }
+        }
+        if let Some(source) = out.log_error {
+            // Pages were held back, still dirty: this sync did not cover them. (A writeback
+            // error is reported by the next sync.)
+            return Err(CacheError::WriteAheadLog {
+                path: m.path.clone(),
+                source,
+            });
         }
         self.report_wb_err(&m)
     }
@@ -113,11 +121,15 @@ impl super::sb::FolioCache {
     pub fn sync_all(&self) -> Result<(), CacheError> {
         let c = &*self.inner;
         c.counters.inc(Event::Syncs);
+        let mut log_error = None;
         for m in c.live_mappings() {
             let Some(writer) = m.mapping.writer.lock().clone() else {
                 continue;
             };
-            writeback_mapping(c, &m, 0, u64::MAX, SyncMode::All);
+            let out = writeback_mapping(c, &m, 0, u64::MAX, SyncMode::All);
+            if let Some(e) = out.log_error {
+                log_error.get_or_insert((m.path.clone(), e));
+            }
             writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
             if let Err(e) = writer.sync_all() {
                 c.counters.inc(Event::WritebackErrors);
@@ -126,6 +138,9 @@ impl super::sb::FolioCache {
                 c.sb_err.set(errno, &m.path);
             }
         }
+        if let Some((path, source)) = log_error {
+            return Err(CacheError::WriteAheadLog { path, source });
+        }
         match c.sb_err.check_and_advance() {
             None => Ok(()),
             Some((errno, path)) => Err(CacheError::Writeback {
@@ -133,5 +148,36 @@ impl super::sb::FolioCache {
                 source: io::Error::from_raw_os_error(errno),
             }),
         }
+    }
+}
+
+/// The write-ahead rule's calls (`cache/wal.rs`).
+impl super::sb::FolioCache {
+    /// Gives the cache the engine's write-ahead log (or takes it away, with `None`): from
+    /// now on, before writeback writes pages holding changes logged past the log's durable
+    /// point ([`CachedFile::write_at_lsn`](crate::CachedFile::write_at_lsn),
+    /// [`FolioMut::set_lsn`](crate::FolioMut::set_lsn)), it calls
+    /// [`WriteAheadLog::flush_log`](super::wal::WriteAheadLog::flush_log) up to the highest of their numbers. Read the trait's
+    /// docs on deadlocks first.
+    ///
+    /// Without a log, such pages are written only once the engine says its log is durable
+    /// far enough ([`FolioCache::log_durable`](crate::FolioCache::log_durable)); until then
+    /// the flusher and the dirty limit leave them dirty, and a sync of them fails with
+    /// [`CacheError::WriteAheadLog`](crate::CacheError::WriteAheadLog).
+    pub fn set_write_ahead_log(&self, log: Option<std::sync::Arc<dyn super::wal::WriteAheadLog>>) {
+        self.inner.log.set(log);
+    }
+
+    /// Tells the cache that the engine's log is durable up to `lsn` (after the engine's own
+    /// group commit synced it): writeback of pages with changes up to `lsn` needs no call
+    /// to the log. Numbers only grow; a smaller one is ignored. Call it only once the log
+    /// really is durable that far: the cache writes pages on the strength of it.
+    pub fn log_durable(&self, lsn: u64) {
+        self.inner.log.durable_to(lsn);
+    }
+
+    /// The highest log sequence number the cache knows the log to be durable up to.
+    pub fn durable_lsn(&self) -> u64 {
+        self.inner.log.durable()
     }
 }

@@ -203,6 +203,46 @@ impl CachedFile {
     /// # Ok(()) }
     /// ```
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
+        self.write_at_lsn(buf, offset, 0)
+    }
+
+    /// [`CachedFile::write_at`] of a change the engine logged at `lsn` in its write-ahead
+    /// log: the pages it writes reach the file only once the log is durable up to `lsn` (each
+    /// page keeps the highest number of the changes it holds). The cache learns the log's
+    /// durable point from [`FolioCache::log_durable`](crate::FolioCache::log_durable) and
+    /// flushes it further, when writeback needs it, through the
+    /// [`WriteAheadLog`](crate::WriteAheadLog) given to
+    /// [`FolioCache::set_write_ahead_log`](crate::FolioCache::set_write_ahead_log); a sync
+    /// of a page whose log cannot be made durable fails with
+    /// [`CacheError::WriteAheadLog`], the page still dirty. `lsn` 0 is "no log record"
+    /// (plain `write_at`).
+    ///
+    /// ```
+    /// use foliocache::{Config, FolioCache, OpenOptions, WriteAheadLog};
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// /// A log: its records, and how far they are durable.
+    /// struct Log(Mutex<u64>);
+    /// impl WriteAheadLog for Log {
+    ///     fn flush_log(&self, lsn: u64) -> std::io::Result<()> {
+    ///         // A real engine writes its records up to `lsn` and syncs its log file here.
+    ///         let mut durable = self.0.lock().unwrap();
+    ///         *durable = (*durable).max(lsn);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::new(16 << 20))?;
+    /// let log = Arc::new(Log(Mutex::new(0)));
+    /// cache.set_write_ahead_log(Some(log.clone()));
+    /// let db = cache.open_with(dir.path().join("db"), OpenOptions::new().write(true).create(true))?;
+    /// db.write_all_at_lsn(b"row 1", 0, 41)?; // the change logged as record 41
+    /// db.sync_data()?;                       // flushes the log to 41 first, then the page
+    /// assert_eq!(*log.0.lock().unwrap(), 41);
+    /// # Ok(()) }
+    /// ```
+    pub fn write_at_lsn(&self, buf: &[u8], offset: u64, lsn: u64) -> Result<usize, CacheError> {
         let m = self.writable_mapping()?;
         let append = self.append;
         let w = self.lock_for_write(&m, "write_at", |m| {
@@ -210,7 +250,7 @@ impl CachedFile {
             write_pages(pos, buf.len())
         })?;
         let pos = if self.append { m.size() } else { offset };
-        let r = self.perform_write(&m, buf, pos);
+        let r = self.perform_write(&m, buf, pos, lsn);
         // The eviction listener runs with no lock held (`cache/budget.rs`).
         drop(w);
         self.cache.deliver();
@@ -219,9 +259,15 @@ impl CachedFile {
 
     /// Writes all of `buf` at `offset` ([`CachedFile::write_at`] until done), or fails.
     pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), CacheError> {
+        self.write_all_at_lsn(buf, offset, 0)
+    }
+
+    /// [`CachedFile::write_all_at`] of a change logged at `lsn`
+    /// ([`CachedFile::write_at_lsn`]).
+    pub fn write_all_at_lsn(&self, buf: &[u8], offset: u64, lsn: u64) -> Result<(), CacheError> {
         let mut done = 0;
         while done < buf.len() {
-            done += self.write_at(&buf[done..], offset + done as u64)?;
+            done += self.write_at_lsn(&buf[done..], offset + done as u64, lsn)?;
         }
         Ok(())
     }
@@ -232,7 +278,7 @@ impl CachedFile {
         let m = self.writable_mapping()?;
         let _w = self.lock_for_write(&m, "append", |m| write_pages(m.size(), buf.len()))?;
         let pos = m.size();
-        let n = self.perform_write(&m, buf, pos)?;
+        let n = self.perform_write(&m, buf, pos, 0)?;
         if n != buf.len() {
             // The part written stays (as with a short `write(2)`); say what happened.
             return Err(CacheError::InvalidArgument {
@@ -284,7 +330,7 @@ impl CachedFile {
                 c.dirty.unreserve(1);
                 break;
             };
-            write_end(c, &m, folio, at + n as u64);
+            write_end(c, &m, folio, at + n as u64, 0);
             at += n as u64;
         }
         if at > offset {
@@ -307,8 +353,15 @@ impl CachedFile {
         Ok(m)
     }
 
-    /// `generic_perform_write` from `pos`, under `i_rwsem`.
-    fn perform_write(&self, m: &Inode, buf: &[u8], pos: u64) -> Result<usize, CacheError> {
+    /// `generic_perform_write` from `pos`, under `i_rwsem`; every page written holds a
+    /// change logged at `lsn` (0: none).
+    fn perform_write(
+        &self,
+        m: &Inode,
+        buf: &[u8],
+        pos: u64,
+        lsn: u64,
+    ) -> Result<usize, CacheError> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -324,7 +377,7 @@ impl CachedFile {
             let n = (PAGE_SIZE - within).min((end - at) as usize);
             let src = &buf[(at - pos) as usize..][..n];
             balance_dirty_pages(c, m, || c.dirty_inodes());
-            match write_page(c, m, index, within, src) {
+            match write_page(c, m, index, within, src, lsn) {
                 Ok(()) => at += n as u64,
                 Err(e) => {
                     c.dirty.unreserve(1);
@@ -350,15 +403,16 @@ fn write_page(
     index: u64,
     within: usize,
     src: &[u8],
+    lsn: u64,
 ) -> Result<(), CacheError> {
     let end = (index << PAGE_SHIFT) + (within + src.len()) as u64;
     loop {
         if let Some(folio) = modify_cached(c, m, index, within, src)? {
-            write_end(c, m, folio, end);
+            write_end(c, m, folio, end, lsn);
             return Ok(());
         }
         if let Some(folio) = create_page(c, m, index, within, src)? {
-            write_end(c, m, folio, end);
+            write_end(c, m, folio, end, lsn);
             return Ok(());
         }
         // Raced with another insertion: look again.
@@ -544,7 +598,7 @@ fn create_page<'a>(
 
 /// `write_end` (`generic_write_end`): marks the folio dirty, publishes a grown `i_size`
 /// while the folio is still locked, unlocks.
-pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: u64) {
+pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: u64, lsn: u64) {
     if folio.test_flag(crate::mm::folio::flags::PG_DIRTY) {
         // A write to a dirty page (or a replacement that inherited one): its tags and counts
         // are in place, and the reservation goes back.
@@ -552,6 +606,12 @@ pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: 
         c.counters.inc(Event::Redirtied);
     } else {
         writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty);
+    }
+    if lsn > 0 {
+        // The write-ahead rule (`cache/wal.rs`): noted under the folio lock that covered the
+        // change, so the writeback that takes the page next (under the same lock) sees both.
+        let mut tags = m.mapping.wb.tags.lock();
+        writeback::note_lsn(&mut tags, folio.index(), lsn);
     }
     if end > m.mapping.size.load(Ordering::Relaxed) {
         // ORDERING: Release; pairs with `Inode::size`'s Acquire: the page's bytes (frozen

@@ -55,16 +55,26 @@ pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
     h.throttled();
     let own = h.space(this).wb.id;
     loop {
-        let mut wrote = h.write_back(this, SyncMode::Background).pages;
+        let out = h.write_back(this, SyncMode::Background);
+        let (mut wrote, mut held) = (out.pages, out.log_error.is_some());
         for other in h.dirty_files() {
             if acct.dirty() < acct.background() {
                 break;
             }
             if h.space(&other).wb.id != own {
-                wrote += h.write_back(&other, SyncMode::Background).pages;
+                let out = h.write_back(&other, SyncMode::Background);
+                wrote += out.pages;
+                held |= out.log_error.is_some();
             }
         }
         if acct.try_reserve(1) {
+            return;
+        }
+        if wrote == 0 && held {
+            // The dirty pages wait for the write-ahead log, which could not be flushed (or
+            // there is none to ask): waiting for room could wait for this very thread's next
+            // commit. Go over the limit instead; the budget still bounds the pages.
+            acct.reserve_over(1);
             return;
         }
         if wrote == 0 {

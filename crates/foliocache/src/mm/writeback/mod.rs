@@ -319,6 +319,17 @@ impl DirtyAccount {
         }
     }
 
+    /// Reserves `n` pages of dirtiness past the limit: for a writer whose throttle cannot
+    /// make room because the dirty pages wait for the engine's write-ahead log (`cache/wal.rs`)
+    /// and whose own thread may be the one to make the log durable. The budget still bounds
+    /// the pages (an allocation that finds every page dirty and held fails).
+    pub(crate) fn reserve_over(&self, n: u64) {
+        // ORDERING: Relaxed, as `try_reserve`'s.
+        let now = self.charged.fetch_add(n, Ordering::Relaxed) + n;
+        self.dirty.fetch_add(n, Ordering::Relaxed);
+        self.note_high_water(now);
+    }
+
     /// Gives back a reservation that dirtied nothing.
     pub(crate) fn unreserve(&self, n: u64) {
         self.sub_dirty(n);
@@ -422,10 +433,23 @@ pub(crate) fn tag_dirty(t: &mut Tags, index: u64, wb: &WbState, acct: &DirtyAcco
     t.dirty.insert(index);
 }
 
+/// Records that dirty page `index` holds a change logged at `lsn` (kept as the page's
+/// highest): its writeback waits for the log to be durable up to it. The caller holds the
+/// tag mutex, and either the page's folio lock with the page dirty (or about to be marked so
+/// under the same lock), or the page under a writeback it is ending (no change and no other
+/// writeback of it can start meanwhile: both wait for the writeback).
+pub(crate) fn note_lsn(t: &mut Tags, index: u64, lsn: u64) {
+    if lsn > 0 {
+        let e = t.lsn.entry(index).or_insert(0);
+        *e = (*e).max(lsn);
+    }
+}
+
 /// Untags page `index` (DIRTY and TOWRITE); a file's last dirty page takes it off the
 /// dirty-file list. The caller holds the tag mutex.
 pub(crate) fn untag_dirty(t: &mut Tags, index: u64, wb: &WbState, acct: &DirtyAccount) {
     t.towrite.remove(&index);
+    t.lsn.remove(&index);
     if t.dirty.remove(&index) && t.dirty.is_empty() {
         if let Some(when) = t.dirtied_when.take() {
             acct.files.lock().remove(&(when, wb.id));
@@ -517,6 +541,12 @@ pub(crate) trait WbHost {
     fn rotate_reclaimable(&self, folio: &FolioRef<'_>);
     /// The I/O engine a pass's writes are issued with.
     fn engine(&self) -> &crate::io::engine::Engine;
+    /// The write-ahead rule (`XLogFlush` before `FlushBuffer` writes a page): makes the
+    /// engine's log durable up to `lsn` before pages holding changes logged up to it are
+    /// written; `Ok` at once if it already is.
+    fn flush_log(&self, lsn: u64) -> io::Result<()>;
+    /// How far the engine's log is known to be durable (pages up to it may be written).
+    fn durable_lsn(&self) -> u64;
 }
 
 /// One pass's view of its file and cache (`struct writeback_control` with the mapping):
@@ -555,6 +585,9 @@ pub(crate) struct WbOutcome {
     pub(crate) end: u64,
     /// A background pass found another pass writing the file back and did nothing.
     pub(crate) busy: bool,
+    /// The write-ahead log could not be made durable: the pages waiting for it were not
+    /// written and are dirty again (the first such error).
+    pub(crate) log_error: Option<io::Error>,
 }
 
 /// Folios taken per look at the tags (`PAGEVEC_SIZE`-like: the mutex is not held for long).
@@ -569,6 +602,8 @@ pub(crate) const WB_BACKGROUND_CHUNK: u64 = 1024;
 struct Run<'a> {
     start: u64,
     folios: Vec<(FolioRef<'a>, usize)>,
+    /// Each folio's log sequence number (0: none), parallel to `folios`.
+    lsns: Vec<u64>,
 }
 
 /// `do_writepages` -> `writeback_iter` over the page range `start..=end`: writes the file's
@@ -651,7 +686,7 @@ pub(crate) fn writepages(
         }
         cursor = last + 1;
         for index in batch {
-            let Some((folio, len)) = prepare_writeback(t, index, mode, &mut || {
+            let Some((folio, len, lsn)) = prepare_writeback(t, index, mode, &mut || {
                 // About to sleep on another pass's write: ours must not keep it waiting
                 // (two integrity syncs each waiting for the other's unsubmitted run).
                 plug.extend(run.take());
@@ -670,6 +705,7 @@ pub(crate) fn writepages(
                         && r.folios.last().is_some_and(|(f, l)| *l == f.size()) =>
                 {
                     r.folios.push((folio, len));
+                    r.lsns.push(lsn);
                 }
                 _ => {
                     if let Some(r) = run.take() {
@@ -678,6 +714,7 @@ pub(crate) fn writepages(
                     run = Some(Run {
                         start: index,
                         folios: vec![(folio, len)],
+                        lsns: vec![lsn],
                     });
                 }
             }
@@ -711,15 +748,16 @@ fn plug_run<'a>(t: &Wbc<'a>, plug: &mut Vec<Run<'a>>, run: Run<'a>, out: &mut Wb
 }
 
 /// `folio_prepare_writeback` + `folio_clear_dirty_for_io` + `folio_start_writeback` for the
-/// folio at `index`: the folio under writeback (unlocked, referenced) with the bytes to write,
-/// or `None` if there is nothing to write there. `before_wait` runs before it sleeps (on the
+/// folio at `index`: the folio under writeback (unlocked, referenced) with the bytes to write
+/// and the log sequence number of its changes (0: none), or `None` if there is nothing to
+/// write there. `before_wait` runs before it sleeps (on the
 /// folio's lock, or on a write of it already in flight): it writes out the pass's plug.
 fn prepare_writeback<'a>(
     t: &Wbc<'a>,
     index: u64,
     mode: SyncMode,
     before_wait: &mut dyn FnMut(),
-) -> Option<(FolioRef<'a>, usize)> {
+) -> Option<(FolioRef<'a>, usize, u64)> {
     let folio = loop {
         let Some(f) = t.pages.lookup(index) else {
             // Truncated away: its tags went with it (`cancel_dirty`); drop a stale TOWRITE.
@@ -779,13 +817,17 @@ fn prepare_writeback<'a>(
     }
     folio.clear_flag(PG_DIRTY);
     folio.set_flag(PG_WRITEBACK);
-    {
+    let lsn = {
         let mut tags = t.wb.tags.lock();
+        // Read under the folio lock, as every change noted it: the bytes written below hold
+        // no change logged past this number.
+        let lsn = tags.lsn.get(&index).copied().unwrap_or(0);
         untag_dirty(&mut tags, index, t.wb, t.acct);
         tags.writeback.insert(index);
-    }
+        lsn
+    };
     t.acct.start_writeback(nr);
-    Some((folio.unlock(), len))
+    Some((folio.unlock(), len, lsn))
 }
 
 /// Writes the runs of a plug (`blk_finish_plug`): with one vectored write each, issued
@@ -793,6 +835,23 @@ fn prepare_writeback<'a>(
 /// the backing wrote short), then ends each run's writeback. A sync issued after the pass
 /// covers them all: every write has completed when this returns.
 fn submit(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
+    // The write-ahead rule, once for the plug: the log is made durable up to every change
+    // the plug's pages hold before any of them is written. If it cannot be, the pages whose
+    // changes it already covers are written and the others are dirty again, with their
+    // numbers (reclaim and the dirty limit then find the former clean).
+    let lsn = runs
+        .iter()
+        .flat_map(|r| r.lsns.iter())
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let runs = match (lsn > 0).then(|| t.host.flush_log(lsn)) {
+        Some(Err(e)) => {
+            out.log_error.get_or_insert(e);
+            hold_back(t, runs, t.host.durable_lsn())
+        }
+        _ => runs,
+    };
     // A run that ends in a folio clamped at EOF writes a partial block: under direct I/O the
     // backing writes that block whole and then cuts the file back to its size
     // (`FileBacking`'s bounce write), which would cut off a write beyond it still in flight
@@ -884,7 +943,7 @@ fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &
             true
         }
     };
-    for (folio, _) in &run.folios {
+    for ((folio, _), &lsn) in run.folios.iter().zip(&run.lsns) {
         let mut kept = false;
         if failed && t.policy == WbErrorPolicy::KeepDirty && !folio.test_set_flag(PG_DIRTY) {
             // Redirty before the writeback ends, so that truncation (which waits for it)
@@ -892,6 +951,7 @@ fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &
             let mut tags = t.wb.tags.lock();
             if folio.mapping() == t.pages.mapping_id() {
                 tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
+                note_lsn(&mut tags, folio.index(), lsn);
                 drop(tags);
                 t.acct.redirty_from_writeback(folio.nr_pages() as u64);
                 kept = true;
@@ -901,6 +961,52 @@ fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &
         }
         end_writeback(t, folio, kept);
     }
+}
+
+/// Splits `runs` around the pages holding changes logged past `durable`: those are given
+/// back ([`unwrite`]), and the contiguous stretches between them returned as runs to write.
+fn hold_back<'a>(t: &Wbc<'a>, runs: Vec<Run<'a>>, durable: u64) -> Vec<Run<'a>> {
+    let mut out = Vec::new();
+    for run in runs {
+        let mut cur: Option<Run<'a>> = None;
+        for (i, ((folio, len), lsn)) in run.folios.into_iter().zip(run.lsns).enumerate() {
+            if lsn > durable {
+                unwrite(t, &folio, lsn);
+                out.extend(cur.take());
+                continue;
+            }
+            let index = run.start + i as u64;
+            cur.get_or_insert_with(|| Run {
+                start: index,
+                folios: Vec::new(),
+                lsns: Vec::new(),
+            });
+            let r = cur.as_mut().expect("just made");
+            r.folios.push((folio, len));
+            r.lsns.push(lsn);
+        }
+        out.extend(cur);
+    }
+    out
+}
+
+/// Ends the writeback of a folio that was never written (its log could not be flushed): dirty
+/// again, with its log sequence number back, as before the pass took it.
+fn unwrite(t: &Wbc<'_>, folio: &FolioRef<'_>, lsn: u64) {
+    let mut kept = false;
+    if !folio.test_set_flag(PG_DIRTY) {
+        let mut tags = t.wb.tags.lock();
+        if folio.mapping() == t.pages.mapping_id() {
+            tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
+            note_lsn(&mut tags, folio.index(), lsn);
+            drop(tags);
+            t.acct.redirty_from_writeback(folio.nr_pages() as u64);
+            kept = true;
+        } else {
+            folio.clear_flag(PG_DIRTY);
+        }
+    }
+    end_writeback(t, folio, kept);
 }
 
 /// `folio_end_writeback`: untags the folio and clears PG_writeback, waking its waiters; a

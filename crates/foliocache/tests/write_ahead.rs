@@ -1,0 +1,349 @@
+//! The write-ahead rule (`cache/wal.rs`): no page reaches its file holding a change logged
+//! past the log's durable point, whatever writes it back (syncs, the flusher, throttled
+//! writers, `set_budget`), and nothing deadlocks when the log cannot be flushed.
+//!
+//! The checker: every page the workload writes carries its log sequence number in its first
+//! eight bytes, and the backing looks at each page as it is written, against the durable
+//! point at that moment.
+
+use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use foliocache::backing::Backing;
+use foliocache::{CacheError, Config, FolioCache, WriteAheadLog};
+
+const PAGE: usize = 4096;
+
+/// The engine's log: how far it is durable, and whether it can be flushed.
+#[derive(Default)]
+struct Log {
+    durable: AtomicU64,
+    flushes: AtomicU64,
+    broken: AtomicBool,
+}
+
+impl WriteAheadLog for Log {
+    fn flush_log(&self, lsn: u64) -> io::Result<()> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(io::Error::other("the log device is gone"));
+        }
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        // A real log would write and sync its records up to `lsn` here.
+        self.durable.fetch_max(lsn, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A memory backing that checks every page written against the log's durable point.
+#[derive(Debug)]
+struct Checked {
+    inner: MemBackingCell,
+    durable: Arc<AtomicU64Dbg>,
+    pages_written: AtomicU64,
+    violations: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct AtomicU64Dbg(AtomicU64);
+
+#[derive(Debug)]
+struct MemBackingCell(Mutex<Vec<u8>>);
+
+impl Checked {
+    fn new(pages: usize, durable: Arc<AtomicU64Dbg>) -> Checked {
+        Checked {
+            inner: MemBackingCell(Mutex::new(vec![0; pages * PAGE])),
+            durable,
+            pages_written: AtomicU64::new(0),
+            violations: AtomicU64::new(0),
+        }
+    }
+
+    /// Looks at the whole pages of a write of `buf` at `offset`.
+    fn check(&self, buf: &[u8], offset: u64) {
+        assert_eq!(offset % PAGE as u64, 0, "writeback writes whole pages here");
+        let durable = self.durable.0.load(Ordering::SeqCst);
+        for page in buf.chunks(PAGE) {
+            let lsn = u64::from_le_bytes(page[..8].try_into().unwrap());
+            self.pages_written.fetch_add(1, Ordering::Relaxed);
+            if lsn > durable {
+                self.violations.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Backing for Checked {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.inner.0.lock().unwrap().len() as u64)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let v = self.inner.0.lock().unwrap();
+        let at = (offset as usize).min(v.len());
+        let n = buf.len().min(v.len() - at);
+        buf[..n].copy_from_slice(&v[at..at + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.check(buf, offset);
+        let mut v = self.inner.0.lock().unwrap();
+        let end = offset as usize + buf.len();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[offset as usize..end].copy_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        self.write_at(&all, offset)
+    }
+
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        self.inner.0.lock().unwrap().resize(size as usize, 0);
+        Ok(())
+    }
+}
+
+/// A writable memory file of `pages` pages (its checks unused).
+fn mem(pages: usize) -> ArcBacking {
+    ArcBacking(Arc::new(Checked::new(pages, Arc::default())))
+}
+
+/// A page whose first eight bytes are `lsn`.
+fn page_of(lsn: u64) -> Vec<u8> {
+    let mut p = vec![(lsn % 251) as u8; PAGE];
+    p[..8].copy_from_slice(&lsn.to_le_bytes());
+    p
+}
+
+/// The durable point both the log and the checker see.
+struct Shared {
+    log: Arc<Log>,
+    durable: Arc<AtomicU64Dbg>,
+}
+
+impl WriteAheadLog for Shared {
+    fn flush_log(&self, lsn: u64) -> io::Result<()> {
+        self.log.flush_log(lsn)?;
+        self.durable.0.fetch_max(lsn, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Random page writes from three threads, each a change logged at the next sequence
+/// number; a group commit now and then; syncs, budget changes, and a budget a quarter of
+/// the file so the dirty limit and reclaim press all the time. `with_lsn` false is the
+/// control: the same writes without their numbers, which the checker must catch.
+/// Returns (pages written, violations).
+fn workload(with_lsn: bool, target_writes: u64) -> (u64, u64) {
+    const FILE_PAGES: usize = 1024;
+    let durable = Arc::new(AtomicU64Dbg::default());
+    let backing = Arc::new(Checked::new(FILE_PAGES, durable.clone()));
+    let c = FolioCache::new(Config::new(FILE_PAGES / 4 * PAGE).readahead_pages(0)).unwrap();
+    let log = Arc::new(Log::default());
+    c.set_write_ahead_log(Some(Arc::new(Shared {
+        log: log.clone(),
+        durable: durable.clone(),
+    })));
+    let file = c
+        .open_backing("checked", ArcBacking(backing.clone()))
+        .unwrap();
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let (file, next, stop) = (&file, &next, &stop);
+            s.spawn(move || {
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ t;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let page = x % FILE_PAGES as u64;
+                    let lsn = next.fetch_add(1, Ordering::SeqCst) + 1;
+                    let bytes = page_of(lsn);
+                    let at = page * PAGE as u64;
+                    if with_lsn {
+                        file.write_all_at_lsn(&bytes, at, lsn).unwrap();
+                    } else {
+                        file.write_all_at(&bytes, at).unwrap();
+                    }
+                }
+            });
+        }
+        // Group commit: the log made durable up to every number handed out so far.
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let d = next.load(Ordering::SeqCst);
+                durable.0.fetch_max(d, Ordering::SeqCst);
+                log.durable.fetch_max(d, Ordering::SeqCst);
+                c.log_durable(d);
+            }
+        });
+        // Syncs and budget changes.
+        s.spawn(|| {
+            let mut round = 0u64;
+            while backing.pages_written.load(Ordering::Relaxed) < target_writes {
+                round += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                if round % 5 == 0 {
+                    let budget = if round % 10 == 0 {
+                        FILE_PAGES / 8
+                    } else {
+                        FILE_PAGES / 4
+                    };
+                    // Busy (pinned or dirty pages held back) is an answer, not a failure.
+                    let _ = c.set_budget(budget * PAGE);
+                } else {
+                    file.sync_data().unwrap();
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    // Everything durable at last: the final sync writes every page.
+    let d = next.load(Ordering::SeqCst);
+    durable.0.fetch_max(d, Ordering::SeqCst);
+    c.log_durable(d);
+    file.sync_data().unwrap();
+    assert_eq!(file.dirty_pages(), 0);
+    drop(file);
+    c.set_budget(FILE_PAGES / 4 * PAGE).unwrap();
+    c.drop_caches();
+    let a = c.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+    (
+        backing.pages_written.load(Ordering::Relaxed),
+        backing.violations.load(Ordering::Relaxed),
+    )
+}
+
+/// An `Arc` of a backing, as a backing (the test keeps a handle on the checker).
+#[derive(Debug)]
+struct ArcBacking(Arc<Checked>);
+
+impl Backing for ArcBacking {
+    fn size(&self) -> io::Result<u64> {
+        self.0.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.0.write_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        self.0.write_vectored_at(bufs, offset)
+    }
+    fn set_len(&self, size: u64) -> io::Result<()> {
+        self.0.set_len(size)
+    }
+}
+
+#[test]
+fn no_page_reaches_the_file_before_its_log_record_is_durable() {
+    let target = if cfg!(debug_assertions) {
+        10_000
+    } else {
+        100_000
+    };
+    let (written, violations) = workload(true, target);
+    eprintln!("{written} page writes, {violations} ahead of the log");
+    assert!(written >= target, "{written} page writes");
+    assert_eq!(
+        violations, 0,
+        "pages written ahead of the log, of {written}"
+    );
+}
+
+#[test]
+fn the_checker_catches_writes_without_their_log_numbers() {
+    let (written, violations) = workload(false, 2_000);
+    eprintln!("control: {written} page writes, {violations} ahead of the log");
+    assert!(
+        violations > 0,
+        "without log numbers some of {written} page writes must run ahead of the log"
+    );
+}
+
+/// Without a log to flush, pages ahead of the durable point stay dirty: a sync fails with
+/// `WriteAheadLog` (not `Writeback`), a writer past the dirty limit is not stuck waiting for
+/// its own commit, and once the engine says the log is durable the sync writes them.
+#[test]
+fn without_a_log_pages_wait_for_log_durable_and_nothing_deadlocks() {
+    let c = FolioCache::new(Config::new(64 * PAGE).readahead_pages(0)).unwrap();
+    let file = c.open_backing("mem", mem(256)).unwrap();
+    // Far more pages than the dirty limit (20% of 64), all ahead of the log, from one thread
+    // (which, being the engine's committer too, would never come back to commit if the
+    // throttle waited for room).
+    for p in 0..40u64 {
+        file.write_all_at_lsn(&page_of(p + 1), p * PAGE as u64, p + 1)
+            .unwrap();
+    }
+    assert_eq!(file.dirty_pages(), 40);
+    match file.sync_data() {
+        Err(e @ CacheError::WriteAheadLog { .. }) => {
+            assert!(e.to_string().contains("set_write_ahead_log"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(file.dirty_pages(), 40, "held back, still dirty");
+    c.log_durable(20);
+    assert!(file.sync_data().is_err(), "pages 21..40 still wait");
+    assert_eq!(file.dirty_pages(), 20);
+    c.log_durable(40);
+    file.sync_data().unwrap();
+    assert_eq!(file.dirty_pages(), 0);
+    assert_eq!(c.durable_lsn(), 40);
+    let mut page = vec![0u8; PAGE];
+    file.read_exact_at(&mut page, 39 * PAGE as u64).unwrap();
+    assert_eq!(page, page_of(40));
+}
+
+/// A log that cannot be flushed fails the sync with its error; the pages stay dirty and are
+/// written once it can. `FolioMut::set_lsn` holds a latched update to the rule too.
+#[test]
+fn a_failing_log_keeps_its_pages_dirty_and_latched_updates_follow_the_rule() {
+    let c = FolioCache::new(Config::new(64 * PAGE).readahead_pages(0)).unwrap();
+    let log = Arc::new(Log::default());
+    c.set_write_ahead_log(Some(log.clone()));
+    let file = c.open_backing("mem", mem(16)).unwrap();
+    file.write_all_at_lsn(&page_of(7), 0, 7).unwrap();
+    log.broken.store(true, Ordering::SeqCst);
+    match file.sync_data() {
+        Err(CacheError::WriteAheadLog { source, .. }) => {
+            assert_eq!(source.to_string(), "the log device is gone")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(file.dirty_pages(), 1);
+    log.broken.store(false, Ordering::SeqCst);
+    file.sync_data().unwrap();
+    assert_eq!(log.durable.load(Ordering::SeqCst), 7);
+    assert_eq!(file.dirty_pages(), 0);
+
+    let mut g = file.get_folio_mut(3).unwrap();
+    g[..8].copy_from_slice(&99u64.to_le_bytes());
+    g.set_lsn(99);
+    g.set_lsn(50); // the highest is kept
+    g.commit();
+    let flushes = log.flushes.load(Ordering::SeqCst);
+    file.sync_data().unwrap();
+    assert_eq!(log.durable.load(Ordering::SeqCst), 99);
+    assert_eq!(log.flushes.load(Ordering::SeqCst), flushes + 1);
+    // Known durable now: a write at or below it needs no flush.
+    file.write_all_at_lsn(&page_of(98), 5 * PAGE as u64, 98)
+        .unwrap();
+    file.sync_data().unwrap();
+    assert_eq!(log.flushes.load(Ordering::SeqCst), flushes + 1);
+    drop(file);
+    c.drop_caches();
+    let a = c.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+}
