@@ -65,6 +65,13 @@ impl LogState {
         self.durable.fetch_max(lsn, Ordering::Release);
     }
 
+    /// [`LogState::durable_to`] weakened on purpose, for the loom model that must catch it:
+    /// a Relaxed store publishes the number without the log's durability.
+    #[cfg(loom)]
+    pub(crate) fn durable_to_relaxed(&self, lsn: u64) {
+        self.durable.fetch_max(lsn, Ordering::Relaxed);
+    }
+
     pub(crate) fn durable(&self) -> u64 {
         self.durable.load(Ordering::Acquire)
     }

@@ -13,9 +13,9 @@
 //! or one file with a filter, e.g. `... --lib loom_tests::refcount`. The models use only the
 //! crate's public API (`crate::` paths), as the integration tests they once were did.
 
+mod async_ra;
 // The readahead workers' queue, in-flight count and handshake (`cache/async_ra.rs`), compiled
 // here on loom's primitives: the rest of `cache` is not built under loom.
-mod async_ra;
 #[path = "../cache/async_ra.rs"]
 #[allow(dead_code)]
 mod async_ra_code;
@@ -32,5 +32,11 @@ mod rcu;
 mod refcount;
 mod seqcount;
 mod truncate;
+mod wal;
+// The write-ahead rule's durable point (`cache/wal.rs`), a leaf of `cache`, on loom's
+// primitives.
+#[path = "../cache/wal.rs"]
+#[allow(dead_code)]
+mod wal_code;
 mod workingset;
 mod write;
