@@ -110,7 +110,9 @@
 //! the changes it holds, calling [`WriteAheadLog::flush_log`] when it is not yet (PostgreSQL's
 //! `FlushBuffer` calling `XLogFlush`). If the log cannot be flushed, those pages stay dirty
 //! (the others are written), a sync fails with [`CacheError::WriteAheadLog`], and a writer at
-//! the dirty limit goes over it rather than wait for its own commit.
+//! the dirty limit goes over it rather than wait for its own commit. [`FolioCache::checkpoint`]
+//! is a fuzzy checkpoint (every page holding a change logged up to a point, written and
+//! synced), and [`Config::buffer_pool`] leaves writeback to checkpoints and memory pressure.
 //!
 //! **I/O.** The cache reads and writes its files itself: with direct I/O (`O_DIRECT`) where
 //! the file system has it (ext4, XFS, btrfs), so the kernel's page cache keeps no second copy,

@@ -136,7 +136,7 @@ impl WriteAheadLog for Shared {
 }
 
 /// Random page writes from three threads, each a change logged at the next sequence
-/// number; a group commit now and then; syncs, budget changes, and a budget a quarter of
+/// number; a group commit now and then; syncs, checkpoints, budget changes, and a budget a quarter of
 /// the file so the dirty limit and reclaim press all the time. `with_lsn` false is the
 /// control: the same writes without their numbers, which the checker must catch.
 /// Returns (pages written, violations).
@@ -200,6 +200,9 @@ fn workload(with_lsn: bool, target_writes: u64) -> (u64, u64) {
                     };
                     // Busy (pinned or dirty pages held back) is an answer, not a failure.
                     let _ = c.set_budget(budget * PAGE);
+                } else if round % 3 == 0 {
+                    // A fuzzy checkpoint halfway back through the log.
+                    c.checkpoint(next.load(Ordering::SeqCst) / 2).unwrap();
                 } else {
                     file.sync_data().unwrap();
                 }
@@ -342,6 +345,48 @@ fn a_failing_log_keeps_its_pages_dirty_and_latched_updates_follow_the_rule() {
         .unwrap();
     file.sync_data().unwrap();
     assert_eq!(log.flushes.load(Ordering::SeqCst), flushes + 1);
+    drop(file);
+    c.drop_caches();
+    let a = c.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+}
+
+/// A fuzzy checkpoint writes the pages holding a change logged at or below its point (a page
+/// changed again later is written whole, the log flushed up to its newest change first),
+/// leaves the others dirty, and syncs: the engine may drop its log before the point.
+#[test]
+fn a_checkpoint_writes_the_pages_whose_oldest_change_is_at_or_below_its_point() {
+    let c = FolioCache::new(Config::buffer_pool(64 * PAGE)).unwrap();
+    let log = Arc::new(Log::default());
+    c.set_write_ahead_log(Some(log.clone()));
+    let durable = Arc::new(AtomicU64Dbg::default());
+    let backing = Arc::new(Checked::new(16, durable.clone()));
+    let file = c.open_backing("db", ArcBacking(backing.clone())).unwrap();
+    for p in 0..10u64 {
+        file.write_all_at_lsn(&page_of(10 + p), p * PAGE as u64, 10 + p)
+            .unwrap();
+    }
+    // Page 3 changed again, much later: its oldest change is still 13.
+    file.write_all_at_lsn(&page_of(100), 3 * PAGE as u64, 100)
+        .unwrap();
+    assert_eq!(file.dirty_pages(), 10);
+    c.checkpoint(15).unwrap();
+    assert_eq!(file.dirty_pages(), 4, "pages 6..10 (changes 16..19) wait");
+    assert_eq!(
+        log.durable.load(Ordering::SeqCst),
+        100,
+        "flushed for page 3's newest"
+    );
+    assert_eq!(backing.pages_written.load(Ordering::Relaxed), 6);
+    let mut on_disk = vec![0u8; PAGE];
+    backing.read_at(&mut on_disk, 3 * PAGE as u64).unwrap();
+    assert_eq!(on_disk, page_of(100));
+    backing.read_at(&mut on_disk, 7 * PAGE as u64).unwrap();
+    assert_eq!(on_disk, vec![0; PAGE], "not written yet");
+    c.checkpoint(u64::MAX).unwrap();
+    assert_eq!(file.dirty_pages(), 0);
+    backing.read_at(&mut on_disk, 7 * PAGE as u64).unwrap();
+    assert_eq!(on_disk, page_of(17));
     drop(file);
     c.drop_caches();
     let a = c.validate().unwrap();

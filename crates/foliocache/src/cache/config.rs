@@ -155,6 +155,38 @@ impl Config {
             .inactive_ratio(Some(BLOCK_CACHE_INACTIVE_RATIO))
     }
 
+    /// A configuration for the buffer pool of an update-in-place engine with its own
+    /// write-ahead log and checkpoints ([`CachedFile::write_at_lsn`](crate::CachedFile::write_at_lsn),
+    /// [`FolioCache::checkpoint`](crate::FolioCache::checkpoint)): [`Config::block_cache`],
+    /// with writeback left to the engine's checkpoints and to memory pressure instead of a
+    /// 10% threshold and a 30 s expiry.
+    ///
+    /// - The dirty limit is 80% of the budget and the flusher's background threshold 60%
+    ///   (`dirty_ratios(80, 60)`): a page updated again and again stays dirty and is written
+    ///   once per checkpoint rather than once per threshold crossing, while a fifth of the
+    ///   budget is always clean for reclaim to free.
+    /// - Pages expire after 10 minutes (`dirty_expire`), a backstop for an engine that stops
+    ///   checkpointing; the engine's checkpoint interval should be well below it.
+    ///
+    /// The trade-off: more dirty pages means a longer checkpoint and more to lose on a crash
+    /// before the log is replayed (the log covers it), and a writer that does reach the
+    /// limit writes back more at once. A read-mostly cache wants [`Config::block_cache`].
+    ///
+    /// ```
+    /// use foliocache::Config;
+    ///
+    /// let config = Config::buffer_pool(256 << 20);
+    /// assert!(config.validate().is_ok());
+    /// ```
+    pub fn buffer_pool(budget_bytes: usize) -> Config {
+        Config::block_cache(budget_bytes)
+            .dirty_ratios(80, 60)
+            .dirty_expire(
+                std::time::Duration::from_secs(600),
+                std::time::Duration::from_secs(5),
+            )
+    }
+
     /// Chooses how the cache's reads and writes reach its files ([`IoEngine`](crate::IoEngine)):
     /// `Auto` (the default) is io_uring where the kernel allows it and a pool of I/O threads
     /// otherwise; the cache reports the one it got ([`FolioCache::io_engine`](crate::FolioCache::io_engine)).

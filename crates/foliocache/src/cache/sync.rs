@@ -180,4 +180,57 @@ impl super::sb::FolioCache {
     pub fn durable_lsn(&self) -> u64 {
         self.inner.log.durable()
     }
+
+    /// A fuzzy checkpoint up to log sequence number `upto` (ARIES; InnoDB's
+    /// `buf_flush_lists` up to a checkpoint age, PostgreSQL's `CheckPointBuffers`): writes
+    /// back every dirty page of every file holding a change logged at or below `upto`
+    /// ([`CachedFile::write_at_lsn`](crate::CachedFile::write_at_lsn)), flushing the log first
+    /// as far as those pages need (the write-ahead rule), waits for writes already in flight,
+    /// and syncs each file written. When it returns `Ok`, every change logged up to `upto` is
+    /// in the files, durable: the engine may drop its log before `upto`. Writers go on
+    /// meanwhile (a page they change during the checkpoint is written with its new bytes,
+    /// after the log covers them); pages dirtied without a number are left to syncs.
+    ///
+    /// Errors: [`CacheError::WriteAheadLog`] if the log could not be flushed (those pages
+    /// stay dirty), or the first writeback or sync error of a file
+    /// ([`CacheError::Writeback`]; the file's handles hear of it at their next sync too).
+    pub fn checkpoint(&self, upto: u64) -> Result<(), CacheError> {
+        let c = &*self.inner;
+        c.counters.inc(Event::Syncs);
+        let mut first_err: Option<CacheError> = None;
+        for m in c.live_mappings() {
+            let Some(writer) = m.mapping.writer.lock().clone() else {
+                continue;
+            };
+            let out = writeback_mapping(c, &m, 0, u64::MAX, SyncMode::Checkpoint(upto));
+            // Pages a background pass had already started writing are part of the point too.
+            writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
+            if let Some(source) = out.log_error {
+                first_err.get_or_insert(CacheError::WriteAheadLog {
+                    path: m.path.clone(),
+                    source,
+                });
+            }
+            if let Some((_, e)) = out.error {
+                first_err.get_or_insert(CacheError::Writeback {
+                    path: m.path.clone(),
+                    source: io::Error::new(e.kind(), e.to_string()),
+                });
+            }
+            if let Err(e) = writer.sync_data() {
+                c.counters.inc(Event::WritebackErrors);
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                m.mapping.wb.err.set(errno);
+                c.sb_err.set(errno, &m.path);
+                first_err.get_or_insert(CacheError::Writeback {
+                    path: m.path.clone(),
+                    source: e,
+                });
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }

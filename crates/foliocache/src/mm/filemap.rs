@@ -173,11 +173,13 @@ pub(crate) struct Tags {
     /// `inode->dirtied_when`: when the file went from clean to dirty (the age the periodic
     /// flush compares with `dirty_expire`); `None` while clean.
     pub(crate) dirtied_when: Option<std::time::Instant>,
-    /// The write-ahead rule: the highest log sequence number of the changes in each dirty
-    /// page that has one (`FlushBuffer`'s page LSN). Set under the page's folio lock with the
-    /// change, taken when its writeback starts (under the same lock), dropped with its
-    /// dirtiness.
-    pub(crate) lsn: std::collections::HashMap<u64, u64>,
+    /// The write-ahead rule: the lowest and the highest log sequence numbers of the changes
+    /// in each dirty page that has one (InnoDB's `oldest_modification` and
+    /// `newest_modification`; PostgreSQL keeps the newest as the page LSN). Set under the
+    /// page's folio lock with the change, taken when its writeback starts (under the same
+    /// lock), dropped with its dirtiness. Writeback waits for the log up to the newest; a
+    /// checkpoint writes the pages whose oldest is at or below its point.
+    pub(crate) lsn: std::collections::HashMap<u64, (u64, u64)>,
 }
 
 /// One file's writeback state: its tags, its error sequence (`mapping->wb_err`) and the

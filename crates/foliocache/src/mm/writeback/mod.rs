@@ -439,9 +439,14 @@ pub(crate) fn tag_dirty(t: &mut Tags, index: u64, wb: &WbState, acct: &DirtyAcco
 /// under the same lock), or the page under a writeback it is ending (no change and no other
 /// writeback of it can start meanwhile: both wait for the writeback).
 pub(crate) fn note_lsn(t: &mut Tags, index: u64, lsn: u64) {
-    if lsn > 0 {
-        let e = t.lsn.entry(index).or_insert(0);
-        *e = (*e).max(lsn);
+    note_lsns(t, index, (lsn, lsn));
+}
+
+/// [`note_lsn`] of a page's (oldest, newest) pair (a page made dirty again keeps both).
+fn note_lsns(t: &mut Tags, index: u64, (oldest, newest): (u64, u64)) {
+    if newest > 0 {
+        let e = t.lsn.entry(index).or_insert((oldest, newest));
+        *e = (e.0.min(oldest), e.1.max(newest));
     }
 }
 
@@ -523,6 +528,10 @@ pub(crate) enum SyncMode {
     /// `WB_SYNC_ALL`: the TOWRITE snapshot taken at the start; folios under writeback are
     /// waited for and written again if redirtied (integrity sync).
     All,
+    /// A fuzzy checkpoint up to this log sequence number: as [`SyncMode::All`], over the
+    /// pages whose oldest logged change is at or below it (every change the log holds up to
+    /// the point reaches the file; pages dirtied without a number are not included).
+    Checkpoint(u64),
 }
 
 /// What writeback needs from the cache it writes for, as [`Evict`](crate::mm::lru::Evict)
@@ -602,8 +611,9 @@ pub(crate) const WB_BACKGROUND_CHUNK: u64 = 1024;
 struct Run<'a> {
     start: u64,
     folios: Vec<(FolioRef<'a>, usize)>,
-    /// Each folio's log sequence number (0: none), parallel to `folios`.
-    lsns: Vec<u64>,
+    /// Each folio's (oldest, newest) log sequence numbers ((0, 0): none), parallel to
+    /// `folios`.
+    lsns: Vec<(u64, u64)>,
 }
 
 /// `do_writepages` -> `writeback_iter` over the page range `start..=end`: writes the file's
@@ -638,7 +648,7 @@ pub(crate) fn writepages(
     // pages this sync must see written); a background pass leaves a busy file, or one a sync
     // is waiting for, to that pass.
     let _io = match mode {
-        SyncMode::All => {
+        SyncMode::All | SyncMode::Checkpoint(_) => {
             // ORDERING: Relaxed; only a hint to background passes, which look at it again
             // at each batch.
             t.wb.sync_waiting.fetch_add(1, Ordering::Relaxed);
@@ -657,11 +667,30 @@ pub(crate) fn writepages(
             g
         }
     };
-    if mode == SyncMode::All {
-        // `tag_pages_for_writeback`: freeze the set this sync must write.
-        let mut tags = t.wb.tags.lock();
-        let Tags { dirty, towrite, .. } = &mut *tags;
-        towrite.extend(dirty.range(start..=end).copied());
+    match mode {
+        SyncMode::All => {
+            // `tag_pages_for_writeback`: freeze the set this sync must write.
+            let mut tags = t.wb.tags.lock();
+            let Tags { dirty, towrite, .. } = &mut *tags;
+            towrite.extend(dirty.range(start..=end).copied());
+        }
+        SyncMode::Checkpoint(upto) => {
+            // The same freeze, of the pages holding a change logged at or below the point.
+            let mut tags = t.wb.tags.lock();
+            let Tags {
+                dirty,
+                towrite,
+                lsn,
+                ..
+            } = &mut *tags;
+            towrite.extend(
+                dirty
+                    .range(start..=end)
+                    .filter(|i| lsn.get(i).is_some_and(|&(oldest, _)| oldest <= upto))
+                    .copied(),
+            );
+        }
+        SyncMode::Background => {}
     }
     let mut run: Option<Run<'_>> = None;
     // Runs prepared and not yet written (the plug): written together when it is full, before
@@ -672,7 +701,7 @@ pub(crate) fn writepages(
         let batch: Vec<u64> = {
             let tags = t.wb.tags.lock();
             let set = match mode {
-                SyncMode::All => &tags.towrite,
+                SyncMode::All | SyncMode::Checkpoint(_) => &tags.towrite,
                 SyncMode::Background => &tags.dirty,
             };
             set.range(cursor..=end).take(WB_BATCH).copied().collect()
@@ -749,15 +778,15 @@ fn plug_run<'a>(t: &Wbc<'a>, plug: &mut Vec<Run<'a>>, run: Run<'a>, out: &mut Wb
 
 /// `folio_prepare_writeback` + `folio_clear_dirty_for_io` + `folio_start_writeback` for the
 /// folio at `index`: the folio under writeback (unlocked, referenced) with the bytes to write
-/// and the log sequence number of its changes (0: none), or `None` if there is nothing to
-/// write there. `before_wait` runs before it sleeps (on the
+/// and the (oldest, newest) log sequence numbers of its changes ((0, 0): none), or `None` if
+/// there is nothing to write there. `before_wait` runs before it sleeps (on the
 /// folio's lock, or on a write of it already in flight): it writes out the pass's plug.
 fn prepare_writeback<'a>(
     t: &Wbc<'a>,
     index: u64,
     mode: SyncMode,
     before_wait: &mut dyn FnMut(),
-) -> Option<(FolioRef<'a>, usize, u64)> {
+) -> Option<(FolioRef<'a>, usize, (u64, u64))> {
     let folio = loop {
         let Some(f) = t.pages.lookup(index) else {
             // Truncated away: its tags went with it (`cancel_dirty`); drop a stale TOWRITE.
@@ -821,7 +850,7 @@ fn prepare_writeback<'a>(
         let mut tags = t.wb.tags.lock();
         // Read under the folio lock, as every change noted it: the bytes written below hold
         // no change logged past this number.
-        let lsn = tags.lsn.get(&index).copied().unwrap_or(0);
+        let lsn = tags.lsn.get(&index).copied().unwrap_or((0, 0));
         untag_dirty(&mut tags, index, t.wb, t.acct);
         tags.writeback.insert(index);
         lsn
@@ -841,8 +870,7 @@ fn submit(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
     // numbers (reclaim and the dirty limit then find the former clean).
     let lsn = runs
         .iter()
-        .flat_map(|r| r.lsns.iter())
-        .copied()
+        .flat_map(|r| r.lsns.iter().map(|&(_, newest)| newest))
         .max()
         .unwrap_or(0);
     let runs = match (lsn > 0).then(|| t.host.flush_log(lsn)) {
@@ -951,7 +979,7 @@ fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &
             let mut tags = t.wb.tags.lock();
             if folio.mapping() == t.pages.mapping_id() {
                 tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
-                note_lsn(&mut tags, folio.index(), lsn);
+                note_lsns(&mut tags, folio.index(), lsn);
                 drop(tags);
                 t.acct.redirty_from_writeback(folio.nr_pages() as u64);
                 kept = true;
@@ -970,7 +998,7 @@ fn hold_back<'a>(t: &Wbc<'a>, runs: Vec<Run<'a>>, durable: u64) -> Vec<Run<'a>> 
     for run in runs {
         let mut cur: Option<Run<'a>> = None;
         for (i, ((folio, len), lsn)) in run.folios.into_iter().zip(run.lsns).enumerate() {
-            if lsn > durable {
+            if lsn.1 > durable {
                 unwrite(t, &folio, lsn);
                 out.extend(cur.take());
                 continue;
@@ -992,13 +1020,13 @@ fn hold_back<'a>(t: &Wbc<'a>, runs: Vec<Run<'a>>, durable: u64) -> Vec<Run<'a>> 
 
 /// Ends the writeback of a folio that was never written (its log could not be flushed): dirty
 /// again, with its log sequence number back, as before the pass took it.
-fn unwrite(t: &Wbc<'_>, folio: &FolioRef<'_>, lsn: u64) {
+fn unwrite(t: &Wbc<'_>, folio: &FolioRef<'_>, lsn: (u64, u64)) {
     let mut kept = false;
     if !folio.test_set_flag(PG_DIRTY) {
         let mut tags = t.wb.tags.lock();
         if folio.mapping() == t.pages.mapping_id() {
             tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
-            note_lsn(&mut tags, folio.index(), lsn);
+            note_lsns(&mut tags, folio.index(), lsn);
             drop(tags);
             t.acct.redirty_from_writeback(folio.nr_pages() as u64);
             kept = true;
