@@ -1,0 +1,165 @@
+//! The example engine (`examples/wal_store`: a page store with a write-ahead log) killed with
+//! SIGKILL at random moments: after each kill, reopening the store (which replays the log)
+//! finds every committed update. Its updates change cached pages before they commit, so
+//! this is the write-ahead rule's end-to-end test: a page that reached the data file ahead
+//! of its log record would hold a change the log does not (its page LSN past the log's end). The control reopens
+//! without the replay, and must find committed updates missing (the check bites).
+
+#[path = "../examples/wal_store/store.rs"]
+#[allow(dead_code)]
+mod store;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use store::{Store, HEADER};
+
+const ENV: &str = "FOLIOCACHE_WAL_STORE_CHILD";
+const PAGES: u64 = 1024;
+const BUDGET: usize = 1 << 20;
+
+/// The page and bytes of update `k` (from 1).
+fn update_of(k: u64) -> (u64, Vec<u8>) {
+    let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    (
+        x % PAGES,
+        [k.to_le_bytes().as_slice(), &[0x5A; 56]].concat(),
+    )
+}
+
+/// The child: updates, commits every 50 and checkpoints every 2,000, until killed; prints
+/// `COMMIT k` after each commit returned.
+#[test]
+fn wal_store_child() {
+    let Ok(dir) = std::env::var(ENV) else {
+        return;
+    };
+    let (s, _) = Store::open(Path::new(&dir), PAGES, BUDGET).unwrap();
+    let mut out = std::io::stdout().lock();
+    for k in 1.. {
+        let (page, bytes) = update_of(k);
+        s.update(page, HEADER, &bytes).unwrap();
+        if k % 50 == 0 {
+            s.commit().unwrap();
+            writeln!(out, "COMMIT {k}").unwrap();
+            out.flush().unwrap();
+        }
+        if k % 2_000 == 0 {
+            s.checkpoint().unwrap();
+        }
+    }
+}
+
+/// Runs the child for `run_for`, kills it, and returns the last update it committed.
+fn run_and_kill(dir: &Path, run_for: Duration) -> u64 {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "wal_store_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ENV, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut committed = 0;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(k) = line.strip_prefix("COMMIT ") {
+                committed = k.parse().unwrap();
+            }
+        }
+        committed
+    });
+    std::thread::sleep(run_for);
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.code().is_none(),
+        "the child died by itself: {status:?}"
+    );
+    reader.join().unwrap()
+}
+
+/// Pages whose content does not hold their last committed update (or a later update of the
+/// same page, which the log may also have held).
+fn missing(s: &Store, committed: u64) -> u64 {
+    let mut want = vec![0u64; PAGES as usize];
+    for k in 1..=committed {
+        want[update_of(k).0 as usize] = k;
+    }
+    let mut missing = 0;
+    for (page, &k) in want.iter().enumerate() {
+        let mut v = [0u8; 8];
+        s.read(page as u64, HEADER, &mut v).unwrap();
+        let got = u64::from_le_bytes(v);
+        if got < k || (got != 0 && update_of(got).0 != page as u64) {
+            missing += 1;
+        }
+    }
+    missing
+}
+
+#[test]
+fn every_committed_update_survives_sigkill() {
+    if std::env::var(ENV).is_ok() {
+        return;
+    }
+    let kills = if cfg!(debug_assertions) { 4 } else { 12 };
+    let (mut committed_total, mut replayed_total) = (0, 0);
+    for i in 0..kills {
+        let dir = tempfile::tempdir().unwrap();
+        let committed = run_and_kill(dir.path(), Duration::from_millis(150 + 60 * i));
+        let (s, replayed) = Store::open(dir.path(), PAGES, BUDGET).unwrap();
+        assert_eq!(
+            missing(&s, committed),
+            0,
+            "kill {i}: after {committed} commits"
+        );
+        // The write-ahead rule itself: no page on disk holds a change the log does not.
+        let last = s.last_lsn();
+        for page in 0..PAGES {
+            let lsn = s.page_lsn(page).unwrap();
+            assert!(
+                lsn <= last,
+                "kill {i}: page {page} holds change {lsn}, the log ends at {last}"
+            );
+        }
+        committed_total += committed;
+        replayed_total += replayed;
+    }
+    eprintln!("{kills} kills: {committed_total} committed updates checked, {replayed_total} records replayed");
+    assert!(
+        committed_total > 0 && replayed_total > 0,
+        "the kills must land after real work"
+    );
+}
+
+#[test]
+fn without_the_replay_committed_updates_are_lost() {
+    if std::env::var(ENV).is_ok() {
+        return;
+    }
+    let mut lost = 0;
+    for i in 0..4 {
+        let dir = tempfile::tempdir().unwrap();
+        let committed = run_and_kill(dir.path(), Duration::from_millis(200 + 100 * i));
+        let (s, _) = Store::open_replaying(dir.path(), PAGES, BUDGET, false).unwrap();
+        lost += missing(&s, committed);
+        if lost > 0 {
+            break;
+        }
+    }
+    assert!(
+        lost > 0,
+        "a store that skips its replay must lose committed updates"
+    );
+}
