@@ -392,3 +392,32 @@ fn a_checkpoint_writes_the_pages_whose_oldest_change_is_at_or_below_its_point() 
     let a = c.validate().unwrap();
     assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
 }
+
+/// The async writes take log numbers too: the inline part (a cached page) and the worker's
+/// part (an uncached one) both leave their pages waiting for the log.
+#[test]
+fn async_writes_with_log_numbers_wait_for_the_log() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let c = FolioCache::new(Config::new(64 * PAGE).readahead_pages(0)).unwrap();
+    let file = c.open_backing("mem", mem(16)).unwrap();
+    // Page 0 cached (so its async write completes inline), page 5 not.
+    file.write_all_at(&page_of(0), 0).unwrap();
+    file.sync_data().unwrap();
+    let af = foliocache::AsyncFile::new(file);
+    rt.block_on(async {
+        af.write_all_at_lsn(&page_of(3), 0, 3).await.unwrap();
+        af.write_all_at_lsn(&page_of(4), 5 * PAGE as u64, 4)
+            .await
+            .unwrap();
+        assert!(matches!(
+            af.sync_data().await,
+            Err(CacheError::WriteAheadLog { .. })
+        ));
+        assert_eq!(af.file().dirty_pages(), 2, "both held back");
+        c.log_durable(4);
+        af.sync_data().await.unwrap();
+        assert_eq!(af.file().dirty_pages(), 0);
+    });
+}

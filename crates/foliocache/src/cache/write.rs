@@ -299,7 +299,13 @@ impl CachedFile {
     /// writeback or held by a guard (a copy would allocate), when `i_rwsem` is taken, or when
     /// the dirty limit has no room. Errors are those the write would report at once (a
     /// read-only handle, the file size limits).
-    pub(super) fn write_nowait(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
+    /// Every page written holds a change logged at `lsn` (0: none; [`CachedFile::write_at_lsn`]).
+    pub(super) fn write_nowait(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        lsn: u64,
+    ) -> Result<usize, CacheError> {
         let m = self.writable_mapping()?;
         if self.append || buf.is_empty() {
             return Ok(0);
@@ -330,7 +336,7 @@ impl CachedFile {
                 c.dirty.unreserve(1);
                 break;
             };
-            write_end(c, &m, folio, at + n as u64, 0);
+            write_end(c, &m, folio, at + n as u64, lsn);
             at += n as u64;
         }
         if at > offset {

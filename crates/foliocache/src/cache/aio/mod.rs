@@ -272,8 +272,20 @@ impl AsyncFile {
     /// executor's thread. Once polled, the write runs to its end even if the future is
     /// dropped.
     pub async fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize, CacheError> {
+        self.write_at_lsn(buf, offset, 0).await
+    }
+
+    /// [`CachedFile::write_at_lsn`] as a future: [`AsyncFile::write_at`] of a change the
+    /// engine logged at `lsn` (the pages reach the file only once the log is durable up to
+    /// it).
+    pub async fn write_at_lsn(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        lsn: u64,
+    ) -> Result<usize, CacheError> {
         let f = &self.inner.file;
-        let done = f.write_nowait(buf, offset)?;
+        let done = f.write_nowait(buf, offset, lsn)?;
         if done == buf.len() {
             return Ok(done);
         }
@@ -282,7 +294,7 @@ impl AsyncFile {
             buf[done..].to_vec(),
             offset + done as u64,
         );
-        match Blocking::new(&f.cache, move || me.file.write_at(&rest, at)).await {
+        match Blocking::new(&f.cache, move || me.file.write_at_lsn(&rest, at, lsn)).await {
             Ok(n) => Ok(done + n),
             // Bytes were written: report them, the error with the next call (pwrite).
             Err(_) if done > 0 => Ok(done),
@@ -294,8 +306,19 @@ impl AsyncFile {
     /// then the rest as one job on a worker (the write happened whole, or failed as the
     /// synchronous call fails).
     pub async fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), CacheError> {
+        self.write_all_at_lsn(buf, offset, 0).await
+    }
+
+    /// [`CachedFile::write_all_at_lsn`] as a future ([`AsyncFile::write_all_at`] of a change
+    /// logged at `lsn`).
+    pub async fn write_all_at_lsn(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        lsn: u64,
+    ) -> Result<(), CacheError> {
         let f = &self.inner.file;
-        let done = f.write_nowait(buf, offset)?;
+        let done = f.write_nowait(buf, offset, lsn)?;
         if done == buf.len() {
             return Ok(());
         }
@@ -304,7 +327,7 @@ impl AsyncFile {
             buf[done..].to_vec(),
             offset + done as u64,
         );
-        Blocking::new(&f.cache, move || me.file.write_all_at(&rest, at)).await
+        Blocking::new(&f.cache, move || me.file.write_all_at_lsn(&rest, at, lsn)).await
     }
 
     /// [`CachedFile::append`] on a worker thread: returns the offset `buf` landed at.
