@@ -55,8 +55,9 @@ fn wal_store_child() {
     }
 }
 
-/// Runs the child for `run_for`, kills it, and returns the last update it committed.
-fn run_and_kill(dir: &Path, run_for: Duration) -> u64 {
+/// Runs the child until it has committed `min_commits` updates, then for `run_for` more,
+/// kills it, and returns the last update it committed.
+fn run_and_kill(dir: &Path, min_commits: u64, run_for: Duration) -> u64 {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "wal_store_child",
@@ -70,15 +71,29 @@ fn run_and_kill(dir: &Path, run_for: Duration) -> u64 {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut committed = 0;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(k) = line.strip_prefix("COMMIT ") {
                 committed = k.parse().unwrap();
+                let _ = tx.send(committed);
             }
         }
         committed
     });
+    // However slow the machine, the kill lands after real work.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            Ok(k) if k >= min_commits => break,
+            Ok(_) => {}
+            Err(e) => {
+                let _ = child.kill();
+                panic!("the child committed fewer than {min_commits} updates: {e}");
+            }
+        }
+    }
     std::thread::sleep(run_for);
     child.kill().unwrap();
     let status = child.wait().unwrap();
@@ -117,7 +132,7 @@ fn every_committed_update_survives_sigkill() {
     let (mut committed_total, mut replayed_total) = (0, 0);
     for i in 0..kills {
         let dir = tempfile::tempdir().unwrap();
-        let committed = run_and_kill(dir.path(), Duration::from_millis(150 + 60 * i));
+        let committed = run_and_kill(dir.path(), 500, Duration::from_millis(20 + 40 * i));
         let (s, replayed) = Store::open(dir.path(), PAGES, BUDGET).unwrap();
         assert_eq!(
             missing(&s, committed),
@@ -151,7 +166,7 @@ fn without_the_replay_committed_updates_are_lost() {
     let mut lost = 0;
     for i in 0..4 {
         let dir = tempfile::tempdir().unwrap();
-        let committed = run_and_kill(dir.path(), Duration::from_millis(200 + 100 * i));
+        let committed = run_and_kill(dir.path(), 1_000, Duration::from_millis(50 * i));
         let (s, _) = Store::open_replaying(dir.path(), PAGES, BUDGET, false).unwrap();
         lost += missing(&s, committed);
         if lost > 0 {
