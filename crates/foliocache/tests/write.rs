@@ -1034,3 +1034,50 @@ fn a_writable_guard_waits_for_the_pages_writeback() {
     drop(f);
     assert_baseline(&c);
 }
+
+/// `PinnedFolio::upgrade`: a read guard becomes a write latch without a second lookup (no
+/// page-cache hit is counted), showing the page's current bytes; a guard whose page was
+/// replaced by a write since it was pinned latches the current page, not its old copy; a
+/// read-only handle's upgrade fails and releases the pin. Accounting returns to its baseline.
+#[test]
+fn a_pinned_page_upgrades_to_a_write_latch_without_a_second_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pages");
+    let c = cache(1 << 20);
+    let f = c.open_with(&path, &rw()).unwrap();
+    let data = content(4 * PAGE, 5);
+    f.write_all_at(&data, 0).unwrap();
+
+    let pin = f.get_folio(1).unwrap();
+    assert_eq!(&pin[..], &data[PAGE..2 * PAGE]);
+    let hits = c.stats().hits;
+    let mut w = pin.upgrade().unwrap();
+    assert_eq!(c.stats().hits, hits, "no second lookup");
+    assert_eq!(&w[..], &data[PAGE..2 * PAGE]);
+    w[..4].copy_from_slice(b"upgr");
+    w.commit();
+    let mut b = [0u8; 4];
+    f.read_exact_at(&mut b, PAGE as u64).unwrap();
+    assert_eq!(&b, b"upgr");
+
+    // Pinned, then replaced by another handle's write: the latch shows the write.
+    let other = c.open_with(&path, &rw()).unwrap();
+    let pin = f.get_folio(2).unwrap();
+    other.write_all_at(b"newer", 2 * PAGE as u64).unwrap();
+    assert_eq!(
+        &pin[..5],
+        &data[2 * PAGE..2 * PAGE + 5],
+        "the guard keeps its bytes"
+    );
+    let w = pin.upgrade().unwrap();
+    assert_eq!(&w[..5], b"newer", "the latch starts from the current page");
+    w.discard();
+
+    // A read-only handle cannot upgrade; the pin is gone either way.
+    let ro = c.open(&path).unwrap();
+    let pin = ro.get_folio(3).unwrap();
+    assert!(matches!(pin.upgrade(), Err(CacheError::NotWritable { .. })));
+    f.sync_data().unwrap();
+    drop((f, other, ro));
+    assert_baseline(&c);
+}

@@ -216,6 +216,55 @@ impl<'f> PinnedFolio<'f> {
     /// Nothing to put besides the folio: the handle owns the use of the inode.
     fn after_release(&mut self) {}
 
+    /// Upgrades the pinned page to a write latch ([`FolioMut`](crate::FolioMut), as
+    /// [`CachedFile::get_folio_mut`] gives) without looking the page up again: the latch
+    /// starts from the folio this guard holds if it is still the page cached at its index.
+    /// If a write replaced the page since it was pinned (the guard kept the old bytes), the
+    /// latch starts from the current page, as `get_folio_mut` would: the bytes the latch
+    /// shows are always the file's now. A large folio is latched by its first page (the
+    /// write path splits it first). Fails as `get_folio_mut` does (a read-only handle, a page
+    /// latched by this handle); the pin is released either way.
+    ///
+    /// ```
+    /// # use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::new(1 << 20))?;
+    /// let db = cache.open_with(dir.path().join("db"), OpenOptions::new().write(true).create(true))?;
+    /// db.set_len(8192)?;
+    /// let page = db.get_folio(1)?;          // read the page, zero-copy
+    /// if page[0] == 0 {
+    ///     let mut w = page.upgrade()?;      // then change it, no second lookup
+    ///     w[0] = 1;
+    ///     w.commit();
+    /// }
+    /// # let mut b = [0u8; 1];
+    /// # db.read_exact_at(&mut b, 4096)?;
+    /// # assert_eq!(b[0], 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn upgrade(self) -> Result<crate::FolioMut<'f>, CacheError> {
+        let (file, index, pages) = (self.file, self.index(), self.nr_pages());
+        if pages > 1 {
+            // The latch is on one page, and the write path splits the large folio first:
+            // nothing to reuse.
+            drop(self);
+            file.cache.pin_charge(2)?;
+            return file.latch_charged(index, None);
+        }
+        // The pin's charge (one page) becomes half of the latch's (the page and its copy).
+        if let Err(e) = file.cache.pin_charge(1) {
+            drop(self);
+            return Err(e);
+        }
+        let this = std::mem::ManuallyDrop::new(self);
+        let arena = this.arena();
+        // SAFETY: the guard owns one reference on this folio; it is handed over here, once
+        // (the guard is not dropped).
+        let folio = unsafe { FolioRef::from_raw(arena, this.pin.folio(arena)) };
+        file.latch_charged(index, Some(folio))
+    }
+
     /// A guard that owns its file instead of borrowing the handle: it may outlive the handle
     /// (and every other handle of the file) and move into `'static` tasks. Costs one shared
     /// reference on the file's state, taken here and put when the owned guard drops.

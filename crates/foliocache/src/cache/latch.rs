@@ -88,11 +88,29 @@ impl CachedFile {
     /// another thread's guard latches the page. `index` must be a page of the file (use
     /// [`CachedFile::set_len`] to grow it first).
     pub fn get_folio_mut(&self, index: u64) -> Result<FolioMut<'_>, CacheError> {
-        let m = self.writable_mapping()?;
-        let c = &self.cache;
         // The pin limit (`cache/budget.rs`): the guard holds the page and its copy. Charged
         // before `i_rwsem`, since it may wait for other pins to go.
-        c.pin_charge(2)?;
+        self.cache.pin_charge(2)?;
+        self.latch_charged(index, None)
+    }
+
+    /// [`CachedFile::get_folio_mut`] once the guard's two pages are charged, starting from
+    /// `start` (a reference on page `index` the caller hands over: a pinned guard upgraded)
+    /// if it is still the page cached there, else from a lookup.
+    pub(super) fn latch_charged(
+        &self,
+        index: u64,
+        start: Option<FolioRef<'_>>,
+    ) -> Result<FolioMut<'_>, CacheError> {
+        let c = &self.cache;
+        let m = match self.writable_mapping() {
+            Ok(m) => m,
+            Err(e) => {
+                drop(start);
+                c.pin_uncharge(2);
+                return Err(e);
+            }
+        };
         let latched = self.lock_for_write(&m, "get_folio_mut", |_| Some((index, index)));
         let latched = latched.and_then(|w| {
             if index >= m.nr_pages() {
@@ -104,7 +122,7 @@ impl CachedFile {
                     ),
                 });
             }
-            let pages = self.latch(&m, index)?;
+            let pages = self.latch(&m, index, start)?;
             // Under `i_rwsem`: no writer of the page is between its look at the latches and
             // its write.
             m.latches.add(index, self.id);
@@ -141,6 +159,7 @@ impl CachedFile {
         &self,
         m: &Inode,
         index: u64,
+        mut start: Option<FolioRef<'_>>,
     ) -> Result<
         (
             std::ptr::NonNull<crate::mm::folio::Folio>,
@@ -155,7 +174,10 @@ impl CachedFile {
             .try_lock()
             .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
         let old = loop {
-            let (folio, _) = self.get_page(m, index, 1)?;
+            let folio = match start.take() {
+                Some(f) => f,
+                None => self.get_page(m, index, 1)?.0,
+            };
             if folio.nr_pages() > 1 {
                 drop(folio);
                 super::split::split_folio_at(c, m, index)?;
