@@ -333,7 +333,9 @@ fn run_cuts(seed: u64, cuts: usize, asynchronous: bool) -> (u64, u64) {
 
 #[test]
 fn every_byte_a_returned_sync_covered_survives_a_power_cut() {
-    let cuts = if cfg!(debug_assertions) { 150 } else { 1200 };
+    // 600 in release: CI runs this test under three engines (and the async variant beside
+    // it), 2,550 cuts in all; the issue asks for 1,000 across the engines.
+    let cuts = if cfg!(debug_assertions) { 150 } else { 600 };
     let (syncs, checked) = run_cuts(0x0C07_F00D, cuts, false);
     assert!(syncs > cuts as u64 / 2, "the workload synced ({syncs})");
     assert!(
