@@ -280,7 +280,14 @@ fn the_checker_catches_writes_without_their_log_numbers() {
 /// its own commit, and once the engine says the log is durable the sync writes them.
 #[test]
 fn without_a_log_pages_wait_for_log_durable_and_nothing_deadlocks() {
-    let c = FolioCache::new(Config::new(64 * PAGE).readahead_pages(0)).unwrap();
+    // No flusher: its passes would hold pages under writeback for a moment while
+    // giving them back (still unwritten), and the dirty counts below are exact.
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .readahead_pages(0)
+            .background_writeback(false),
+    )
+    .unwrap();
     let file = c.open_backing("mem", mem(256)).unwrap();
     // Far more pages than the dirty limit (20% of 64), all ahead of the log, from one thread
     // (which, being the engine's committer too, would never come back to commit if the
@@ -313,7 +320,14 @@ fn without_a_log_pages_wait_for_log_durable_and_nothing_deadlocks() {
 /// written once it can. `FolioMut::set_lsn` holds a latched update to the rule too.
 #[test]
 fn a_failing_log_keeps_its_pages_dirty_and_latched_updates_follow_the_rule() {
-    let c = FolioCache::new(Config::new(64 * PAGE).readahead_pages(0)).unwrap();
+    // No flusher: its passes would hold pages under writeback for a moment while
+    // giving them back (still unwritten), and the dirty counts below are exact.
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .readahead_pages(0)
+            .background_writeback(false),
+    )
+    .unwrap();
     let log = Arc::new(Log::default());
     c.set_write_ahead_log(Some(log.clone()));
     let file = c.open_backing("mem", mem(16)).unwrap();
@@ -356,7 +370,8 @@ fn a_failing_log_keeps_its_pages_dirty_and_latched_updates_follow_the_rule() {
 /// leaves the others dirty, and syncs: the engine may drop its log before the point.
 #[test]
 fn a_checkpoint_writes_the_pages_whose_oldest_change_is_at_or_below_its_point() {
-    let c = FolioCache::new(Config::buffer_pool(64 * PAGE)).unwrap();
+    // No flusher, as above: the dirty counts are exact.
+    let c = FolioCache::new(Config::buffer_pool(64 * PAGE).background_writeback(false)).unwrap();
     let log = Arc::new(Log::default());
     c.set_write_ahead_log(Some(log.clone()));
     let durable = Arc::new(AtomicU64Dbg::default());
@@ -400,7 +415,14 @@ fn async_writes_with_log_numbers_wait_for_the_log() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let c = FolioCache::new(Config::new(64 * PAGE).readahead_pages(0)).unwrap();
+    // No flusher: its passes would hold pages under writeback for a moment while
+    // giving them back (still unwritten), and the dirty counts below are exact.
+    let c = FolioCache::new(
+        Config::new(64 * PAGE)
+            .readahead_pages(0)
+            .background_writeback(false),
+    )
+    .unwrap();
     let file = c.open_backing("mem", mem(16)).unwrap();
     // Page 0 cached (so its async write completes inline), page 5 not.
     file.write_all_at(&page_of(0), 0).unwrap();
