@@ -972,22 +972,11 @@ fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &
         }
     };
     for ((folio, _), &lsn) in run.folios.iter().zip(&run.lsns) {
-        let mut kept = false;
-        if failed && t.policy == WbErrorPolicy::KeepDirty && !folio.test_set_flag(PG_DIRTY) {
-            // Redirty before the writeback ends, so that truncation (which waits for it)
-            // cancels this dirtiness if the page goes away meanwhile.
-            let mut tags = t.wb.tags.lock();
-            if folio.mapping() == t.pages.mapping_id() {
-                tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
-                note_lsns(&mut tags, folio.index(), lsn);
-                drop(tags);
-                t.acct.redirty_from_writeback(folio.nr_pages() as u64);
-                kept = true;
-            } else {
-                folio.clear_flag(PG_DIRTY);
-            }
+        if failed && t.policy == WbErrorPolicy::KeepDirty {
+            unwrite(t, folio, lsn);
+        } else {
+            end_writeback(t, folio, false);
         }
-        end_writeback(t, folio, kept);
     }
 }
 
@@ -1003,13 +992,11 @@ fn hold_back<'a>(t: &Wbc<'a>, runs: Vec<Run<'a>>, durable: u64) -> Vec<Run<'a>> 
                 out.extend(cur.take());
                 continue;
             }
-            let index = run.start + i as u64;
-            cur.get_or_insert_with(|| Run {
-                start: index,
+            let r = cur.get_or_insert_with(|| Run {
+                start: run.start + i as u64,
                 folios: Vec::new(),
                 lsns: Vec::new(),
             });
-            let r = cur.as_mut().expect("just made");
             r.folios.push((folio, len));
             r.lsns.push(lsn);
         }
@@ -1018,11 +1005,14 @@ fn hold_back<'a>(t: &Wbc<'a>, runs: Vec<Run<'a>>, durable: u64) -> Vec<Run<'a>> 
     out
 }
 
-/// Ends the writeback of a folio that was never written (its log could not be flushed): dirty
-/// again, with its log sequence number back, as before the pass took it.
+/// Ends the writeback of a folio whose bytes did not reach the file (its log could not be
+/// flushed, or its write failed and is kept for a retry): dirty again, with its log sequence
+/// numbers back, as before the pass took it.
 fn unwrite(t: &Wbc<'_>, folio: &FolioRef<'_>, lsn: (u64, u64)) {
     let mut kept = false;
     if !folio.test_set_flag(PG_DIRTY) {
+        // Redirty before the writeback ends, so that truncation (which waits for it)
+        // cancels this dirtiness if the page goes away meanwhile.
         let mut tags = t.wb.tags.lock();
         if folio.mapping() == t.pages.mapping_id() {
             tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
