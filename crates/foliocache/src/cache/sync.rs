@@ -77,10 +77,7 @@ impl CachedFile {
                 w.sync_all()
             };
             if let Err(e) = r {
-                c.counters.inc(Event::WritebackErrors);
-                let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                m.mapping.wb.err.set(errno);
-                c.sb_err.set(errno, &m.path);
+                sync_failed(c, &m, &e);
             }
         }
         if let Some(source) = out.log_error {
@@ -132,10 +129,7 @@ impl super::sb::FolioCache {
             }
             writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
             if let Err(e) = writer.sync_all() {
-                c.counters.inc(Event::WritebackErrors);
-                let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                m.mapping.wb.err.set(errno);
-                c.sb_err.set(errno, &m.path);
+                sync_failed(c, &m, &e);
             }
         }
         if let Some((path, source)) = log_error {
@@ -214,14 +208,11 @@ impl super::sb::FolioCache {
             if let Some((_, e)) = out.error {
                 first_err.get_or_insert(CacheError::Writeback {
                     path: m.path.clone(),
-                    source: io::Error::new(e.kind(), e.to_string()),
+                    source: e,
                 });
             }
             if let Err(e) = writer.sync_data() {
-                c.counters.inc(Event::WritebackErrors);
-                let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                m.mapping.wb.err.set(errno);
-                c.sb_err.set(errno, &m.path);
+                sync_failed(c, &m, &e);
                 first_err.get_or_insert(CacheError::Writeback {
                     path: m.path.clone(),
                     source: e,
@@ -233,4 +224,13 @@ impl super::sb::FolioCache {
             None => Ok(()),
         }
     }
+}
+
+/// A failed `fdatasync`/`fsync` of a file's backing: counted, and recorded in the file's
+/// error sequence (every handle's next sync hears of it) and the cache's (`sync_all`).
+fn sync_failed(c: &super::core::Core, m: &Inode, e: &io::Error) {
+    c.counters.inc(Event::WritebackErrors);
+    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+    m.mapping.wb.err.set(errno);
+    c.sb_err.set(errno, &m.path);
 }
