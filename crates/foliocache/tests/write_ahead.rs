@@ -38,22 +38,16 @@ impl WriteAheadLog for Log {
 /// A memory backing that checks every page written against the log's durable point.
 #[derive(Debug)]
 struct Checked {
-    inner: MemBackingCell,
-    durable: Arc<AtomicU64Dbg>,
+    inner: Mutex<Vec<u8>>,
+    durable: Arc<AtomicU64>,
     pages_written: AtomicU64,
     violations: AtomicU64,
 }
 
-#[derive(Debug, Default)]
-struct AtomicU64Dbg(AtomicU64);
-
-#[derive(Debug)]
-struct MemBackingCell(Mutex<Vec<u8>>);
-
 impl Checked {
-    fn new(pages: usize, durable: Arc<AtomicU64Dbg>) -> Checked {
+    fn new(pages: usize, durable: Arc<AtomicU64>) -> Checked {
         Checked {
-            inner: MemBackingCell(Mutex::new(vec![0; pages * PAGE])),
+            inner: Mutex::new(vec![0; pages * PAGE]),
             durable,
             pages_written: AtomicU64::new(0),
             violations: AtomicU64::new(0),
@@ -63,7 +57,7 @@ impl Checked {
     /// Looks at the whole pages of a write of `buf` at `offset`.
     fn check(&self, buf: &[u8], offset: u64) {
         assert_eq!(offset % PAGE as u64, 0, "writeback writes whole pages here");
-        let durable = self.durable.0.load(Ordering::SeqCst);
+        let durable = self.durable.load(Ordering::SeqCst);
         for page in buf.chunks(PAGE) {
             let lsn = u64::from_le_bytes(page[..8].try_into().unwrap());
             self.pages_written.fetch_add(1, Ordering::Relaxed);
@@ -76,11 +70,11 @@ impl Checked {
 
 impl Backing for Checked {
     fn size(&self) -> io::Result<u64> {
-        Ok(self.inner.0.lock().unwrap().len() as u64)
+        Ok(self.inner.lock().unwrap().len() as u64)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let v = self.inner.0.lock().unwrap();
+        let v = self.inner.lock().unwrap();
         let at = (offset as usize).min(v.len());
         let n = buf.len().min(v.len() - at);
         buf[..n].copy_from_slice(&v[at..at + n]);
@@ -89,7 +83,7 @@ impl Backing for Checked {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         self.check(buf, offset);
-        let mut v = self.inner.0.lock().unwrap();
+        let mut v = self.inner.lock().unwrap();
         let end = offset as usize + buf.len();
         if v.len() < end {
             v.resize(end, 0);
@@ -104,7 +98,7 @@ impl Backing for Checked {
     }
 
     fn set_len(&self, size: u64) -> io::Result<()> {
-        self.inner.0.lock().unwrap().resize(size as usize, 0);
+        self.inner.lock().unwrap().resize(size as usize, 0);
         Ok(())
     }
 }
@@ -112,6 +106,20 @@ impl Backing for Checked {
 /// A writable memory file of `pages` pages (its checks unused).
 fn mem(pages: usize) -> ArcBacking {
     ArcBacking(Arc::new(Checked::new(pages, Arc::default())))
+}
+
+/// A cache without the flusher: its passes would hold pages under writeback for a moment
+/// while giving them back (still unwritten), so the tests that count dirty pages run
+/// without it.
+fn quiet(config: Config) -> FolioCache {
+    FolioCache::new(config.background_writeback(false)).unwrap()
+}
+
+/// Every file dropped: nothing left allocated, no bad page.
+fn assert_baseline(c: &FolioCache) {
+    c.drop_caches();
+    let a = c.validate().unwrap();
+    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
 }
 
 /// A page whose first eight bytes are `lsn`.
@@ -124,13 +132,13 @@ fn page_of(lsn: u64) -> Vec<u8> {
 /// The durable point both the log and the checker see.
 struct Shared {
     log: Arc<Log>,
-    durable: Arc<AtomicU64Dbg>,
+    durable: Arc<AtomicU64>,
 }
 
 impl WriteAheadLog for Shared {
     fn flush_log(&self, lsn: u64) -> io::Result<()> {
         self.log.flush_log(lsn)?;
-        self.durable.0.fetch_max(lsn, Ordering::SeqCst);
+        self.durable.fetch_max(lsn, Ordering::SeqCst);
         Ok(())
     }
 }
@@ -142,7 +150,7 @@ impl WriteAheadLog for Shared {
 /// Returns (pages written, violations).
 fn workload(with_lsn: bool, target_writes: u64) -> (u64, u64) {
     const FILE_PAGES: usize = 1024;
-    let durable = Arc::new(AtomicU64Dbg::default());
+    let durable = Arc::new(AtomicU64::default());
     let backing = Arc::new(Checked::new(FILE_PAGES, durable.clone()));
     let c = FolioCache::new(Config::new(FILE_PAGES / 4 * PAGE).readahead_pages(0)).unwrap();
     let log = Arc::new(Log::default());
@@ -181,7 +189,7 @@ fn workload(with_lsn: bool, target_writes: u64) -> (u64, u64) {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(2));
                 let d = next.load(Ordering::SeqCst);
-                durable.0.fetch_max(d, Ordering::SeqCst);
+                durable.fetch_max(d, Ordering::SeqCst);
                 log.durable.fetch_max(d, Ordering::SeqCst);
                 c.log_durable(d);
             }
@@ -212,15 +220,13 @@ fn workload(with_lsn: bool, target_writes: u64) -> (u64, u64) {
     });
     // Everything durable at last: the final sync writes every page.
     let d = next.load(Ordering::SeqCst);
-    durable.0.fetch_max(d, Ordering::SeqCst);
+    durable.fetch_max(d, Ordering::SeqCst);
     c.log_durable(d);
     file.sync_data().unwrap();
     assert_eq!(file.dirty_pages(), 0);
     drop(file);
     c.set_budget(FILE_PAGES / 4 * PAGE).unwrap();
-    c.drop_caches();
-    let a = c.validate().unwrap();
-    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+    assert_baseline(&c);
     (
         backing.pages_written.load(Ordering::Relaxed),
         backing.violations.load(Ordering::Relaxed),
@@ -280,14 +286,7 @@ fn the_checker_catches_writes_without_their_log_numbers() {
 /// its own commit, and once the engine says the log is durable the sync writes them.
 #[test]
 fn without_a_log_pages_wait_for_log_durable_and_nothing_deadlocks() {
-    // No flusher: its passes would hold pages under writeback for a moment while
-    // giving them back (still unwritten), and the dirty counts below are exact.
-    let c = FolioCache::new(
-        Config::new(64 * PAGE)
-            .readahead_pages(0)
-            .background_writeback(false),
-    )
-    .unwrap();
+    let c = quiet(Config::new(64 * PAGE).readahead_pages(0));
     let file = c.open_backing("mem", mem(256)).unwrap();
     // Far more pages than the dirty limit (20% of 64), all ahead of the log, from one thread
     // (which, being the engine's committer too, would never come back to commit if the
@@ -320,14 +319,7 @@ fn without_a_log_pages_wait_for_log_durable_and_nothing_deadlocks() {
 /// written once it can. `FolioMut::set_lsn` holds a latched update to the rule too.
 #[test]
 fn a_failing_log_keeps_its_pages_dirty_and_latched_updates_follow_the_rule() {
-    // No flusher: its passes would hold pages under writeback for a moment while
-    // giving them back (still unwritten), and the dirty counts below are exact.
-    let c = FolioCache::new(
-        Config::new(64 * PAGE)
-            .readahead_pages(0)
-            .background_writeback(false),
-    )
-    .unwrap();
+    let c = quiet(Config::new(64 * PAGE).readahead_pages(0));
     let log = Arc::new(Log::default());
     c.set_write_ahead_log(Some(log.clone()));
     let file = c.open_backing("mem", mem(16)).unwrap();
@@ -360,9 +352,7 @@ fn a_failing_log_keeps_its_pages_dirty_and_latched_updates_follow_the_rule() {
     file.sync_data().unwrap();
     assert_eq!(log.flushes.load(Ordering::SeqCst), flushes + 1);
     drop(file);
-    c.drop_caches();
-    let a = c.validate().unwrap();
-    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+    assert_baseline(&c);
 }
 
 /// A fuzzy checkpoint writes the pages holding a change logged at or below its point (a page
@@ -370,11 +360,10 @@ fn a_failing_log_keeps_its_pages_dirty_and_latched_updates_follow_the_rule() {
 /// leaves the others dirty, and syncs: the engine may drop its log before the point.
 #[test]
 fn a_checkpoint_writes_the_pages_whose_oldest_change_is_at_or_below_its_point() {
-    // No flusher, as above: the dirty counts are exact.
-    let c = FolioCache::new(Config::buffer_pool(64 * PAGE).background_writeback(false)).unwrap();
+    let c = quiet(Config::buffer_pool(64 * PAGE));
     let log = Arc::new(Log::default());
     c.set_write_ahead_log(Some(log.clone()));
-    let durable = Arc::new(AtomicU64Dbg::default());
+    let durable = Arc::new(AtomicU64::default());
     let backing = Arc::new(Checked::new(16, durable.clone()));
     let file = c.open_backing("db", ArcBacking(backing.clone())).unwrap();
     for p in 0..10u64 {
@@ -403,9 +392,7 @@ fn a_checkpoint_writes_the_pages_whose_oldest_change_is_at_or_below_its_point() 
     backing.read_at(&mut on_disk, 7 * PAGE as u64).unwrap();
     assert_eq!(on_disk, page_of(17));
     drop(file);
-    c.drop_caches();
-    let a = c.validate().unwrap();
-    assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
+    assert_baseline(&c);
 }
 
 /// The async writes take log numbers too: the inline part (a cached page) and the worker's
@@ -415,14 +402,7 @@ fn async_writes_with_log_numbers_wait_for_the_log() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    // No flusher: its passes would hold pages under writeback for a moment while
-    // giving them back (still unwritten), and the dirty counts below are exact.
-    let c = FolioCache::new(
-        Config::new(64 * PAGE)
-            .readahead_pages(0)
-            .background_writeback(false),
-    )
-    .unwrap();
+    let c = quiet(Config::new(64 * PAGE).readahead_pages(0));
     let file = c.open_backing("mem", mem(16)).unwrap();
     // Page 0 cached (so its async write completes inline), page 5 not.
     file.write_all_at(&page_of(0), 0).unwrap();
