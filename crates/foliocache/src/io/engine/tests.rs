@@ -1093,6 +1093,25 @@ fn bounce_write_at_eof_sets_the_exact_size() {
 
 // ---- planted faults through the cache ------------------------------------------------------
 
+/// The engines a cache is tried with (io_uring unless opted out: see [`engine`]).
+fn cache_engines() -> Vec<IoEngine> {
+    let mut v = vec![IoEngine::Pool, IoEngine::Sync];
+    if engine("uring").is_some() {
+        v.insert(1, IoEngine::Uring);
+    }
+    v
+}
+
+/// The one descriptor the cache holds on `f`'s file (the test's own handle is not one).
+fn cache_fd(f: &tempfile::NamedTempFile) -> i32 {
+    let fds: Vec<i32> = fds_of(f.path())
+        .into_iter()
+        .filter(|&fd| fd != f.as_file().as_raw_fd())
+        .collect();
+    assert_eq!(fds.len(), 1, "the cache's descriptor: {fds:?}");
+    fds[0]
+}
+
 /// The descriptors this process holds open on `path`.
 fn fds_of(path: &std::path::Path) -> Vec<i32> {
     let want = path.canonicalize().unwrap();
@@ -1118,10 +1137,7 @@ fn planted_faults_fail_only_their_folios_through_the_cache() {
     use super::faults::{clear, plant, Fault};
     use crate::{CacheError, Config, FolioCache};
     const PAGE: usize = 4096;
-    for choice in [IoEngine::Pool, IoEngine::Uring, IoEngine::Sync] {
-        if choice == IoEngine::Uring && engine("uring").is_none() {
-            continue;
-        }
+    for choice in cache_engines() {
         let data = pattern(64 * PAGE, 31);
         let f = temp_file(&data);
         let c = FolioCache::new(
@@ -1136,15 +1152,9 @@ fn planted_faults_fail_only_their_folios_through_the_cache() {
         let file = c.open(f.path()).unwrap();
         let batched = c.io_engine() != EngineKind::Sync;
         // The cache's own descriptor (the test's handle on the file is not one).
-        let fds: Vec<i32> = fds_of(f.path())
-            .into_iter()
-            .filter(|&fd| fd != f.as_file().as_raw_fd())
-            .collect();
-        assert_eq!(fds.len(), 1, "{choice}: the cache's descriptor");
-        for &fd in &fds {
-            plant(fd, 0, Fault::Short(PAGE));
-            plant(fd, 32 * PAGE as u64, Fault::Errno(libc::EIO));
-        }
+        let fd = cache_fd(&f);
+        plant(fd, 0, Fault::Short(PAGE));
+        plant(fd, 32 * PAGE as u64, Fault::Errno(libc::EIO));
         let r = file.readahead(0..64 * PAGE as u64);
         if batched {
             match r {
@@ -1162,7 +1172,7 @@ fn planted_faults_fail_only_their_folios_through_the_cache() {
         } else {
             assert_eq!(r.unwrap(), 64, "{choice}");
         }
-        let left: usize = fds.iter().map(|&fd| clear(fd)).sum();
+        let left = clear(fd);
         assert_eq!(left, usize::from(!batched), "{choice}: faults left");
         let mut all = vec![0u8; 64 * PAGE];
         file.read_exact_at(&mut all, 0).unwrap();
@@ -1181,10 +1191,7 @@ fn planted_faults_on_writeback_are_finished_or_reported_once() {
     use super::faults::{clear, plant, Fault};
     use crate::{CacheError, Config, FolioCache};
     const PAGE: usize = 4096;
-    for choice in [IoEngine::Pool, IoEngine::Uring, IoEngine::Sync] {
-        if choice == IoEngine::Uring && engine("uring").is_none() {
-            continue;
-        }
+    for choice in cache_engines() {
         let data = pattern(32 * PAGE, 32);
         let f = temp_file(&data);
         let c = FolioCache::new(
@@ -1196,10 +1203,7 @@ fn planted_faults_on_writeback_are_finished_or_reported_once() {
         let file = c
             .open_with(f.path(), crate::OpenOptions::new().write(true))
             .unwrap();
-        let fd = fds_of(f.path())
-            .into_iter()
-            .find(|&fd| fd != f.as_file().as_raw_fd())
-            .expect("the cache's descriptor");
+        let fd = cache_fd(&f);
         // Two dirty runs: pages 0..8 and 16..24.
         let (a, b) = (vec![0x5Au8; 8 * PAGE], vec![0xA5u8; 8 * PAGE]);
         file.write_all_at(&a, 0).unwrap();
