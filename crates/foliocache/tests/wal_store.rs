@@ -5,6 +5,8 @@
 //! of its log record would hold a change the log does not (its page LSN past the log's end). The control reopens
 //! without the replay, and must find committed updates missing (the check bites).
 
+#[path = "../examples/wal_store/crash.rs"]
+mod crash;
 #[path = "../examples/wal_store/store.rs"]
 #[allow(dead_code)]
 mod store;
@@ -14,23 +16,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crash::{ahead_of_log, missing, update_of};
 use store::{Store, HEADER};
 
 const ENV: &str = "FOLIOCACHE_WAL_STORE_CHILD";
 const PAGES: u64 = 1024;
 const BUDGET: usize = 1 << 20;
-
-/// The page and bytes of update `k` (from 1).
-fn update_of(k: u64) -> (u64, Vec<u8>) {
-    let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    (
-        x % PAGES,
-        [k.to_le_bytes().as_slice(), &[0x5A; 56]].concat(),
-    )
-}
 
 /// The child: updates, commits every 50 and checkpoints every 2,000, until killed; prints
 /// `COMMIT k` after each commit returned.
@@ -42,7 +33,7 @@ fn wal_store_child() {
     let (s, _) = Store::open(Path::new(&dir), PAGES, BUDGET).unwrap();
     let mut out = std::io::stdout().lock();
     for k in 1.. {
-        let (page, bytes) = update_of(k);
+        let (page, bytes) = update_of(k, PAGES);
         s.update(page, HEADER, &bytes).unwrap();
         if k % 50 == 0 {
             s.commit().unwrap();
@@ -104,25 +95,6 @@ fn run_and_kill(dir: &Path, min_commits: u64, run_for: Duration) -> u64 {
     reader.join().unwrap()
 }
 
-/// Pages whose content does not hold their last committed update (or a later update of the
-/// same page, which the log may also have held).
-fn missing(s: &Store, committed: u64) -> u64 {
-    let mut want = vec![0u64; PAGES as usize];
-    for k in 1..=committed {
-        want[update_of(k).0 as usize] = k;
-    }
-    let mut missing = 0;
-    for (page, &k) in want.iter().enumerate() {
-        let mut v = [0u8; 8];
-        s.read(page as u64, HEADER, &mut v).unwrap();
-        let got = u64::from_le_bytes(v);
-        if got < k || (got != 0 && update_of(got).0 != page as u64) {
-            missing += 1;
-        }
-    }
-    missing
-}
-
 #[test]
 fn every_committed_update_survives_sigkill() {
     if std::env::var(ENV).is_ok() {
@@ -135,17 +107,15 @@ fn every_committed_update_survives_sigkill() {
         let committed = run_and_kill(dir.path(), 500, Duration::from_millis(20 + 40 * i));
         let (s, replayed) = Store::open(dir.path(), PAGES, BUDGET).unwrap();
         assert_eq!(
-            missing(&s, committed),
+            missing(&s, PAGES, committed).unwrap(),
             0,
             "kill {i}: after {committed} commits"
         );
         // The write-ahead rule itself: no page on disk holds a change the log does not.
-        let last = s.last_lsn();
-        for page in 0..PAGES {
-            let lsn = s.page_lsn(page).unwrap();
-            assert!(
-                lsn <= last,
-                "kill {i}: page {page} holds change {lsn}, the log ends at {last}"
+        if let Some((page, lsn)) = ahead_of_log(&s, PAGES).unwrap() {
+            panic!(
+                "kill {i}: page {page} holds change {lsn}, the log ends at {}",
+                s.last_lsn()
             );
         }
         committed_total += committed;
@@ -168,7 +138,7 @@ fn without_the_replay_committed_updates_are_lost() {
         let dir = tempfile::tempdir().unwrap();
         let committed = run_and_kill(dir.path(), 1_000, Duration::from_millis(50 * i));
         let (s, _) = Store::open_replaying(dir.path(), PAGES, BUDGET, false).unwrap();
-        lost += missing(&s, committed);
+        lost += missing(&s, PAGES, committed).unwrap();
         if lost > 0 {
             break;
         }

@@ -13,36 +13,25 @@
 //! and checks that every committed update is there. `tests/wal_store.rs` does the same many
 //! times, and shows that without the replay committed updates are lost.
 
+mod crash;
 mod store;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crash::{ahead_of_log, missing, update_of};
 use store::{Store, HEADER};
 
 const PAGES: u64 = 2048;
 const BUDGET: usize = 2 << 20;
-
-/// The page and the bytes of update `k` (from 1): a deterministic sequence, so the parent
-/// knows what the child wrote.
-fn update_of(k: u64) -> (u64, Vec<u8>) {
-    let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    (
-        x % PAGES,
-        [k.to_le_bytes().as_slice(), &[0xAB; 92]].concat(),
-    )
-}
 
 /// The child: updates and commits until killed, printing `COMMIT k` after each commit.
 fn child(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let (s, _) = Store::open(dir, PAGES, BUDGET)?;
     let mut out = std::io::stdout().lock();
     for k in 1.. {
-        let (page, bytes) = update_of(k);
+        let (page, bytes) = update_of(k, PAGES);
         s.update(page, HEADER, &bytes)?;
         if k % 100 == 0 {
             s.commit()?;
@@ -95,24 +84,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.elapsed().as_secs_f64() * 1e3
     );
     // Each page holds its last committed update, or a later one the log also held.
-    let mut want = vec![0u64; PAGES as usize];
-    for k in 1..=committed {
-        want[update_of(k).0 as usize] = k;
-    }
-    for (page, &k) in want.iter().enumerate() {
-        let mut v = [0u8; 8];
-        s.read(page as u64, HEADER, &mut v)?;
-        let got = u64::from_le_bytes(v);
-        assert!(
-            got >= k && (got == 0 || update_of(got).0 == page as u64),
-            "page {page}: update {got}, committed {k}"
-        );
-    }
+    assert_eq!(
+        missing(&s, PAGES, committed)?,
+        0,
+        "pages without their committed update"
+    );
     println!("every committed update is there");
     // And no page reached the file ahead of its log record (the cache's write-ahead rule).
-    for page in 0..PAGES {
-        assert!(s.page_lsn(page)? <= s.last_lsn(), "page {page}");
-    }
+    assert_eq!(
+        ahead_of_log(&s, PAGES)?,
+        None,
+        "(page, page LSN) ahead of the log"
+    );
     println!(
         "no page holds a change the log does not (log ends at {})",
         s.last_lsn()

@@ -191,8 +191,7 @@ impl Store {
             if r.page == CHECKPOINT {
                 continue;
             }
-            if r.page as u64 >= pages || HEADER + r.bytes.len() + r.offset as usize > PAGE + HEADER
-            {
+            if r.page as u64 >= pages || r.offset as usize + r.bytes.len() > PAGE {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!(
