@@ -607,18 +607,13 @@ fn create_page<'a>(
 pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: u64, lsn: u64) {
     if folio.test_flag(crate::mm::folio::flags::PG_DIRTY) {
         // A write to a dirty page (or a replacement that inherited one): its tags and counts
-        // are in place, and the reservation goes back.
-        c.dirty.unreserve(1);
+        // are in place, and the reservation goes back (below).
         c.counters.inc(Event::Redirtied);
-    } else {
-        writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty);
     }
-    if lsn > 0 {
-        // The write-ahead rule (`cache/wal.rs`): noted under the folio lock that covered the
-        // change, so the writeback that takes the page next (under the same lock) sees both.
-        let mut tags = m.mapping.wb.tags.lock();
-        writeback::note_lsn(&mut tags, folio.index(), lsn);
-    }
+    // The write-ahead rule (`cache/wal.rs`): the change's log number is noted under the folio
+    // lock that covered the change, so the writeback that takes the page next (under the
+    // same lock) sees both.
+    writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty, lsn);
     if end > m.mapping.size.load(Ordering::Relaxed) {
         // ORDERING: Release; pairs with `Inode::size`'s Acquire: the page's bytes (frozen
         // store + unfreeze, replacement or insertion) are visible before the size.

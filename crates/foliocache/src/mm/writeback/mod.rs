@@ -411,15 +411,27 @@ impl DirtyAccount {
 /// `folio_mark_dirty` (`filemap_dirty_folio` -> `__folio_mark_dirty`) for a writer that
 /// reserved the page's dirtiness ([`DirtyAccount::try_reserve`]): sets PG_dirty and, if it
 /// was clean, tags the page DIRTY, the reservation becoming its count; if the folio was dirty
-/// already the reservation is given back. The caller holds the folio lock and the folio is
-/// in its file's index.
-pub(crate) fn mark_dirty_reserved(folio: &FolioLocked<'_>, wb: &WbState, acct: &DirtyAccount) {
-    if folio.test_set_flag(PG_DIRTY) {
+/// already the reservation is given back. A change logged at `lsn` (0: none) is noted for the
+/// write-ahead rule ([`note_lsn`]) in the same hold of the tags. The caller holds the folio
+/// lock (the one that covered the change) and the folio is in its file's index.
+pub(crate) fn mark_dirty_reserved(
+    folio: &FolioLocked<'_>,
+    wb: &WbState,
+    acct: &DirtyAccount,
+    lsn: u64,
+) {
+    let was_dirty = folio.test_set_flag(PG_DIRTY);
+    if was_dirty {
         acct.unreserve(folio.nr_pages() as u64);
-        return;
+        if lsn == 0 {
+            return;
+        }
     }
     let mut t = wb.tags.lock();
-    tag_dirty(&mut t, folio.index(), wb, acct);
+    if !was_dirty {
+        tag_dirty(&mut t, folio.index(), wb, acct);
+    }
+    note_lsn(&mut t, folio.index(), lsn);
 }
 
 /// Tags page `index` DIRTY; a file's first dirty page puts it on the dirty-file list
