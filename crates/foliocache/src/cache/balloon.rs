@@ -95,6 +95,9 @@ impl Core {
         self.budget
             .pins
             .set_limit(pin_limit(pages, self.budget.pinned_share));
+        self.budget
+            .snapshots
+            .set_limit(pin_limit(pages, self.budget.snapshot_share));
         if let Some(k) = &self.kswapd {
             k.budget_pages.store(pages, Ordering::Relaxed);
         }

@@ -135,6 +135,10 @@ pub(crate) struct Budget {
     pub(crate) pins: Limit,
     /// [`Config::pinned_share`](crate::Config::pinned_share), percent.
     pub(super) pinned_share: u32,
+    /// Pages snapshots hold (`cache/snapshot.rs`), under `snapshot_share` of the budget.
+    pub(crate) snapshots: Limit,
+    /// [`Config::snapshot_share`](crate::Config::snapshot_share), percent.
+    pub(super) snapshot_share: u32,
     /// [`Config::pin_wait`](crate::Config::pin_wait).
     pub(super) pin_wait: Duration,
     /// The eviction listener, if set.
@@ -172,13 +176,20 @@ pub(super) fn pin_limit(budget_pages: u64, share: u32) -> u64 {
 impl Budget {
     /// The budget state of an arena of `max_pages`, whose budget is `budget_pages`: the balloon is
     /// inflated by `Core::init_balloon`.
-    pub(crate) fn new(budget_pages: u64, pinned_share: u32, pin_wait: Duration) -> Budget {
+    pub(crate) fn new(
+        budget_pages: u64,
+        pinned_share: u32,
+        snapshot_share: u32,
+        pin_wait: Duration,
+    ) -> Budget {
         Budget {
             balloon: Mutex::new(Vec::new()),
             balloon_pages: AtomicU64::new(0),
             resize: Mutex::new(()),
             pins: Limit::new(pin_limit(budget_pages, pinned_share)),
             pinned_share,
+            snapshots: Limit::new(pin_limit(budget_pages, snapshot_share)),
+            snapshot_share,
             pin_wait,
             listener: Mutex::new(None),
             listening: AtomicBool::new(false),

@@ -81,11 +81,16 @@ pub struct Config {
     pub(crate) pinned_share: u32,
     /// How long a pin over the limit waits (see [`Config::pin_wait`]).
     pub(crate) pin_wait: std::time::Duration,
+    /// The share of the budget snapshots may hold, in percent (see [`Config::snapshot_share`]).
+    pub(crate) snapshot_share: u32,
     /// [`Config::io_engine`].
     pub(crate) io_engine: crate::io::IoEngine,
     /// [`Config::direct_io`].
     pub(crate) direct_io: crate::io::DirectIo,
 }
+
+/// The default of [`Config::snapshot_share`]: snapshots may hold 25% of the budget.
+pub const DEFAULT_SNAPSHOT_SHARE: u32 = 25;
 
 /// The default of [`Config::unused_inodes`].
 pub const DEFAULT_UNUSED_INODES: usize = 4096;
@@ -119,6 +124,7 @@ impl Config {
             max_budget_bytes: None,
             pinned_share: DEFAULT_PINNED_SHARE,
             pin_wait: std::time::Duration::ZERO,
+            snapshot_share: DEFAULT_SNAPSHOT_SHARE,
             io_engine: crate::io::IoEngine::Auto,
             direct_io: crate::io::DirectIo::Auto,
         }
@@ -261,6 +267,19 @@ impl Config {
     /// rather copy with [`CachedFile::read_at`](crate::CachedFile::read_at) than wait).
     pub fn pin_wait(mut self, wait: std::time::Duration) -> Config {
         self.pin_wait = wait;
+        self
+    }
+
+    /// Sets the share of the budget, in percent (1 to 100), that snapshots
+    /// ([`CachedFile::snapshot`](crate::CachedFile::snapshot)) may hold at once: the old
+    /// versions of pages written since a live snapshot was taken, which the cache cannot
+    /// evict while the snapshot lives. A page held by two snapshots counts twice. Captured
+    /// pages count against [`Config::pinned_share`] too, as pins do. A write that would
+    /// capture a page beyond either limit fails with
+    /// [`CacheError::SnapshotLimit`](crate::CacheError::SnapshotLimit), the file unchanged
+    /// at that page. Default [`DEFAULT_SNAPSHOT_SHARE`] (25%).
+    pub fn snapshot_share(mut self, percent: u32) -> Config {
+        self.snapshot_share = percent;
         self
     }
 
@@ -452,6 +471,11 @@ impl Config {
                 percent: self.pinned_share,
             });
         }
+        if self.snapshot_share == 0 || self.snapshot_share > 100 {
+            return Err(ConfigError::SnapshotShare {
+                percent: self.snapshot_share,
+            });
+        }
         // The arena maps the maximum: that is what must fit.
         crate::mm::folio::check_budget(max).map_err(ConfigError::BudgetExceedsMemory)?;
         Ok(())
@@ -516,6 +540,11 @@ pub enum ConfigError {
         /// The share given.
         percent: u32,
     },
+    /// [`Config::snapshot_share`] is not a percentage from 1 to 100.
+    SnapshotShare {
+        /// The share given.
+        percent: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -574,6 +603,11 @@ impl fmt::Display for ConfigError {
                 f,
                 "pinned_share of {percent}% is invalid: give 1 to 100 percent of the budget \
                  (default {DEFAULT_PINNED_SHARE})"
+            ),
+            ConfigError::SnapshotShare { percent } => write!(
+                f,
+                "snapshot_share of {percent}% is invalid: give 1 to 100 percent of the budget \
+                 (default {DEFAULT_SNAPSHOT_SHARE})"
             ),
         }
     }

@@ -135,6 +135,31 @@ pub enum CacheError {
         /// How long it waited.
         waited: std::time::Duration,
     },
+    /// A write needed to keep the old version of a page for a live
+    /// [`Snapshot`](crate::Snapshot), and the pages snapshots hold would pass
+    /// [`Config::snapshot_share`](crate::Config::snapshot_share) of the budget (or the pages
+    /// pinned would pass [`Config::pinned_share`](crate::Config::pinned_share)). The file is
+    /// unchanged at that page.
+    SnapshotLimit {
+        /// The file written.
+        path: PathBuf,
+        /// Pages snapshots hold (a page held by two snapshots counts twice).
+        snapshot_pages: u64,
+        /// The snapshot limit, in pages.
+        limit_pages: u64,
+        /// Pages pinned by guards and snapshots.
+        pinned_pages: u64,
+        /// The pin limit, in pages.
+        pin_limit_pages: u64,
+    },
+    /// A read of a [`Snapshot`](crate::Snapshot) reached bytes it had released
+    /// ([`Snapshot::release`](crate::Snapshot::release)).
+    SnapshotReleased {
+        /// The file the snapshot is of.
+        path: PathBuf,
+        /// The first released byte the read reached.
+        offset: u64,
+    },
     /// [`FolioCache::set_budget`](super::FolioCache::set_budget) refused the budget.
     Budget(BudgetError),
     /// A write starting at or past the largest size the file may have, or a `set_len` past
@@ -241,6 +266,27 @@ impl fmt::Display for CacheError {
                  PinnedFolio/OwnedFolio/FolioMut guards sooner, copy with read_at instead, or \
                  raise Config::pinned_share, Config::pin_wait or the budget"
             ),
+            CacheError::SnapshotLimit {
+                path,
+                snapshot_pages,
+                limit_pages,
+                pinned_pages,
+                pin_limit_pages,
+            } => write!(
+                f,
+                "a write to {} must keep a page's old version for a live snapshot, and there is \
+                 no room: snapshots hold {snapshot_pages} page(s) of a {limit_pages}-page limit, \
+                 guards and snapshots pin {pinned_pages} of {pin_limit_pages}; drop or release \
+                 snapshots sooner, or raise Config::snapshot_share, Config::pinned_share or the \
+                 budget",
+                path.display()
+            ),
+            CacheError::SnapshotReleased { path, offset } => write!(
+                f,
+                "byte {offset} of the snapshot of {} was released (Snapshot::release): read \
+                 only what the snapshot still holds",
+                path.display()
+            ),
             CacheError::Budget(e) => write!(f, "cannot change the budget: {e}"),
             CacheError::FileTooLarge {
                 path,
@@ -315,9 +361,9 @@ impl From<crate::mm::folio::ArenaError> for CacheError {
 /// | `NotWritable` | `PermissionDenied` |
 /// | `FileChanged` | `InvalidData` |
 /// | `Spawn`, `IoEngine`, `Arena` (the mapping failed) | the operating system error's own kind |
-/// | `OutOfMemory`, `PinLimit`, `Budget` (pages could not be freed), `Arena` (the budget exceeds the machine's memory) | `OutOfMemory` |
+/// | `OutOfMemory`, `PinLimit`, `SnapshotLimit`, `Budget` (pages could not be freed), `Arena` (the budget exceeds the machine's memory) | `OutOfMemory` |
 /// | `UnexpectedEof` | `UnexpectedEof` |
-/// | `InvalidArgument`, `Config`, `Arena` and `Budget` (budget out of range) | `InvalidInput` |
+/// | `InvalidArgument`, `SnapshotReleased`, `Config`, `Arena` and `Budget` (budget out of range) | `InvalidInput` |
 impl From<CacheError> for io::Error {
     fn from(e: CacheError) -> Self {
         let kind = match &e {
@@ -330,6 +376,7 @@ impl From<CacheError> for io::Error {
             | CacheError::Arena(ArenaError::Map(source)) => source.kind(),
             CacheError::OutOfMemory { .. }
             | CacheError::PinLimit { .. }
+            | CacheError::SnapshotLimit { .. }
             | CacheError::Budget(BudgetError::Busy { .. })
             | CacheError::Arena(ArenaError::ExceedsMemory(_)) => io::ErrorKind::OutOfMemory,
             CacheError::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
@@ -339,6 +386,7 @@ impl From<CacheError> for io::Error {
             CacheError::NotWritable { .. } => io::ErrorKind::PermissionDenied,
             CacheError::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
             CacheError::InvalidArgument { .. }
+            | CacheError::SnapshotReleased { .. }
             | CacheError::Budget(_)
             | CacheError::Config(_)
             | CacheError::Arena(ArenaError::BudgetTooSmall { .. })

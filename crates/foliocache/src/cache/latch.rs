@@ -6,6 +6,7 @@ use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
 use super::sb::CacheInner;
+use super::snapshot;
 use super::stats::Event;
 use super::write::{lookup_stable, swap_in, write_end};
 use super::writeback::balance_dirty_pages;
@@ -259,6 +260,7 @@ impl FolioMut<'_> {
         {
             // `i_rwsem`, as a write's: revalidation must not miss a page being dirtied.
             let _w = m.i_rwsem.lock();
+            keep_for_snapshots(&c, &m, index);
             new.mark_uptodate();
             let old = old.lock();
             writeback::wait_stable(&old);
@@ -270,6 +272,31 @@ impl FolioMut<'_> {
         m.latches.remove(index);
         c.pin_uncharge(2);
         c.wake_flusher();
+    }
+}
+
+/// Keeps the bytes page `index` has before a latch's commit for the file's live snapshots
+/// (`cache/snapshot.rs`), charged past the snapshot limit if need be: a commit cannot fail.
+/// The caller holds `i_rwsem`, so the page cannot change before the commit replaces it.
+fn keep_for_snapshots(c: &CacheInner, m: &Inode, index: u64) {
+    loop {
+        match lookup_stable(c, m, index) {
+            Ok(Some(cur)) => {
+                let r = snapshot::capture(c, m, &cur, true);
+                debug_assert!(r.is_ok(), "a forced capture cannot fail");
+                return;
+            }
+            Ok(None) if snapshot::needs_old_page(m, index) => {
+                if snapshot::read_old_page(c, m, index).is_err() {
+                    // The old bytes cannot be read (an I/O error), and the commit will
+                    // replace them: the snapshots lose the page (their reads of it fail)
+                    // rather than show the new bytes.
+                    snapshot::forget_page(m, index);
+                    return;
+                }
+            }
+            Ok(None) | Err(_) => return,
+        }
     }
 }
 

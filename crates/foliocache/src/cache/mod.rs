@@ -143,6 +143,7 @@ mod limits;
 mod metrics;
 mod range;
 mod sb;
+mod snapshot;
 mod split;
 mod stats;
 mod sync;
@@ -160,8 +161,8 @@ pub use aio::AsyncCursor;
 pub use aio::{AsyncFile, ReadAt};
 pub use budget::{Eviction, EvictionListener, EvictionReason};
 pub use config::{
-    Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_UNUSED_INODES,
-    MAX_RA_PAGES,
+    Config, ConfigError, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_SNAPSHOT_SHARE,
+    DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
 pub use cursor::FileCursor;
 pub use error::{BudgetError, CacheError};
@@ -169,6 +170,7 @@ pub use file::{Advice, CachedFile};
 pub use guard::{OwnedFolio, PinnedFolio};
 pub use latch::FolioMut;
 pub use range::{OwnedRange, PinnedRange};
+pub use snapshot::Snapshot;
 pub use stats::CacheStats;
 pub(crate) use stats::{Counters, Event};
 pub use wal::WriteAheadLog;
@@ -205,7 +207,12 @@ impl FolioCache {
         // for one domain at a time.
         let rcu = Arc::new(Rcu::new());
         let unused_inodes = config.unused_inodes;
-        let budget = budget::Budget::new(budget_pages, config.pinned_share, config.pin_wait);
+        let budget = budget::Budget::new(
+            budget_pages,
+            config.pinned_share,
+            config.snapshot_share,
+            config.pin_wait,
+        );
         let dirty = crate::mm::writeback::DirtyAccount::new(
             budget_pages,
             config.dirty_ratio,
@@ -248,6 +255,7 @@ impl FolioCache {
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
+                spaces: std::sync::OnceLock::new(),
                 async_ra: Arc::new(async_ra::AsyncRa::new(
                     async_ra::MAX_WORKERS,
                     "foliocache-ra",
@@ -524,6 +532,7 @@ impl FolioCache {
             users: AtomicUsize::new(1),
             latches: inode::Latches::new(),
             ra_inflight: Default::default(),
+            snapshots: Default::default(),
             ra_pages,
             dontcache,
             mapping: AddressSpace::new(
@@ -595,6 +604,8 @@ impl FolioCache {
         s.allocated_pages = a.allocated_pages.saturating_sub(balloon);
         s.free_pages = a.free_pages;
         s.pinned_pages = c.budget.pins.charged();
+        s.snapshot_pages = c.budget.snapshots.charged();
+        s.snapshot_limit_pages = c.budget.snapshots.limit();
         s.pin_limit_pages = c.budget.pins.limit();
         s.bad_pages = a.bad_pages;
         s
@@ -603,6 +614,32 @@ impl FolioCache {
     /// The mechanism variants the cache was built with ([`Config::experiment`]).
     pub fn experiment(&self) -> &crate::mm::Experiment {
         &self.inner.config.experiment
+    }
+
+    /// The cache's family of address spaces (seed 002's [`Spaces`](crate::mm::space::Spaces)),
+    /// on its arena, with the experiment's sharer tracking
+    /// ([`Experiment::tracking`](crate::mm::Experiment::tracking)): the family snapshots
+    /// ([`CachedFile::snapshot`]) are made in, for kernel engineers who want spaces, `fork`
+    /// and copy-on-write of anonymous memory beside the cache. Anonymous memory takes free
+    /// pages of the budget without reclaiming cached ones (a fault fails with
+    /// `SpaceError::OutOfMemory` when none is free), and is not counted as cached data.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = foliocache::FolioCache::new(foliocache::Config::new(16 << 20))?;
+    /// let spaces = cache.spaces();
+    /// let parent = spaces.create()?;
+    /// let heap = parent.anon(2 << 20)?;
+    /// parent.write(heap, &[1; 4096])?;
+    /// let child = parent.fork()?;
+    /// parent.write(heap, &[2])?;           // copy-on-write: the child keeps its byte
+    /// let mut b = [0u8];
+    /// child.read(heap, &mut b)?;
+    /// assert_eq!(b, [1]);
+    /// # Ok(()) }
+    /// ```
+    pub fn spaces(&self) -> crate::mm::space::Spaces {
+        self.inner.spaces().clone()
     }
 
     /// Faults in the whole budget's memory now rather than page by page as the cache fills
@@ -656,7 +693,10 @@ impl FolioCache {
     /// Recomputes the cache's memory accounting from scratch: drains the LRU's per-CPU
     /// batches, then validates the LRU (lists, flags, counters;
     /// [`Lru::validate`](crate::mm::lru::Lru::validate)), every open file's index
-    /// ([`Index::validate`](crate::mm::index::Index::validate)), the dirty accounting and the
+    /// ([`Index::validate`](crate::mm::index::Index::validate)), the dirty accounting, the
+    /// snapshots (each folio's sharer state against a scan of every snapshot's page table,
+    /// [`Spaces::check_oracle`](crate::mm::space::Spaces::check_oracle), and the pages they
+    /// hold against their charge) and the
     /// arena ([`Arena::validate`](crate::mm::folio::Arena::validate)), waiting for the background reclaimer to finish a pass if
     /// one runs, and the balloon of [`FolioCache::set_budget`]. Call it while no other thread
     /// uses the cache; returns the arena's stats (the balloon's pages count as allocated there).
@@ -675,6 +715,7 @@ impl FolioCache {
                 .map_err(|e| format!("{}: index: {e}", m.path.display()))?;
         }
         self.validate_dirty()?;
+        self.inner.validate_snapshots()?;
         self.inner.validate_balloon()?;
         self.inner.arena.validate()
     }

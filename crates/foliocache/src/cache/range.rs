@@ -197,6 +197,31 @@ impl PinnedRange<'_> {
     }
 }
 
+impl<'f> PinnedRange<'f> {
+    /// A range of `file`'s handle made of `pins` (in file order, covering
+    /// `offset..offset + len`), `charged` pages of the pinned share given back on drop.
+    pub(super) fn from_pins(
+        file: &'f CachedFile,
+        mut pins: Vec<Pin>,
+        offset: u64,
+        len: usize,
+        charged: u64,
+    ) -> PinnedRange<'f> {
+        let pins = if pins.len() == 1 {
+            Pins::One(pins.pop().expect("one pin"))
+        } else {
+            Pins::Many(pins)
+        };
+        PinnedRange {
+            file,
+            pins,
+            offset,
+            len,
+            charged,
+        }
+    }
+}
+
 impl Drop for PinnedRange<'_> {
     fn drop(&mut self) {
         let arena = &self.file.cache.arena;

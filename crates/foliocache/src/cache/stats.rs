@@ -171,6 +171,14 @@ cache_counters! {
         WritebackErrors => writeback_errors,
         /// Dirty or writeback folios reclaim met and kept (marked for reclaim).
         ReclaimDirtyKept => reclaim_dirty_kept,
+        /// Old versions of pages kept for live snapshots (one per snapshot that needed it)
+        /// before a write, a latch's commit or a truncation changed the page.
+        SnapshotCaptures => snapshot_captures,
+        /// Pages read from the backing file only to keep their old version for a snapshot
+        /// (a write or truncation of a page that was not cached).
+        SnapshotCaptureReads => snapshot_capture_reads,
+        /// Writes refused with `SnapshotLimit`.
+        SnapshotLimited => snapshot_limit_failures,
         /// Folios reclaim had marked that moved to the inactive tail when their writeback
         /// ended (`pgrotated`).
         ReclaimRotated => pgrotated,
@@ -206,6 +214,11 @@ cache_counters! {
         /// The pin limit in pages ([`Config::pinned_share`](crate::Config::pinned_share) of
         /// the budget).
         pin_limit_pages,
+        /// Pages live snapshots hold right now (a page held by two counts twice).
+        snapshot_pages,
+        /// The snapshot limit in pages ([`Config::snapshot_share`](crate::Config::snapshot_share)
+        /// of the budget).
+        snapshot_limit_pages,
         /// Pages held by folios right now.
         allocated_pages,
         /// Pages free right now.

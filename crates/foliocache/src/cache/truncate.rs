@@ -10,6 +10,7 @@ use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
 use super::sb::CacheInner;
+use super::snapshot;
 use super::split::split_across;
 use super::stats::Event;
 use super::write::modify_cached;
@@ -49,6 +50,9 @@ impl CachedFile {
         // cut, which a later grow would expose (and writeback save).
         let invalidate = (size < old).then(|| m.mapping.invalidate_lock.write());
         if size < old {
+            // The pages cut or zeroed, for the file's live snapshots, before anything of them
+            // changes (`cache/snapshot.rs`).
+            snapshot::capture_range(c, &m, size >> PAGE_SHIFT)?;
             // ORDERING: Release; pairs with `Inode::size`'s Acquire (module docs).
             m.mapping.size.store(size, Ordering::Release);
             if size % PAGE_SIZE as u64 != 0 {

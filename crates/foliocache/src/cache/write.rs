@@ -55,6 +55,7 @@ use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
 use super::sb::CacheInner;
+use super::snapshot;
 use super::split::split_folio_at;
 use super::stats::Event;
 use super::writeback::balance_dirty_pages;
@@ -417,6 +418,12 @@ fn write_page(
             write_end(c, m, folio, end, lsn);
             return Ok(());
         }
+        if snapshot::needs_old_page(m, index) {
+            // A live snapshot still needs the page's bytes in the backing file: cache them,
+            // and the next `modify_cached` keeps them for it.
+            snapshot::read_old_page(c, m, index)?;
+            continue;
+        }
         if let Some(folio) = create_page(c, m, index, within, src)? {
             write_end(c, m, folio, end, lsn);
             return Ok(());
@@ -439,6 +446,9 @@ pub(super) fn modify_cached<'a>(
     let Some(folio) = lookup_stable(c, m, index)? else {
         return Ok(None);
     };
+    // The page's bytes before the change, for the file's live snapshots: their mapping's
+    // reference makes the freeze below fail, so the change goes into a copy.
+    snapshot::capture(c, m, &folio, false)?;
     // SAFETY: the folio is in our index (checked under its lock: one reference for the page
     // cache, order 0) and we hold one: 2 is exactly the references we know of.
     match unsafe { folio.freeze(2) } {
@@ -471,6 +481,9 @@ fn modify_cached_nowait<'a>(
     within: usize,
     src: &[u8],
 ) -> Option<FolioLocked<'a>> {
+    if snapshot::needs_old_page(m, index) {
+        return None; // keeping the old page for a snapshot allocates a copy
+    }
     let folio = m.mapping.pages.lookup(index)?;
     if folio.nr_pages() > 1 {
         return None;

@@ -31,6 +31,7 @@ mod pool;
 mod rcu;
 mod refcount;
 mod seqcount;
+mod snapshot;
 mod truncate;
 mod wal;
 // The write-ahead rule's durable point (`cache/wal.rs`), a leaf of `cache`, on loom's

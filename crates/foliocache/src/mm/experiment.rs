@@ -24,6 +24,7 @@ use crate::mm::filetable::TableRef;
 use crate::mm::lru::{DrainFilter, LruConfig};
 use crate::mm::readahead::InsertMode;
 use crate::mm::refcount::RefStrategy;
+use crate::mm::rmap::Tracking;
 
 /// The mechanism variants of a cache (see the [module docs](self)).
 ///
@@ -51,6 +52,10 @@ pub struct Experiment {
     pub reference_on_fill: bool,
     /// [`LruConfig::active_second_chance`]. Default true.
     pub active_second_chance: bool,
+    /// How the cache's address spaces (snapshots, [`FolioCache::spaces`](crate::FolioCache::spaces))
+    /// track who maps a folio (seed 002). `None` (the default): `rmap-id`, with the
+    /// exclusive-writer path as calibrated on this machine ([`Tracking::rmap_id_calibrated`]).
+    pub tracking: Option<Tracking>,
 }
 
 impl Default for Experiment {
@@ -72,6 +77,7 @@ impl Experiment {
             batch_slots: lru.batch_slots,
             reference_on_fill: lru.reference_on_fill,
             active_second_chance: lru.active_second_chance,
+            tracking: None,
         }
     }
 
@@ -120,6 +126,12 @@ impl Experiment {
     /// Sets [`Experiment::active_second_chance`].
     pub fn active_second_chance(mut self, on: bool) -> Experiment {
         self.active_second_chance = on;
+        self
+    }
+
+    /// Sets [`Experiment::tracking`].
+    pub fn tracking(mut self, tracking: Tracking) -> Experiment {
+        self.tracking = Some(tracking);
         self
     }
 

@@ -359,6 +359,26 @@ pub struct FolioInfo {
     pub entire: bool,
 }
 
+/// A page-cache folio a file VMA may map: the family's, uptodate, not anonymous.
+fn check_file_folio(cx: &SpacesInner, f: &FolioRef<'_>) -> Result<(), SpaceError> {
+    if !cx.arena.owns(f.folio()) {
+        return Err(SpaceError::BadFolio {
+            reason: "it belongs to another arena",
+        });
+    }
+    if !f.is_uptodate() {
+        return Err(SpaceError::BadFolio {
+            reason: "it is not uptodate (read it in first)",
+        });
+    }
+    if f.is_anon() {
+        return Err(SpaceError::BadFolio {
+            reason: "it is anonymous memory, not a page-cache folio",
+        });
+    }
+    Ok(())
+}
+
 #[inline]
 fn check_range(addr: u64, len: usize) -> Result<(u64, u64), SpaceError> {
     if len == 0 || addr % PAGE_SIZE as u64 != 0 || len % PAGE_SIZE != 0 {
@@ -505,21 +525,7 @@ impl Space {
             return Err(SpaceError::Unaligned { addr: 0, len: 0 });
         }
         for f in folios {
-            if !cx.arena.owns(f.folio()) {
-                return Err(SpaceError::BadFolio {
-                    reason: "it belongs to another arena",
-                });
-            }
-            if !f.is_uptodate() {
-                return Err(SpaceError::BadFolio {
-                    reason: "it is not uptodate (read it in first)",
-                });
-            }
-            if f.is_anon() {
-                return Err(SpaceError::BadFolio {
-                    reason: "it is anonymous memory, not a page-cache folio",
-                });
-            }
+            check_file_folio(cx, f)?;
         }
         let pages: usize = folios.iter().map(|f| f.nr_pages()).sum();
         let _s = cx.serial();
@@ -540,6 +546,97 @@ impl Space {
         }
         mm.stats.rmap_batches += folios.len() as u64;
         Ok(vpn << PAGE_SHIFT)
+    }
+
+    /// `mmap(MAP_SHARED, PROT_READ)` of a file range whose pages are faulted in later, one
+    /// at a time, with [`Space::map_page`]: reserves `pages` empty entries and returns the
+    /// start address. O(1) whatever `pages` is (the entries come from zeroed memory).
+    pub fn reserve(&self, pages: usize) -> Result<u64, SpaceError> {
+        check_range(0, pages * PAGE_SIZE)?;
+        let _s = self.inner.cx.serial();
+        let mut mm = self.inner.mm.lock();
+        let vpn = mm.pt.insert(pages, VmaKind::File);
+        Ok(vpn << PAGE_SHIFT)
+    }
+
+    /// `finish_fault` for one page of a file VMA ([`Space::reserve`]): maps page `page` of
+    /// `folio` at `addr`, read-only, taking this space's own reference and adding its mapping
+    /// to the folio's sharer tracking (`folio_add_file_rmap_ptes`). Returns `false` (and
+    /// changes nothing) if a page is mapped there already.
+    ///
+    /// The folio must belong to the family's arena, be uptodate and not anonymous; `addr`
+    /// must lie in a file VMA.
+    pub fn map_page(&self, addr: u64, folio: &FolioRef<'_>, page: u32) -> Result<bool, SpaceError> {
+        let cx = &self.inner.cx;
+        check_range(addr, PAGE_SIZE)?;
+        check_file_folio(cx, folio)?;
+        if page as usize >= folio.nr_pages() {
+            return Err(SpaceError::BadFolio {
+                reason: "the page is past the folio's end",
+            });
+        }
+        let _s = cx.serial();
+        let mut mm = self.inner.mm.lock();
+        let (vma, idx) = mm
+            .pt
+            .find_mut(addr >> PAGE_SHIFT)
+            .ok_or(SpaceError::NotMapped { addr })?;
+        if vma.kind != VmaKind::File {
+            return Err(SpaceError::BadFolio {
+                reason: "the address is in anonymous memory, not a file mapping",
+            });
+        }
+        if vma.ptes[idx].present() {
+            return Ok(false);
+        }
+        // Invariant 4 of the rmap module: the reference before the mapping.
+        cx.ref_add(folio.folio(), 1);
+        cx.rmap(folio.folio())
+            .add(cx.config.tracking, folio.order(), &self.inner.id, 1);
+        vma.ptes[idx] = Pte::new(folio.pfn(), page, 0);
+        mm.stats.rmap_batches += 1;
+        Ok(true)
+    }
+
+    /// `follow_page` + `folio_get` (`get_user_pages` of one page): the folio mapped at
+    /// `addr`, with a reference of the caller's own, and the page of it mapped there;
+    /// `None` if no page is mapped there.
+    pub fn get_page(&self, addr: u64) -> Option<(FolioRef<'_>, u32)> {
+        let cx = &self.inner.cx;
+        let mm = self.inner.mm.lock();
+        let (vma, idx) = mm.pt.find(addr >> PAGE_SHIFT)?;
+        let p = vma.ptes[idx];
+        if !p.present() {
+            return None;
+        }
+        let folio = cx.folio(p.pfn());
+        // The mapping's reference keeps the folio while the page-table lock is held: the
+        // new one is taken from a count that cannot be zero.
+        cx.ref_add(folio, 1);
+        // SAFETY: the reference just taken is the caller's, and the folio is a header of the
+        // family's arena.
+        Some((unsafe { FolioRef::from_raw(&cx.arena, folio) }, p.page()))
+    }
+
+    /// Whether every page of `[addr, addr + len)` lies in a VMA and none is mapped: the range
+    /// was reserved and nothing has been faulted in or unmapped there since.
+    pub fn unpopulated(&self, addr: u64, len: usize) -> bool {
+        let Ok((first, end)) = check_range(addr, len) else {
+            return false;
+        };
+        let mm = self.inner.mm.lock();
+        let mut vpn = first;
+        while vpn < end {
+            let Some((vma, idx)) = mm.pt.find(vpn) else {
+                return false;
+            };
+            let to = (end.min(vma.end()) - vma.start) as usize;
+            if vma.ptes[idx..to].iter().any(|p| p.present()) {
+                return false;
+            }
+            vpn = vma.start + to as u64;
+        }
+        true
     }
 
     /// Reads `buf.len()` bytes at `addr` (a load from process memory). Anonymous pages never
@@ -666,11 +763,17 @@ impl Space {
     /// `munmap`: removes every mapping in `[addr, addr+len)` and the VMAs (or parts of VMAs)
     /// covering it. Unmapped gaps inside the range are fine.
     pub fn unmap(&self, addr: u64, len: usize) -> Result<(), SpaceError> {
+        self.unmap_counted(addr, len).map(|_| ())
+    }
+
+    /// [`Space::unmap`], returning how many pages were mapped in the range.
+    pub fn unmap_counted(&self, addr: u64, len: usize) -> Result<u64, SpaceError> {
         let (first, end) = check_range(addr, len)?;
         let cx = &self.inner.cx;
         let me = &self.inner.id;
         let _s = cx.serial();
         let mut mm = self.inner.mm.lock();
+        let zapped = mm.stats.pages_zapped;
         for (vstart, from, to, _) in Self::for_each_piece(&mm, first, end) {
             zap(cx, me, &mut mm, vstart, from, to);
             let mut vma = mm.pt.vmas.remove(&vstart).expect("vma");
@@ -691,7 +794,7 @@ impl Space {
                 mm.pt.vmas.insert(vstart, vma);
             }
         }
-        Ok(())
+        Ok(mm.stats.pages_zapped - zapped)
     }
 
     /// `madvise(MADV_DONTNEED)`: drops the pages of `[addr, addr+len)` of anonymous memory

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 /// One page-table entry (see the module docs for the layout).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
 pub struct Pte(pub u64);
 
 impl Pte {
@@ -193,6 +194,16 @@ pub fn for_each_run(ptes: &[Pte], range: std::ops::Range<usize>, mut f: impl FnM
     }
 }
 
+/// `pages` empty entries, from zeroed memory: a large table costs no stores up front (the
+/// allocator hands out fresh zero pages), so reserving a VMA over a big file is O(1).
+fn empty_ptes(pages: usize) -> Vec<Pte> {
+    let mut words = std::mem::ManuallyDrop::new(vec![0u64; pages]);
+    let (ptr, len, cap) = (words.as_mut_ptr(), words.len(), words.capacity());
+    // SAFETY: `Pte` is `repr(transparent)` over `u64` (same size and alignment), the vector's
+    // allocation is handed over whole, and an all-zero `u64` is `Pte::NONE`.
+    unsafe { Vec::from_raw_parts(ptr.cast::<Pte>(), len, cap) }
+}
+
 /// A space's page tables: its VMAs by first vpn, and where the next VMA goes.
 #[derive(Debug, Default, Clone)]
 pub struct PageTable {
@@ -227,7 +238,7 @@ impl PageTable {
             Vma {
                 start,
                 kind,
-                ptes: vec![Pte::NONE; pages],
+                ptes: empty_ptes(pages),
             },
         );
         start
