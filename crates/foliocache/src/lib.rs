@@ -56,6 +56,7 @@
 //! | [`PinnedRange`], [`OwnedRange`] | a byte range of a file, pinned, read in place (borrowed, or `'static`, `Clone`, `AsRef<[u8]>`) |
 //! | [`PinnedFolio`], [`OwnedFolio`] | the whole folio holding a byte, pinned, read in place |
 //! | [`FolioMut`] | a cached page to write in place, marked dirty when dropped |
+//! | [`Snapshot`] | a point-in-time, read-only view of a file, taken in O(1) while writers go on |
 //! | [`FileCursor`] | a file as an `io::Read + BufRead + Seek + Write` stream (zero-copy `BufRead`) |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
 //! | [`CacheStats`] | hits, misses, readahead, reclaim, dirty and writeback counts |
@@ -113,6 +114,20 @@
 //! the dirty limit goes over it rather than wait for its own commit. [`FolioCache::checkpoint`]
 //! is a fuzzy checkpoint (every page holding a change logged up to a point, written and
 //! synced), and [`Config::buffer_pool`] leaves writeback to checkpoints and memory pressure.
+//!
+//! **Snapshots.** [`CachedFile::snapshot`] takes a point-in-time, read-only view of a file
+//! ([`Snapshot`]) in O(1): its bytes and size stay as they were while writers go on. The
+//! first change of a page afterwards (a write, a [`FolioMut`] commit, a truncation) keeps
+//! the page's old version for every live snapshot that needs it, reading it first if it was
+//! not cached, so the file on disk never loses a block a snapshot still needs; a snapshot
+//! costs the pages changed since it was taken, which the cache cannot evict while it lives.
+//! They count against [`Config::snapshot_share`] (25% of the budget by default) and the
+//! pinned share; a write that would pass either fails with [`CacheError::SnapshotLimit`],
+//! the page unchanged ([`FolioMut::commit`], which cannot fail, goes over). A snapshot reads
+//! like a handle (`read_at`, `get_folio`, `get_range`, zero-copy), copies itself out
+//! ([`Snapshot::copy_to`], [`Snapshot::drain_to`] for a backup that releases as it goes) and
+//! gives back what it no longer needs ([`Snapshot::release`]). Each is an address space of
+//! [`mm::space`] on the cache's arena ([`FolioCache::spaces`]).
 //!
 //! **I/O.** The cache reads and writes its files itself: with direct I/O (`O_DIRECT`) where
 //! the file system has it (ext4, XFS, btrfs), so the kernel's page cache keeps no second copy,

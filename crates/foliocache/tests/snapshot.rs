@@ -535,3 +535,17 @@ fn differential(tracking: Tracking, seed: u64) {
     drop(f);
     assert_baseline(&cache);
 }
+
+#[path = "../examples/snapshot_backup.rs"]
+#[allow(dead_code)]
+mod snapshot_backup;
+
+#[test]
+fn the_backup_example_is_consistent_under_writers() {
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let r = snapshot_backup::run(dir.path(), 2).unwrap();
+        assert_eq!(r.backup_total, r.expected, "{r:?}");
+        assert!(r.writes_during_backup > 0, "{r:?}");
+    }
+}

@@ -19,6 +19,7 @@
 //! | 3 | the attributes seen at the last look (`attrs`) | inode | revalidation only, which takes `invalidate_lock` under it |
 //! | 4 | `invalidate_lock` (shared by fills, exclusive by truncation) **or** `I_SYNC` (one writeback pass per file) | address space | fills from their insertion to the end of their reads; `set_len` and revalidation around the size change and the cut; writeback passes. The two are never held together |
 //! | 5 | folio lock | folio | fills (inserted locked), `write_begin`..`write_end`, truncation, writeback's start, reclaim (trylock only) |
+//! | 5a | a file's snapshot list (`Snapshots::list`), then one snapshot's page table (`Space::mm`) | inode; snapshot | a change's capture of the old page (under the folio lock); a snapshot's drop and release take either alone; a snapshot read takes the page table alone, after its live folio reference |
 //! | 6 | index lock (`xa_lock`) and the writeback tags' mutex | index; address space | insertion, deletion, replacement, eviction; tag changes, always under the folio lock; a file's first or last DIRTY tag takes the dirty-file list's mutex (`b_dirty`, a leaf) under the tags' mutex |
 //! | 7 | LRU: per-CPU batch lock, then the lruvec lock | [`crate::mm::lru`] | no index or folio lock is taken under either (reclaim drops the lruvec lock before it touches an index, and takes folio locks by trylock only) |
 //!

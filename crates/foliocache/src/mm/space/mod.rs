@@ -12,6 +12,8 @@
 //! |---|---|
 //! | [`Space::anon`] | `mmap(MAP_PRIVATE\|MAP_ANONYMOUS)` with an mTHP order; faults allocate large folios |
 //! | [`Space::map_folios`] | `mmap(MAP_SHARED, PROT_READ)` of page-cache folios (`filemap_map_pages`) |
+//! | [`Space::reserve`], [`Space::map_page`] | a file mapping faulted in page by page (`finish_fault` + `folio_add_file_rmap_ptes`): the snapshots of [`CachedFile::snapshot`](crate::CachedFile::snapshot) |
+//! | [`Space::get_page`] | `follow_page` + `folio_get` (a `get_user_pages` of one page) |
 //! | [`Space::read`], [`Space::write`] | loads and stores: `do_anonymous_page`, `do_wp_page` |
 //! | [`Space::fork`] | `dup_mmap` / `copy_page_range`: the child shares every anonymous folio copy-on-write |
 //! | [`Space::unmap`] | `munmap` (`zap_pte_range`, VMA split) |
