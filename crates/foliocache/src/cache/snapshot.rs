@@ -93,6 +93,9 @@ use crate::mm::sync::{Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 pub(crate) struct Snapshots {
     /// `list.len()`, for the writers' fast path.
     live: AtomicUsize,
+    /// Snapshots taken of the file so far: a page whose folio carries this number
+    /// (`folio->private`) needs nothing kept for any live snapshot (module docs).
+    generation: AtomicU64,
     list: Mutex<Vec<Arc<SnapInner>>>,
 }
 
@@ -111,18 +114,53 @@ impl Snapshots {
     fn any(&self) -> bool {
         self.live.load(Ordering::Relaxed) != 0
     }
+
+    /// The file's snapshot generation (changers and creation hold `i_rwsem`, as above).
+    #[inline]
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
 }
+
+/// Pages per piece of a snapshot's page table: the snapshot reserves its whole range of
+/// addresses when it is taken, and makes a VMA of this many entries (one 2 MiB piece of the
+/// file) only when it first keeps a page there.
+const PIECE_PAGES: u64 = 512;
 
 /// One snapshot's state, shared by the [`Snapshot`] and the file's list.
 pub(crate) struct SnapInner {
-    /// The snapshot's address space: one file VMA, page `i` at `base + i * PAGE_SIZE`.
+    /// The snapshot's address space: page `i` at `base + i * PAGE_SIZE`, in file VMAs of
+    /// [`PIECE_PAGES`] made as pages are kept.
     space: Space,
     base: u64,
     /// The file's size when the snapshot was taken, and its pages.
     size: u64,
     pages: u64,
+    /// Page ranges released ([`Snapshot::release`]), sorted and disjoint; taken before the
+    /// page table's lock by captures and releases, so a capture never maps a page a release
+    /// has passed.
+    released: Mutex<Vec<Range<u64>>>,
     /// Pages this snapshot maps (each charged once, `CacheInner::snapshot_charge`).
     held: AtomicU64,
+}
+
+/// Whether `index` lies in one of the sorted, disjoint `ranges`.
+fn in_ranges(ranges: &[Range<u64>], index: u64) -> bool {
+    let i = ranges.partition_point(|r| r.end <= index);
+    ranges.get(i).is_some_and(|r| r.start <= index)
+}
+
+/// Adds `add` to the sorted, disjoint `ranges`, merging what it touches.
+fn add_range(ranges: &mut Vec<Range<u64>>, add: Range<u64>) {
+    let (mut start, mut end) = (add.start, add.end);
+    let from = ranges.partition_point(|r| r.end < start);
+    let mut to = from;
+    while to < ranges.len() && ranges[to].start <= end {
+        start = start.min(ranges[to].start);
+        end = end.max(ranges[to].end);
+        to += 1;
+    }
+    ranges.splice(from..to, std::iter::once(start..end));
 }
 
 impl SnapInner {
@@ -131,10 +169,16 @@ impl SnapInner {
         self.base + (index << PAGE_SHIFT)
     }
 
-    /// Whether the snapshot still needs page `index` captured: it covers it, has not
-    /// released it and maps nothing there yet.
+    fn released(&self, index: u64) -> bool {
+        in_ranges(&self.released.lock(), index)
+    }
+
+    /// Whether the snapshot still needs page `index` kept: it covers it, has not released it
+    /// and keeps nothing there yet.
     fn needs(&self, index: u64) -> bool {
-        index < self.pages && self.space.unpopulated(self.addr(index), PAGE_SIZE)
+        index < self.pages
+            && !self.released(index)
+            && !self.space.any_mapped(self.addr(index), PAGE_SIZE)
     }
 
     /// Maps page `page` of `folio` (locked by the caller: the page `index` about to change)
@@ -148,24 +192,57 @@ impl SnapInner {
         page: u32,
         force: bool,
     ) -> Result<(), CacheError> {
-        if !self.needs(index) {
+        if index >= self.pages {
+            return Ok(());
+        }
+        let released = self.released.lock();
+        let addr = self.addr(index);
+        if in_ranges(&released, index) || self.space.any_mapped(addr, PAGE_SIZE) {
             return Ok(());
         }
         c.snapshot_charge(m, force)?;
-        self.held.fetch_add(1, Ordering::Relaxed);
-        match self.space.map_page(self.addr(index), folio, page) {
+        let mut r = self.space.map_page(addr, folio, page);
+        if let Err(SpaceError::NotMapped { .. }) = r {
+            // The first page kept in this piece: its page table first.
+            let piece = index / PIECE_PAGES * PIECE_PAGES;
+            let len = PIECE_PAGES.min(self.pages - piece) as usize;
+            match self.space.map_fixed(self.addr(piece), len) {
+                Ok(()) | Err(SpaceError::Overlaps { .. }) => {}
+                Err(e) => unreachable!("a piece of a reserved range: {e}"),
+            }
+            r = self.space.map_page(addr, folio, page);
+        }
+        drop(released);
+        match r {
             Ok(true) => {
+                self.held.fetch_add(1, Ordering::Relaxed);
                 c.counters.inc(Event::SnapshotCaptures);
                 Ok(())
             }
-            // Released meanwhile (the entry's VMA is gone), or mapped: nothing to keep.
             Ok(false) | Err(SpaceError::NotMapped { .. }) => {
-                self.held.fetch_sub(1, Ordering::Relaxed);
                 c.snapshot_uncharge(1);
                 Ok(())
             }
             Err(e) => unreachable!("mapping an uptodate page-cache folio into a file VMA: {e}"),
         }
+    }
+}
+
+/// Whether a change of the locked page `folio` needs nothing kept for a snapshot: the file
+/// has none, or the folio was written since the last one was taken (its stamp,
+/// `folio->private`, is the file's snapshot generation). The caller holds `i_rwsem`.
+#[inline]
+pub(super) fn settled(m: &Inode, folio: &FolioLocked<'_>) -> bool {
+    !m.snapshots.any() || folio.private() == m.snapshots.generation()
+}
+
+/// Stamps the locked page `folio`, just changed, with the file's snapshot generation: every
+/// live snapshot keeps what it needs of the page (its change captured first), so the next
+/// change needs no look at them until another snapshot is taken. The caller holds `i_rwsem`.
+#[inline]
+pub(super) fn stamp(m: &Inode, folio: &FolioLocked<'_>) {
+    if m.snapshots.any() {
+        folio.set_private(m.snapshots.generation());
     }
 }
 
@@ -178,7 +255,7 @@ pub(super) fn capture(
     folio: &FolioLocked<'_>,
     force: bool,
 ) -> Result<(), CacheError> {
-    if !m.snapshots.any() {
+    if settled(m, folio) {
         return Ok(());
     }
     // The list's lock is held across the captures: a snapshot leaving the list (its drop)
@@ -207,7 +284,7 @@ pub(super) fn needs_old_page(m: &Inode, index: u64) -> bool {
 pub(super) fn forget_page(m: &Inode, index: u64) {
     for s in m.snapshots.list.lock().iter() {
         if s.needs(index) {
-            let _ = s.space.unmap_counted(s.addr(index), PAGE_SIZE);
+            add_range(&mut s.released.lock(), index..index + 1);
         }
     }
 }
@@ -450,12 +527,16 @@ impl CachedFile {
             base,
             size,
             pages,
+            released: Mutex::new(Vec::new()),
             held: AtomicU64::new(0),
         });
         {
             let mut list = m.snapshots.list.lock();
             list.push(inner.clone());
             m.snapshots.live.store(list.len(), Ordering::Relaxed);
+            // Folios stamped with the previous generation may hold bytes this snapshot
+            // needs kept.
+            m.snapshots.generation.fetch_add(1, Ordering::Relaxed);
         }
         drop(w);
         // ORDERING: Relaxed; this handle holds a use, so the count cannot reach zero here.
@@ -667,10 +748,13 @@ impl Snapshot {
             return Ok(0);
         }
         let len = usize::try_from((end - first) << PAGE_SHIFT).expect("fits, it was reserved");
+        let mut released = s.released.lock();
+        add_range(&mut released, first..end);
         let freed = s
             .space
             .unmap_counted(s.addr(first), len)
             .unwrap_or_else(|e| unreachable!("unmapping a page-aligned range: {e}"));
+        drop(released);
         s.held.fetch_sub(freed, Ordering::Relaxed);
         self.file.cache.snapshot_uncharge(freed);
         Ok(freed)
@@ -723,10 +807,7 @@ impl Snapshot {
                 // cache's.
                 return Ok(unsafe { FolioRef::from_raw(arena, folio.into_raw()) });
             }
-            if !s.space.unpopulated(s.addr(index), PAGE_SIZE) {
-                if s.space.get_page(s.addr(index)).is_some() {
-                    continue; // captured just now
-                }
+            if s.released(index) {
                 return Err(CacheError::SnapshotReleased {
                     path: m.path.clone(),
                     offset: index << PAGE_SHIFT,
@@ -737,7 +818,12 @@ impl Snapshot {
                 let first = live.index();
                 let last = (first + live.nr_pages() as u64).min(s.pages);
                 let len = ((last - first) << PAGE_SHIFT) as usize;
-                if !s.space.unpopulated(s.addr(first), len) {
+                let touched = s.space.any_mapped(s.addr(first), len) || {
+                    let r = s.released.lock();
+                    let i = r.partition_point(|x| x.end <= first);
+                    r.get(i).is_some_and(|x| x.start < last)
+                };
+                if touched {
                     // Part of the folio is not the snapshot's: split it, then use the page.
                     drop(live);
                     split_folio_at(c, m, index)?;

@@ -481,9 +481,6 @@ fn modify_cached_nowait<'a>(
     within: usize,
     src: &[u8],
 ) -> Option<FolioLocked<'a>> {
-    if snapshot::needs_old_page(m, index) {
-        return None; // keeping the old page for a snapshot allocates a copy
-    }
     let folio = m.mapping.pages.lookup(index)?;
     if folio.nr_pages() > 1 {
         return None;
@@ -493,6 +490,8 @@ fn modify_cached_nowait<'a>(
         || folio.index() != index
         || !folio.is_uptodate()
         || folio.test_flag(crate::mm::folio::flags::PG_WRITEBACK)
+        // Keeping the old page for a snapshot allocates a copy.
+        || !snapshot::settled(m, &folio)
     {
         return None;
     }
@@ -627,6 +626,8 @@ pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: 
     // lock that covered the change, so the writeback that takes the page next (under the
     // same lock) sees both.
     writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty, lsn);
+    // Every live snapshot keeps this page's old bytes now (`cache/snapshot.rs`).
+    snapshot::stamp(m, &folio);
     if end > m.mapping.size.load(Ordering::Relaxed) {
         // ORDERING: Release; pairs with `Inode::size`'s Acquire: the page's bytes (frozen
         // store + unfreeze, replacement or insertion) are visible before the size.

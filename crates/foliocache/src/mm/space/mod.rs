@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`Space::anon`] | `mmap(MAP_PRIVATE\|MAP_ANONYMOUS)` with an mTHP order; faults allocate large folios |
 //! | [`Space::map_folios`] | `mmap(MAP_SHARED, PROT_READ)` of page-cache folios (`filemap_map_pages`) |
-//! | [`Space::reserve`], [`Space::map_page`] | a file mapping faulted in page by page (`finish_fault` + `folio_add_file_rmap_ptes`): the snapshots of [`CachedFile::snapshot`](crate::CachedFile::snapshot) |
+//! | [`Space::reserve`], [`Space::map_fixed`], [`Space::map_page`] | address space reserved (`get_unmapped_area`), file VMAs placed in it (`MAP_FIXED_NOREPLACE`), pages faulted in one at a time (`finish_fault` + `folio_add_file_rmap_ptes`): the snapshots of [`CachedFile::snapshot`](crate::CachedFile::snapshot) |
 //! | [`Space::get_page`] | `follow_page` + `folio_get` (a `get_user_pages` of one page) |
 //! | [`Space::read`], [`Space::write`] | loads and stores: `do_anonymous_page`, `do_wp_page` |
 //! | [`Space::fork`] | `dup_mmap` / `copy_page_range`: the child shares every anonymous folio copy-on-write |
@@ -210,6 +210,11 @@ pub enum SpaceError {
     },
     /// Every rmap ID is in use.
     RmapIds(RmapIdsExhausted),
+    /// A fixed mapping ([`Space::map_fixed`]) overlaps one that exists.
+    Overlaps {
+        /// The address asked for.
+        addr: u64,
+    },
 }
 
 impl fmt::Display for SpaceError {
@@ -244,6 +249,10 @@ impl fmt::Display for SpaceError {
             ),
             SpaceError::BadFolio { reason } => write!(f, "cannot map folio: {reason}"),
             SpaceError::RmapIds(e) => e.fmt(f),
+            SpaceError::Overlaps { addr } => write!(
+                f,
+                "a mapping at {addr:#x} overlaps an existing one: unmap it first or map elsewhere"
+            ),
         }
     }
 }
@@ -550,15 +559,29 @@ impl Space {
         Ok(vpn << PAGE_SHIFT)
     }
 
-    /// `mmap(MAP_SHARED, PROT_READ)` of a file range whose pages are faulted in later, one
-    /// at a time, with [`Space::map_page`]: reserves `pages` empty entries and returns the
-    /// start address. O(1) whatever `pages` is (the entries come from zeroed memory).
+    /// `get_unmapped_area`: reserves `pages` pages of address space (no VMA yet) and returns
+    /// the start address; [`Space::map_fixed`] puts file VMAs inside it later, piece by
+    /// piece. O(1) whatever `pages` is: a snapshot of a large file reserves its range this way
+    /// and makes page tables only for the 2 MiB pieces it keeps pages in.
     pub fn reserve(&self, pages: usize) -> Result<u64, SpaceError> {
         check_range(0, pages * PAGE_SIZE)?;
         let _s = self.inner.cx.serial();
         let mut mm = self.inner.mm.lock();
-        let vpn = mm.pt.insert(pages, VmaKind::File);
-        Ok(vpn << PAGE_SHIFT)
+        Ok(mm.pt.reserve(pages) << PAGE_SHIFT)
+    }
+
+    /// `mmap(MAP_SHARED | MAP_FIXED_NOREPLACE, PROT_READ)` of a file range whose pages are
+    /// faulted in later with [`Space::map_page`]: an empty file VMA of `pages` pages at
+    /// `addr`, or [`SpaceError::Overlaps`] if a VMA exists in the range.
+    pub fn map_fixed(&self, addr: u64, pages: usize) -> Result<(), SpaceError> {
+        let (first, end) = check_range(addr, pages * PAGE_SIZE)?;
+        let _s = self.inner.cx.serial();
+        let mut mm = self.inner.mm.lock();
+        if !mm.pt.overlapping(first, end).is_empty() {
+            return Err(SpaceError::Overlaps { addr });
+        }
+        mm.pt.insert_at(first, pages, VmaKind::File);
+        Ok(())
     }
 
     /// `finish_fault` for one page of a file VMA ([`Space::reserve`]): maps page `page` of
@@ -620,25 +643,19 @@ impl Space {
         Some((unsafe { FolioRef::from_raw(&cx.arena, folio) }, p.page()))
     }
 
-    /// Whether every page of `[addr, addr + len)` lies in a VMA and none is mapped: the range
-    /// was reserved and nothing has been faulted in or unmapped there since.
-    pub fn unpopulated(&self, addr: u64, len: usize) -> bool {
+    /// Whether a page is mapped anywhere in `[addr, addr + len)` (unmapped holes and
+    /// addresses outside every VMA count as not mapped).
+    pub fn any_mapped(&self, addr: u64, len: usize) -> bool {
         let Ok((first, end)) = check_range(addr, len) else {
             return false;
         };
         let mm = self.inner.mm.lock();
-        let mut vpn = first;
-        while vpn < end {
-            let Some((vma, idx)) = mm.pt.find(vpn) else {
-                return false;
-            };
-            let to = (end.min(vma.end()) - vma.start) as usize;
-            if vma.ptes[idx..to].iter().any(|p| p.present()) {
-                return false;
-            }
-            vpn = vma.start + to as u64;
-        }
-        true
+        mm.pt.overlapping(first, end).into_iter().any(|start| {
+            let v = &mm.pt.vmas[&start];
+            let from = (first.max(v.start) - v.start) as usize;
+            let to = (end.min(v.end()) - v.start) as usize;
+            v.ptes[from..to].iter().any(|p| p.present())
+        })
     }
 
     /// Reads `buf.len()` bytes at `addr` (a load from process memory). Anonymous pages never

@@ -229,10 +229,25 @@ impl PageTable {
 
     /// `get_unmapped_area`: reserves `pages` pages at an aligned vpn and inserts an empty VMA.
     pub fn insert(&mut self, pages: usize, kind: VmaKind) -> u64 {
+        let start = self.reserve(pages);
+        self.insert_at(start, pages, kind);
+        start
+    }
+
+    /// `get_unmapped_area` alone: `pages` pages of address space at an aligned vpn that no
+    /// later VMA will be given, with nothing mapped there yet ([`PageTable::insert_at`]
+    /// places VMAs in it).
+    pub fn reserve(&mut self, pages: usize) -> u64 {
         let start = self.next_vpn;
         let span = (pages as u64).div_ceil(VMA_ALIGN_PAGES).max(1) * VMA_ALIGN_PAGES;
         // One unmapped guard stretch between VMAs keeps them from merging by accident.
         self.next_vpn = start + span + VMA_ALIGN_PAGES;
+        start
+    }
+
+    /// Inserts an empty VMA of `pages` pages at `start`, which the caller checked is free.
+    pub fn insert_at(&mut self, start: u64, pages: usize, kind: VmaKind) {
+        debug_assert!(self.overlapping(start, start + pages as u64).is_empty());
         self.vmas.insert(
             start,
             Vma {
@@ -241,7 +256,6 @@ impl PageTable {
                 ptes: empty_ptes(pages),
             },
         );
-        start
     }
 
     /// `find_vma`: the VMA containing `vpn` and the entry index within it.

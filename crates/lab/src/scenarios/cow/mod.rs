@@ -45,6 +45,12 @@
 //! % change in throughput against `none` (positive = better; a COW fault is per page in every
 //! variant, so there `none` is the unbatched baseline too).
 //!
+//! **Part 3, snapshots of a cached file** (`--no-snapshot` skips it): 4 KiB Zipf overwrites
+//! of a cached file with no snapshot, under a live snapshot that keeps every page already,
+//! under one released whole, and with snapshots taken and dropped every 2,000 writes; and the
+//! time to take a snapshot of an 8 MiB (64 MiB full) file and of a sparse 1 GiB one. One cache
+//! per tracking strategy; the module [`snapshot`] has the details.
+//!
 //! **Correctness while measuring.** After every timed action (untimed) the brute-force oracle
 //! scans every page table and compares each `mapped_exclusively` answer and every counter;
 //! before the measurements, every benchmark runs once more at a small size in oracle mode,
@@ -55,15 +61,17 @@
 //!
 //! | kind | names |
 //! |---|---|
-//! | variants | `none`, `rmap-id`, `rmap-id-noexcl`, `mm-owner`; part 1 also `none-unbatched` |
-//! | metrics | `runtime_ms` (part 1, threads = 1), `pages_per_sec` (part 2) |
-//! | row fields | `benchmark`: `remap`, `munmap`, `fork`, `cow`, `cow-byte`, `cow-reuse`, `cow-reuse-byte`, `pte-dontneed`, `anon-cow-seq`, `anon-cow-rand` |
-//! | comparisons | baseline `none`, candidates the three others; `runtime_ms` per part-1 benchmark, `pages_per_sec` per part-2 benchmark and thread count; and baseline `none-unbatched`, candidates the four others, `runtime_ms` per part-1 benchmark; each with its `benchmark` field |
-//! | checks | `oracle_mismatches` (wrong exclusivity answers, wrong reuse decisions and counter errors, all runs), `arena_back_to_baseline` (pages leaked over all samples), `bad_pages`, `cow_reuse_without_copies` (copies made by `rmap-id`/`mm-owner` in `cow-reuse`: must be 0) |
+//! | variants | `none`, `rmap-id`, `rmap-id-noexcl`, `mm-owner`; part 1 also `none-unbatched`; part 3's `snapshot-write` rows `no-snapshot`, `snapshot-captured`, `snapshot-released`, `snapshot-churn` |
+//! | metrics | `runtime_ms` (part 1, threads = 1), `pages_per_sec` (part 2), `ops_per_sec` and `take_us` (part 3) |
+//! | row fields | `benchmark`: `remap`, `munmap`, `fork`, `cow`, `cow-byte`, `cow-reuse`, `cow-reuse-byte`, `pte-dontneed`, `anon-cow-seq`, `anon-cow-rand`, `snapshot-write` (with `tracking`), `snapshot-take` (with `file_mib`) |
+//! | comparisons | baseline `none`, candidates the three others; `runtime_ms` per part-1 benchmark, `pages_per_sec` per part-2 benchmark and thread count; and baseline `none-unbatched`, candidates the four others, `runtime_ms` per part-1 benchmark; each with its `benchmark` field; part 3: baseline `no-snapshot`, candidates the three snapshot modes, `ops_per_sec` per `tracking` |
+//! | checks | `oracle_mismatches` (wrong exclusivity answers, wrong reuse decisions and counter errors, all runs), `arena_back_to_baseline` (pages leaked over all samples), `bad_pages`, `cow_reuse_without_copies` (copies made by `rmap-id`/`mm-owner` in `cow-reuse`: must be 0); part 3: `snapshot_mismatches`, `snapshot_charge_back_to_zero`, `snapshot_validate` |
 //!
 //! What a 2-core VM can show: the seed measured on 20- and 32-core servers, where part 2 has
 //! 20-32 writers per folio. Here part 2 has at most `--threads` writers, so it shows the
 //! protocols' cost under light contention, not their scaling.
+
+pub mod snapshot;
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -131,6 +139,15 @@ pub struct Args {
     /// Skip part 2 (anon-cow).
     #[arg(long)]
     pub no_anon_cow: bool,
+    /// Skip part 3 (snapshots of a cached file).
+    #[arg(long)]
+    pub no_snapshot: bool,
+    /// Bytes of the file part 3 overwrites (default 64M, 8M with --quick).
+    #[arg(long, value_parser = parse_size)]
+    pub snapshot_size: Option<usize>,
+    /// Directory of part 3's files (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 /// Parses a size: bytes, or with a K/M/G suffix (binary).
@@ -473,9 +490,15 @@ pub fn run(args: &Args) -> LabResult<Report> {
         })
         .collect();
     let part2 = if args.no_anon_cow { 0 } else { 2 };
+    let part3 = if args.no_snapshot {
+        0
+    } else {
+        snapshot::steps(settings.runs)
+    };
     let steps = (settings.runs
         * ((families.len() + 1) * benches.len() + families.len() * part2 * settings.threads.len()))
-        as u64;
+        as u64
+        + part3;
     let mut bench = Bench::with_steps(
         NAME,
         SEED,
@@ -512,6 +535,22 @@ pub fn run(args: &Args) -> LabResult<Report> {
             })?;
         }
     }
+
+    let snap_size = args.snapshot_size.unwrap_or(if settings.quick {
+        snapshot::QUICK_SIZE
+    } else {
+        snapshot::DEFAULT_SIZE
+    });
+    let snap_stats = if args.no_snapshot {
+        None
+    } else {
+        let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = tempfile::Builder::new()
+            .prefix("foliocache-cow-")
+            .tempdir_in(&base)
+            .map_err(|e| lab(format!("a directory in {}: {e}", base.display())))?;
+        Some(snapshot::run(&mut bench, &settings, snap_size, dir.path())?)
+    };
 
     let report = &mut bench.report;
 
@@ -561,7 +600,11 @@ pub fn run(args: &Args) -> LabResult<Report> {
             tally.reuse_copies == 0,
         );
     }
-    report.stats = Some(stats_json(&tally, decisions));
+    let mut stats = stats_json(&tally, decisions);
+    if let (Some(snap), Value::Object(m)) = (snap_stats, &mut stats) {
+        m.insert("snapshot".into(), snap);
+    }
+    report.stats = Some(stats);
 
     let mut tables = vec![
         (
@@ -612,6 +655,20 @@ pub fn run(args: &Args) -> LabResult<Report> {
                 ),
             ));
         }
+    }
+    if !args.no_snapshot {
+        tables.push((
+            format!(
+                "Snapshots of a cached {} MiB file: 4 KiB Zipf 0.99 overwrites per second \
+                 (medians), and the ratio to `no-snapshot`, per sharer tracking",
+                snap_size >> 20
+            ),
+            snapshot::write_table(&bench.report),
+        ));
+        tables.push((
+            "Snapshots: the median time to take one (µs), whatever the file's size".to_string(),
+            snapshot::take_table(&bench.report, snap_size),
+        ));
     }
     // The plot: anon-cow-seq throughput against threads (the part-1 actions have no thread
     // axis; their table is the seed's).
@@ -825,6 +882,9 @@ mod tests {
             order: 9,
             benchmarks: Vec::new(),
             no_anon_cow: false,
+            no_snapshot: true,
+            snapshot_size: None,
+            dir: None,
         };
         let r = run(&args).unwrap();
         assert!(r.all_checks_ok(), "{:?}", r.checks);
@@ -866,5 +926,50 @@ mod tests {
         assert!(r
             .row(UNBATCHED, 1, "runtime_ms", &extra("munmap"))
             .is_some());
+    }
+
+    #[test]
+    fn snapshot_part_runs_checks_and_compares_every_mode() {
+        let args = Args {
+            common: CommonArgs {
+                threads: Some(crate::harness::parse_threads("1").unwrap()),
+                runs: Some(1),
+                quick: true,
+                duration: Some(Duration::from_millis(20)),
+                no_pin: true,
+                no_progress: true,
+                ..CommonArgs::default()
+            },
+            size: Some(2 << 20),
+            order: 9,
+            benchmarks: vec!["munmap".into()],
+            no_anon_cow: true,
+            no_snapshot: false,
+            snapshot_size: Some(1 << 20),
+            dir: None,
+        };
+        let r = run(&args).unwrap();
+        assert!(r.all_checks_ok(), "{:?}", r.checks);
+        for name in [
+            "snapshot_mismatches",
+            "snapshot_charge_back_to_zero",
+            "snapshot_validate",
+        ] {
+            assert!(r.checks.iter().any(|c| c.name == name), "{name}");
+        }
+        // 3 snapshot modes against no-snapshot, per tracking.
+        let snap = r
+            .comparisons
+            .iter()
+            .filter(|c| c.baseline == snapshot::MODES[0])
+            .count();
+        assert_eq!(snap, 3 * Tracking::ALL.len());
+        let take = &r
+            .tables
+            .iter()
+            .find(|(t, _)| t.contains("take one"))
+            .unwrap()
+            .1;
+        assert!(take.render().contains("1024 MiB file"), "{}", take.render());
     }
 }
