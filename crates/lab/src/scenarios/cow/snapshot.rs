@@ -1,12 +1,13 @@
 //! Part 3 of `cow`: snapshots of a cached file ([`foliocache::Snapshot`]), the product use of
 //! seed 002's spaces. One cache per sharer-tracking strategy
-//! ([`Experiment::tracking`](foliocache::mm::Experiment::tracking)), two files of `--snapshot-size`
-//! bytes in it, fully cached; one thread makes 4 KiB Zipf 0.99 overwrites for the
-//! measurement's duration, in four modes run interleaved:
+//! ([`Experiment::tracking`](foliocache::mm::Experiment::tracking)), a file of `--snapshot-size`
+//! bytes in it, fully cached; one thread makes 4 KiB Zipf 0.99 overwrites of one of them for
+//! the measurement's duration, in four modes run interleaved (one file for all four, so its
+//! memory layout is the same for each):
 //!
 //! | mode (variant) | the file | what a write meets |
 //! |---|---|---|
-//! | `no-snapshot` | a file that never had a snapshot | nothing: the baseline |
+//! | `no-snapshot` | the same file with no live snapshot (as a file that never had one: a write then checks one count) | nothing: the baseline |
 //! | `snapshot-captured` | a snapshot taken, then every page written once (untimed) | a live snapshot that already keeps every page: no write keeps anything more |
 //! | `snapshot-released` | a snapshot taken and released whole (a streaming backup past the end) | a live snapshot that needs nothing |
 //! | `snapshot-churn` | a snapshot taken every 2,000 writes, the older of two dropped | old versions kept for the live snapshots (a full snapshot share drops the oldest) |
@@ -87,18 +88,17 @@ struct Tally {
     per_tracking: Map<String, Value>,
 }
 
-/// One tracking's cache and files.
+/// One tracking's cache and files (the written one, and a sparse one to snapshot).
 struct Setup {
     tracking: Tracking,
     cache: FolioCache,
-    never: CachedFile,
     snapped: CachedFile,
     big: CachedFile,
     pages: u64,
 }
 
 fn setup(dir: &Path, t: Tracking, size: usize) -> LabResult<Setup> {
-    // Four times the file: both files cached, old versions beside them, no writeback needed.
+    // Four times the file: the file cached, old versions beside it, no writeback needed.
     let budget = 4 * size + (8 << 20);
     let config = Config::buffer_pool(budget)
         .snapshot_share(40)
@@ -118,14 +118,12 @@ fn setup(dir: &Path, t: Tracking, size: usize) -> LabResult<Setup> {
         f.sync_data().map_err(lab)?;
         Ok(f)
     };
-    let never = fill("never")?;
     let snapped = fill("snapped")?;
     let big = cache.open_with(dir.join(format!("big-{}", t.name())), &o).map_err(lab)?;
     big.set_len(BIG_MIB << 20).map_err(lab)?;
     Ok(Setup {
         tracking: t,
         cache,
-        never,
         snapped,
         big,
         pages: (size / foliocache::PAGE_SIZE) as u64,
@@ -194,7 +192,7 @@ pub fn run(bench: &mut Bench, settings: &Settings, size: usize, dir: &Path) -> L
             &extra_write(s.tracking),
             |il, &mode, _, _| {
                 let ops = match mode {
-                    "no-snapshot" => overwrite(&s.never, s.pages, d, &mut rng, || false, |_| Ok(()))?,
+                    "no-snapshot" => overwrite(&s.snapped, s.pages, d, &mut rng, || false, |_| Ok(()))?,
                     "snapshot-captured" | "snapshot-released" => {
                         let before = read_all(|b, o| s.snapped.read_exact_at(b, o), s.snapped.len())?;
                         let snap = s.snapped.snapshot().map_err(lab)?;
