@@ -55,7 +55,7 @@
 //! | [`OpenOptions`] | how to open: read-only (default), write, create, truncate |
 //! | [`PinnedRange`], [`OwnedRange`] | a byte range of a file, pinned, read in place (borrowed, or `'static`, `Clone`, `AsRef<[u8]>`) |
 //! | [`PinnedFolio`], [`OwnedFolio`] | the whole folio holding a byte, pinned, read in place |
-//! | [`FolioMut`] | a cached page to write in place, marked dirty when dropped |
+//! | [`FolioMut`], [`OwnedFolioMut`] | a cached page latched for an update, committed when dropped (borrowed, or owning its file) |
 //! | [`Snapshot`] | a point-in-time, read-only view of a file, taken in O(1) while writers go on |
 //! | [`FileCursor`] | a file as an `io::Read + BufRead + Seek + Write` stream (zero-copy `BufRead`) |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
@@ -228,8 +228,8 @@ pub use cache::AsyncCursor;
 pub use cache::{
     Advice, AsyncFile, BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError,
     Eviction, EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, OpenOptions,
-    OwnedFolio, OwnedRange, PinnedFolio, PinnedRange, ReadAt, Snapshot, WriteAheadLog,
-    BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_SNAPSHOT_SHARE,
+    OwnedFolio, OwnedFolioMut, OwnedRange, PinnedFolio, PinnedRange, ReadAt, Snapshot,
+    WriteAheadLog, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_SNAPSHOT_SHARE,
     DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
 pub use io::{DirectIo, EngineKind, IoEngine, IoMode};

@@ -1081,3 +1081,61 @@ fn a_pinned_page_upgrades_to_a_write_latch_without_a_second_lookup() {
     drop((f, other, ro));
     assert_baseline(&c);
 }
+
+/// `FolioMut::into_owned`: the latch outlives its handle and moves to another thread; a
+/// writer of the page through another handle waits for its commit, a writer through the
+/// latching handle gets an error, a discarded owned latch changes nothing, and the file's
+/// use is given back (the inode becomes unused once the latches end).
+#[test]
+fn an_owned_latch_outlives_its_handle_and_commits_from_another_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pages");
+    let c = cache(1 << 20);
+    let data = content(3 * PAGE, 9);
+    let (mut w, kept) = {
+        let f = c.open_with(&path, &rw()).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        let mut w = f.get_folio_mut(1).unwrap().into_owned();
+        w[..5].copy_from_slice(b"owned");
+        // The latching handle may not write the page: that would wait for itself.
+        assert!(matches!(
+            f.write_all_at(b"x", PAGE as u64),
+            Err(CacheError::InvalidArgument { .. })
+        ));
+        let kept = f.get_folio_mut(2).unwrap().into_owned();
+        (w, kept)
+    };
+    // Both handles are closed; the latches keep the file in use.
+    assert_eq!(c.stats().unused_inodes, 0);
+    w.set_lsn(0);
+    let other = c.open_with(&path, &rw()).unwrap();
+    let writer = std::thread::scope(|s| {
+        let waiting = s.spawn(|| other.write_all_at(b"after", PAGE as u64 + 5));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut b = [0u8; 5];
+        other.read_exact_at(&mut b, PAGE as u64).unwrap();
+        assert_eq!(
+            &b,
+            &data[PAGE..PAGE + 5],
+            "nothing visible before the commit"
+        );
+        std::thread::spawn(move || w.commit()).join().unwrap();
+        waiting.join().unwrap()
+    });
+    writer.unwrap();
+    let mut b = [0u8; 10];
+    other.read_exact_at(&mut b, PAGE as u64).unwrap();
+    assert_eq!(&b, b"ownedafter");
+    kept.discard();
+    let mut page2 = vec![0u8; PAGE];
+    other.read_exact_at(&mut page2, 2 * PAGE as u64).unwrap();
+    assert_eq!(page2, &data[2 * PAGE..]);
+    other.sync_data().unwrap();
+    drop(other);
+    assert_eq!(
+        c.stats().unused_inodes,
+        1,
+        "every use of the file was given back"
+    );
+    assert_baseline(&c);
+}

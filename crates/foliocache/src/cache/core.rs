@@ -51,6 +51,9 @@ pub(crate) struct Core {
     pub(crate) direct_io: crate::io::DirectIo,
     /// The engine's write-ahead log and its durable point (`cache/wal.rs`).
     pub(crate) log: super::wal::LogState,
+    /// The address spaces on the cache's arena: snapshots' and
+    /// [`FolioCache::spaces`](crate::FolioCache::spaces)' (made at first use, `cache/cow.rs`).
+    pub(crate) spaces: std::sync::OnceLock<crate::mm::space::Spaces>,
 }
 
 impl std::fmt::Debug for Core {

@@ -240,8 +240,8 @@ pub(crate) struct Inode {
     pub(crate) mapping: AddressSpace,
     /// Asynchronous readahead windows of this file in flight (`cache/async_ra.rs`).
     pub(crate) ra_inflight: Arc<super::async_ra::InflightRa>,
-    /// The file's live snapshots (`cache/snapshot.rs`).
-    pub(crate) snapshots: super::snapshot::Snapshots,
+    /// The file's live snapshots (`cache/cow.rs`).
+    pub(crate) snapshots: super::cow::Snapshots,
     /// The readahead window a new handle of this file starts with (`file_ra_state_init`:
     /// the cache's, or the device's for a file under direct I/O; see
     /// [`Config::readahead_pages`](crate::Config::readahead_pages)).

@@ -2,13 +2,13 @@
 //! [`CachedFile::get_folio_mut`], which makes one. The table of latched pages is the inode's
 //! (`Latches`, `cache/inode.rs`); writers honour it (`CachedFile::lock_for_write`).
 
+use super::cow;
 use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
 use super::sb::CacheInner;
-use super::snapshot;
 use super::stats::Event;
-use super::write::{lookup_stable, swap_in, write_end};
+use super::write::{lookup_stable, read_old_page, swap_in, write_end};
 use super::writeback::balance_dirty_pages;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Arc;
@@ -60,7 +60,9 @@ use crate::mm::writeback;
 /// # Ok(()) }
 /// ```
 pub struct FolioMut<'f> {
-    file: &'f CachedFile,
+    /// The cache, through the handle the guard borrows or owned ([`FolioMut::into_owned`]).
+    cache: Holder<'f>,
+    /// The file; an owned guard also holds a use of it (`i_count`), put back on drop.
     mapping: Arc<Inode>,
     /// The page latched.
     index: u64,
@@ -74,6 +76,30 @@ pub struct FolioMut<'f> {
     /// ([`FolioMut::set_lsn`]).
     lsn: u64,
     done: bool,
+}
+
+/// A [`FolioMut`] that owns its file instead of borrowing the handle
+/// ([`FolioMut::into_owned`]): it may outlive the handle and live beside it in the engine's
+/// own structures (a buffer manager's table of latched pages, a transaction's write set), and
+/// move into `'static` tasks. It latches, commits and discards as the borrowing guard does.
+pub type OwnedFolioMut = FolioMut<'static>;
+
+/// Where a [`FolioMut`] reaches its cache.
+enum Holder<'f> {
+    /// Through the handle it was made from.
+    Handle(&'f CachedFile),
+    /// Its own (an owned guard, which also holds a use of the inode).
+    Owned(Arc<CacheInner>),
+}
+
+impl Holder<'_> {
+    #[inline]
+    fn cache(&self) -> &Arc<CacheInner> {
+        match self {
+            Holder::Handle(f) => &f.cache,
+            Holder::Owned(c) => c,
+        }
+    }
 }
 
 // SAFETY: the guard owns two counted references (the copy's locked); folio headers are shared
@@ -142,7 +168,7 @@ impl CachedFile {
             .saturating_sub(index << PAGE_SHIFT)
             .min(PAGE_SIZE as u64) as usize;
         Ok(FolioMut {
-            file: self,
+            cache: Holder::Handle(self),
             mapping: m,
             index,
             old,
@@ -224,10 +250,68 @@ impl FolioMut<'_> {
         self.finish(false);
     }
 
+    /// The guard as one that owns its file ([`OwnedFolioMut`]): it may outlive the handle it
+    /// was made from (and every other handle of the file) and move into `'static` tasks. The
+    /// latch, the private copy and the changes made so far carry over; the latch's owner
+    /// stays the handle it was made through (writing the page through that handle is still
+    /// an error, not a wait). Costs one use of the file, taken here and put when the guard
+    /// ends.
+    ///
+    /// ```
+    /// use foliocache::{Config, FolioCache, OpenOptions, OwnedFolioMut};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::new(16 << 20))?;
+    /// let mut write_set: Vec<OwnedFolioMut> = Vec::new(); // a transaction's latched pages
+    /// {
+    ///     let db = cache.open_with(dir.path().join("db"), OpenOptions::new().write(true).create(true))?;
+    ///     db.set_len(2 * 4096)?;
+    ///     for index in 0..2 {
+    ///         let mut page = db.get_folio_mut(index)?.into_owned();
+    ///         page[0] = 7;
+    ///         write_set.push(page);
+    ///     }
+    /// }                                                  // the handle closes; the latches live on
+    /// let committed = std::thread::spawn(move || write_set.into_iter().for_each(|p| p.commit()));
+    /// committed.join().unwrap();
+    /// let db = cache.open(dir.path().join("db"))?;
+    /// let mut b = [0u8; 1];
+    /// db.read_exact_at(&mut b, 4096)?;
+    /// assert_eq!(b, [7]);
+    /// # Ok(()) }
+    /// ```
+    pub fn into_owned(self) -> OwnedFolioMut {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped: its two owning fields move out here, once; the
+        // rest are plain values.
+        let (holder, mapping) =
+            unsafe { (std::ptr::read(&this.cache), std::ptr::read(&this.mapping)) };
+        let cache = match holder {
+            Holder::Handle(f) => {
+                // ORDERING: Relaxed; the handle holds a use, so the count cannot reach zero.
+                mapping
+                    .users
+                    .fetch_add(1, crate::mm::sync::Ordering::Relaxed);
+                f.cache.clone()
+            }
+            Holder::Owned(c) => c,
+        };
+        FolioMut {
+            cache: Holder::Owned(cache),
+            mapping,
+            index: this.index,
+            old: this.old,
+            new: this.new,
+            valid: this.valid,
+            lsn: this.lsn,
+            done: this.done,
+        }
+    }
+
     /// The page and the copy as handles again (once: `finish` consumes the guard's
     /// ownership).
     fn take(&mut self) -> (FolioRef<'_>, FolioLocked<'_>) {
-        let arena = &self.file.cache.arena;
+        let arena = &self.cache.cache().arena;
         // SAFETY: the guard owns one reference on each (the copy's locked), taken back
         // exactly once (`done` is set by the only caller).
         unsafe {
@@ -242,7 +326,7 @@ impl FolioMut<'_> {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        let c = self.file.cache.clone();
+        let c = self.cache.cache().clone();
         let m = self.mapping.clone();
         let (index, lsn) = (self.index, self.lsn);
         let (old, mut new) = self.take();
@@ -282,16 +366,16 @@ fn keep_for_snapshots(c: &CacheInner, m: &Inode, index: u64) {
     loop {
         match lookup_stable(c, m, index) {
             Ok(Some(cur)) => {
-                let r = snapshot::capture(c, m, &cur, true);
+                let r = cow::capture(c, &m.snapshots, &m.path, &cur, true);
                 debug_assert!(r.is_ok(), "a forced capture cannot fail");
                 return;
             }
-            Ok(None) if snapshot::needs_old_page(m, index) => {
-                if snapshot::read_old_page(c, m, index).is_err() {
+            Ok(None) if cow::needs_old_page(&m.snapshots, index) => {
+                if read_old_page(c, m, index).is_err() {
                     // The old bytes cannot be read (an I/O error), and the commit will
                     // replace them: the snapshots lose the page (their reads of it fail)
                     // rather than show the new bytes.
-                    snapshot::forget_page(m, index);
+                    cow::forget_page(&m.snapshots, index);
                     return;
                 }
             }
@@ -338,7 +422,7 @@ impl std::ops::Deref for FolioMut<'_> {
         // the guard reaches its bytes; its frames live as long as the arena.
         unsafe {
             std::slice::from_raw_parts(
-                self.file.cache.arena.frame_ptr(self.new.as_ref().pfn()),
+                self.cache.cache().arena.frame_ptr(self.new.as_ref().pfn()),
                 self.valid,
             )
         }
@@ -350,7 +434,7 @@ impl std::ops::DerefMut for FolioMut<'_> {
         // SAFETY: as in `deref`, and `&mut self` makes this borrow unique.
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.file.cache.arena.frame_ptr(self.new.as_ref().pfn()),
+                self.cache.cache().arena.frame_ptr(self.new.as_ref().pfn()),
                 self.valid,
             )
         }
@@ -358,9 +442,12 @@ impl std::ops::DerefMut for FolioMut<'_> {
 }
 
 impl Drop for FolioMut<'_> {
-    /// Commits.
+    /// Commits; an owned guard then puts its use of the file (`iput`).
     fn drop(&mut self) {
         self.finish(true);
+        if let Holder::Owned(c) = &self.cache {
+            c.iput(self.mapping.clone());
+        }
     }
 }
 

@@ -49,7 +49,8 @@
 //! | `truncate.rs`, `split.rs` | `set_len`; splitting a large folio before a write or a cut inside it | `mm/truncate.c`, `split_folio` |
 //! | `sync.rs` | `sync_data`, `sync_all`, `sync_range`, [`FolioCache::sync_all`], error reporting | `fs/sync.c` |
 //! | `writeback.rs` | one writeback pass over an inode with its effects on the cache, and the cache as the dirty-file passes of `mm::writeback` see it (the throttle's entry and the flusher's passes live there) | `mm/page-writeback.c` |
-//! | `latch.rs` | the writable latch, [`FolioMut`] | a buffer manager's page latch |
+//! | `latch.rs` | the writable latch, [`FolioMut`] and [`OwnedFolioMut`] | a buffer manager's page latch |
+//! | `cow.rs`, `snapshot.rs` | snapshots: the copy-on-write half the write path calls (a file's live snapshots, keeping a page's old version before a change; imports only the core and leaves), and [`Snapshot`] with its reads | `wp_page_copy`, `finish_fault` |
 //! | `worker.rs`, `kswapd.rs`, `flusher.rs` | the background threads: one small thread type (a doorbell, a timed sleep, a round of work while the cache lives), the reclaimer and the flusher; none names the shared state (their rounds take the core, and what needs more is passed in by `sb.rs`) | `kswapd`, `wb_workfn` |
 //! | `budget.rs`, `balloon.rs`, `limits.rs` | the budget's state and the eviction listener's queue (a leaf); the budget at run time, the pin share, the uncached read; file size limits | `balloon`, `generic_write_check_limits` |
 //! | `config.rs`, `error.rs`, `stats.rs`, `metrics.rs`, `cursor.rs` | settings, errors, counters, their export, a `Read`/`Write` stream | `vmstat` |
@@ -131,6 +132,7 @@ mod balloon;
 mod budget;
 mod config;
 mod core;
+mod cow;
 mod cursor;
 mod error;
 mod file;
@@ -169,7 +171,7 @@ pub use cursor::FileCursor;
 pub use error::{BudgetError, CacheError};
 pub use file::{Advice, CachedFile};
 pub use guard::{OwnedFolio, PinnedFolio};
-pub use latch::FolioMut;
+pub use latch::{FolioMut, OwnedFolioMut};
 pub use range::{OwnedRange, PinnedRange};
 pub use snapshot::Snapshot;
 pub use stats::CacheStats;
@@ -253,10 +255,10 @@ impl FolioCache {
                     engine,
                     direct_io,
                     log: Default::default(),
+                    spaces: std::sync::OnceLock::new(),
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),
-                spaces: std::sync::OnceLock::new(),
                 async_ra: Arc::new(async_ra::AsyncRa::new(
                     async_ra::MAX_WORKERS,
                     "foliocache-ra",
@@ -716,7 +718,9 @@ impl FolioCache {
                 .map_err(|e| format!("{}: index: {e}", m.path.display()))?;
         }
         self.validate_dirty()?;
-        self.inner.validate_snapshots()?;
+        let files = self.inner.live_mappings();
+        self.inner
+            .validate_snapshots(files.iter().map(|m| (m.path.as_path(), &m.snapshots)))?;
         self.inner.validate_balloon()?;
         self.inner.arena.validate()
     }

@@ -66,9 +66,6 @@ pub(crate) struct CacheInner {
     pub(crate) flusher: std::sync::OnceLock<Arc<Flusher>>,
     /// Held by the one thread running the shadow-node shrinker.
     pub(crate) shadow_shrinker: Mutex<()>,
-    /// The address spaces on the cache's arena: snapshots' and
-    /// [`FolioCache::spaces`](crate::FolioCache::spaces)' (made at first use).
-    pub(crate) spaces: std::sync::OnceLock<crate::mm::space::Spaces>,
     /// The asynchronous readahead workers (`cache/async_ra.rs`), which also read async
     /// reads' misses.
     pub(crate) async_ra: Arc<super::async_ra::AsyncRa>,

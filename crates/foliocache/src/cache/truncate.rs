@@ -6,14 +6,14 @@
 //! writeback, removes them, and only then truncates the backing file: a `pwritev` of a
 //! removed page that landed after the `ftruncate` would grow the file again with stale bytes.
 
+use super::cow;
 use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
 use super::sb::CacheInner;
-use super::snapshot;
 use super::split::split_across;
 use super::stats::Event;
-use super::write::modify_cached;
+use super::write::{lookup_stable, modify_cached, read_old_page};
 use crate::mm::folio::{PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Ordering;
 use crate::mm::writeback;
@@ -52,7 +52,7 @@ impl CachedFile {
         if size < old {
             // The pages cut or zeroed, for the file's live snapshots, before anything of them
             // changes (`cache/snapshot.rs`).
-            snapshot::capture_range(c, &m, size >> PAGE_SHIFT)?;
+            capture_range(c, &m, size >> PAGE_SHIFT)?;
             // ORDERING: Release; pairs with `Inode::size`'s Acquire (module docs).
             m.mapping.size.store(size, Ordering::Release);
             if size % PAGE_SIZE as u64 != 0 {
@@ -96,5 +96,37 @@ impl CachedFile {
 fn zero_cached_tail(c: &CacheInner, m: &Inode, index: u64, tail: usize) -> Result<(), CacheError> {
     let zeros = [0u8; PAGE_SIZE];
     drop(modify_cached(c, m, index, tail, &zeros[tail..])?);
+    Ok(())
+}
+
+/// Captures pages `first..` of `m` for every live snapshot that covers them, reading in the
+/// ones not cached: a truncation to `first` pages (or into page `first`) does this before
+/// it publishes the new size. The caller holds `i_rwsem`.
+fn capture_range(c: &CacheInner, m: &Inode, first: u64) -> Result<(), CacheError> {
+    if !m.snapshots.any() {
+        return Ok(());
+    }
+    let end = m
+        .snapshots
+        .list
+        .lock()
+        .iter()
+        .map(|s| s.pages)
+        .max()
+        .unwrap_or(0);
+    let mut index = first;
+    while index < end {
+        if !cow::needs_old_page(&m.snapshots, index) {
+            index += 1;
+            continue;
+        }
+        match lookup_stable(c, m, index)? {
+            Some(folio) => {
+                cow::capture(c, &m.snapshots, &m.path, &folio, false)?;
+                index += 1;
+            }
+            None => read_old_page(c, m, index)?,
+        }
+    }
     Ok(())
 }

@@ -51,11 +51,11 @@
 //! the old size copies nothing past it.
 //!
 
+use super::cow;
 use super::error::CacheError;
 use super::file::CachedFile;
 use super::inode::Inode;
 use super::sb::CacheInner;
-use super::snapshot;
 use super::split::split_folio_at;
 use super::stats::Event;
 use super::writeback::balance_dirty_pages;
@@ -418,10 +418,10 @@ fn write_page(
             write_end(c, m, folio, end, lsn);
             return Ok(());
         }
-        if snapshot::needs_old_page(m, index) {
+        if cow::needs_old_page(&m.snapshots, index) {
             // A live snapshot still needs the page's bytes in the backing file: cache them,
             // and the next `modify_cached` keeps them for it.
-            snapshot::read_old_page(c, m, index)?;
+            read_old_page(c, m, index)?;
             continue;
         }
         if let Some(folio) = create_page(c, m, index, within, src)? {
@@ -448,7 +448,7 @@ pub(super) fn modify_cached<'a>(
     };
     // The page's bytes before the change, for the file's live snapshots: their mapping's
     // reference makes the freeze below fail, so the change goes into a copy.
-    snapshot::capture(c, m, &folio, false)?;
+    cow::capture(c, &m.snapshots, &m.path, &folio, false)?;
     // SAFETY: the folio is in our index (checked under its lock: one reference for the page
     // cache, order 0) and we hold one: 2 is exactly the references we know of.
     match unsafe { folio.freeze(2) } {
@@ -491,7 +491,7 @@ fn modify_cached_nowait<'a>(
         || !folio.is_uptodate()
         || folio.test_flag(crate::mm::folio::flags::PG_WRITEBACK)
         // Keeping the old page for a snapshot allocates a copy.
-        || !snapshot::settled(m, &folio)
+        || !cow::settled(&m.snapshots, &folio)
     {
         return None;
     }
@@ -627,7 +627,7 @@ pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: 
     // same lock) sees both.
     writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty, lsn);
     // Every live snapshot keeps this page's old bytes now (`cache/snapshot.rs`).
-    snapshot::stamp(m, &folio);
+    cow::stamp(&m.snapshots, &folio);
     if end > m.mapping.size.load(Ordering::Relaxed) {
         // ORDERING: Release; pairs with `Inode::size`'s Acquire: the page's bytes (frozen
         // store + unfreeze, replacement or insertion) are visible before the size.
@@ -691,4 +691,44 @@ pub(super) fn swap_in(m: &Inode, old: &FolioLocked<'_>, new: &FolioLocked<'_>) {
     }
     let replaced = m.mapping.pages.replace_folio(old, new);
     assert!(replaced, "a locked folio of this index can be replaced");
+}
+
+/// Reads page `index` of `m` from the backing into the cache, clean, if it is not cached
+/// (another thread may have cached it meanwhile: fine). The caller holds `i_rwsem`, so the
+/// size cannot shrink under the read.
+pub(super) fn read_old_page(c: &CacheInner, m: &Inode, index: u64) -> Result<(), CacheError> {
+    let folio = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+    let mut folio = folio
+        .try_lock()
+        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    let start = index << PAGE_SHIFT;
+    {
+        let data = folio.data_mut().expect("a fresh folio is not uptodate");
+        let backing_size = m.size().min(m.mapping.disk_size.load(Ordering::Relaxed));
+        if backing_size <= start {
+            data.fill(0);
+        } else {
+            c.counters.inc(Event::IoReads);
+            let r = crate::io::read_run(
+                &*m.mapping.backing,
+                &mut [&mut data[..]],
+                start,
+                backing_size,
+            );
+            if let Err(e) = r {
+                c.counters.inc(Event::IoErrors);
+                return Err(m.fill_error(start, e));
+            }
+        }
+    }
+    folio.mark_uptodate();
+    c.counters.inc(Event::SnapshotCaptureReads);
+    match m.mapping.pages.add_folio_shadow(&folio, index) {
+        Ok(shadow) => {
+            c.folio_added(&folio, shadow);
+            Ok(())
+        }
+        Err(AddError::Exists { .. }) => Ok(()),
+        Err(e) => unreachable!("inserting a fresh order-0 folio: {e:?}"),
+    }
 }
