@@ -99,6 +99,12 @@ pub fn run(dir: &std::path::Path, writers: usize) -> Result<Report, Box<dyn std:
         let t = Instant::now();
         let snap = ledger.snapshot()?;
         let before = writes.load(Ordering::Relaxed);
+        // Let the writers change the ledger after the snapshot before the copy starts (on a
+        // slow or loaded machine the copy could otherwise end before their next write).
+        let wait = Instant::now();
+        while writes.load(Ordering::Relaxed) < before + 20 && wait.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
         let mut backup = Vec::with_capacity(snap.len() as usize);
         let mut peak = 0;
         let mut pos = 0;

@@ -101,6 +101,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.last_lsn()
     );
     s.checkpoint()?;
+    println!(
+        "the checkpoint wrote {} pages back",
+        s.cache().stats().writeback_pages
+    );
     drop(s);
     let (_, replayed) = Store::open(&dir, PAGES, BUDGET)?;
     println!("after a checkpoint, a reopen replays {replayed} records");

@@ -156,7 +156,17 @@ impl Store {
         budget: usize,
         replay: bool,
     ) -> io::Result<(Store, u64)> {
-        let cache = FolioCache::new(Config::buffer_pool(budget))?;
+        Store::open_with(dir, pages, Config::buffer_pool(budget), replay)
+    }
+
+    /// [`Store::open_replaying`] with a cache built from `config` (its I/O settings, say).
+    pub fn open_with(
+        dir: &Path,
+        pages: u64,
+        config: Config,
+        replay: bool,
+    ) -> io::Result<(Store, u64)> {
+        let cache = FolioCache::new(config)?;
         let data = cache.open_with(
             dir.join("data"),
             OpenOptions::new().write(true).create(true),
@@ -316,6 +326,11 @@ impl Store {
             .append(true)
             .open(self.dir.join("wal"))?;
         Ok(())
+    }
+
+    /// The cache the store runs on (its statistics).
+    pub fn cache(&self) -> &FolioCache {
+        &self.cache
     }
 
     /// The highest sequence number the log holds (durably or not).

@@ -233,7 +233,7 @@ macro_rules! scenarios {
     };
 }
 
-scenarios![refcount, pread, readseq, cow, hash, lru, peers, write, io, policy];
+scenarios![refcount, pread, readseq, cow, hash, lru, peers, write, io, policy, bufmgr];
 
 #[cfg(test)]
 mod tests {
