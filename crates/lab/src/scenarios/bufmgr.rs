@@ -29,9 +29,9 @@
 //!
 //! | kind | names |
 //! |---|---|
-//! | variants | `kernel`, `foliocache` |
-//! | metrics | `ops_per_sec` (updates per second, commits and checkpoints included), `p50_latency_ns`, `p99_latency_ns` (one update; a commit or checkpoint is charged to the update that triggers it), `page_writes_per_update` (foliocache: pages written back to the data file; kernel: its `pwrite` calls, each of one page), `copies_per_update` (foliocache: pages copied to change them, `writes_replaced`; kernel: 0, not measured: its copy into the page cache is the `pwrite`) |
-//! | comparisons | `foliocache` against `kernel` on `ops_per_sec` and `p99_latency_ns` |
+//! | variants | `kernel`, `foliocache`; rows with `workload` `resident`: `read-hit`, `latched-update` (foliocache on a resident 1 MiB file: a zero-copy `get_folio` hit, and an update through `get_folio_mut` of 100 bytes, committed) |
+//! | metrics | `ns_per_op` (the resident rows); `ops_per_sec` (updates per second, commits and checkpoints included), `p50_latency_ns`, `p99_latency_ns` (one update; a commit or checkpoint is charged to the update that triggers it), `page_writes_per_update` (foliocache: pages written back to the data file; kernel: its `pwrite` calls, each of one page), `copies_per_update` (foliocache: pages copied to change them, `writes_replaced`; kernel: 0, not measured: its copy into the page cache is the `pwrite`) |
+//! | comparisons | `foliocache` against `kernel` on `ops_per_sec` and `p99_latency_ns`; `latched-update` against `read-hit` on `ns_per_op` |
 //! | checks | `updates_recovered` (foliocache: after each measurement the store is reopened, its log replayed, and every updated page's number compared with the last update made to it: pages that differ, 0) |
 //!
 //! Issue 25's targets (full mode, ext4): page writebacks per update at most 0.3 at a quarter
@@ -339,7 +339,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
         setup.params(),
     );
     let config = args.io.apply(foliocache::Config::buffer_pool(budget));
-    let mut bench = Bench::new(NAME, SEED, &settings, params, VARIANTS.len());
+    let mut bench = Bench::new(NAME, SEED, &settings, params, VARIANTS.len() + RESIDENT.len());
     let mut lost = 0;
     let mut extra_stats = Vec::new();
     let d = settings.duration;
@@ -364,8 +364,21 @@ pub fn run(args: &Args) -> LabResult<Report> {
         extra_stats.push(json!({ "variant": v, "updates": s.updates }));
         Ok(())
     })?;
+    // The cost of one update against one zero-copy read hit, on a resident page.
+    let resident = resident_extra();
+    bench.measure_at(
+        "resident",
+        &[1],
+        &RESIDENT,
+        &resident,
+        |il, &v, _, _| {
+            il.add(v, 1, "ns_per_op", resident_op(&base, v, d)?);
+            Ok(())
+        },
+    )?;
     let report = &mut bench.report;
     let none = Default::default();
+    report.compare(RESIDENT[0], RESIDENT[1], 1, "ns_per_op", &resident);
     report.compare(VARIANTS[0], VARIANTS[1], 1, "ops_per_sec", &none);
     report.compare(VARIANTS[0], VARIANTS[1], 1, "p99_latency_ns", &none);
     report.check("updates_recovered", json!(lost), lost == 0);
@@ -385,6 +398,52 @@ pub fn run(args: &Args) -> LabResult<Report> {
         ("Issue 25's targets".to_string(), targets_table(&bench.report)),
     ];
     bench.finish(&settings, &tables, None)
+}
+
+/// The resident comparison's variants: a zero-copy read hit (`get_folio`, dropped) and an
+/// update (`get_folio_mut`, 100 bytes changed, committed), each of a cached page of a
+/// resident 1 MiB file.
+pub const RESIDENT: [&str; 2] = ["read-hit", "latched-update"];
+
+fn resident_extra() -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("workload".into(), json!("resident"));
+    m
+}
+
+/// Nanoseconds per `v` operation on a resident file, over `d`.
+fn resident_op(base: &Path, v: &str, d: Duration) -> LabResult<f64> {
+    const PAGES: u64 = 256;
+    let dir = tempfile::Builder::new()
+        .prefix("foliocache-bufmgr-")
+        .tempdir_in(base)
+        .map_err(io_err)?;
+    let cache = foliocache::FolioCache::new(foliocache::Config::buffer_pool(64 << 20)).map_err(io_err)?;
+    let f = cache
+        .open_with(
+            dir.path().join("resident"),
+            foliocache::OpenOptions::new().write(true).create(true),
+        )
+        .map_err(io_err)?;
+    f.write_all_at(&vec![1u8; PAGES as usize * PAGE], 0).map_err(io_err)?;
+    let change = [7u8; CHANGE];
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    let mut sum = 0u64;
+    while n % 1024 != 0 || t0.elapsed() < d {
+        let page = n.wrapping_mul(0x9e37_79b9) % PAGES;
+        if v == RESIDENT[0] {
+            let g = f.get_folio(page).map_err(io_err)?;
+            sum += g[100] as u64;
+        } else {
+            let mut g = f.get_folio_mut(page).map_err(io_err)?;
+            g[100..100 + CHANGE].copy_from_slice(&change);
+            g.commit();
+        }
+        n += 1;
+    }
+    std::hint::black_box(sum);
+    Ok(t0.elapsed().as_nanos() as f64 / n as f64)
 }
 
 const METRICS: [&str; 5] = [
@@ -436,6 +495,14 @@ fn targets_table(r: &Report) -> Table {
             yes(c <= 0.05).to_string(),
         ]);
     }
+    let res = |v: &str| r.row(v, 1, "ns_per_op", &resident_extra()).map(|x| x.median);
+    if let (Some(hit), Some(update)) = (res(RESIDENT[0]), res(RESIDENT[1])) {
+        t.row([
+            "an update <= 2x a zero-copy read hit".to_string(),
+            format!("{update:.0} ns against {hit:.0} ns ({:.1}x)", update / hit),
+            yes(update <= 2.0 * hit).to_string(),
+        ]);
+    }
     t
 }
 
@@ -461,6 +528,9 @@ mod tests {
             for m in METRICS {
                 assert!(r.row(v, 1, m, &Default::default()).is_some(), "{v} {m}");
             }
+        }
+        for v in RESIDENT {
+            assert!(r.row(v, 1, "ns_per_op", &resident_extra()).is_some(), "{v}");
         }
         // Every latched update copies today (in-place latches are the next step).
         let copies = median(&r, "foliocache", "copies_per_update").unwrap();
