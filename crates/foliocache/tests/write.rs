@@ -1139,3 +1139,41 @@ fn an_owned_latch_outlives_its_handle_and_commits_from_another_thread() {
     );
     assert_baseline(&c);
 }
+
+/// `OwnedFolio::upgrade`: an owned read guard becomes an owned write latch after its handle
+/// closed, without a second lookup; one from a read-only handle cannot, and its pin is gone
+/// either way.
+#[test]
+fn an_owned_pin_upgrades_to_an_owned_latch_after_its_handle_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pages");
+    let c = cache(1 << 20);
+    let data = content(2 * PAGE, 3);
+    let (pin, ro_pin) = {
+        let f = c.open_with(&path, &rw()).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        let ro = c.open(&path).unwrap();
+        (
+            f.get_folio(1).unwrap().into_owned(),
+            ro.get_folio(0).unwrap().into_owned(),
+        )
+    };
+    let hits = c.stats().hits;
+    let mut w = pin.upgrade().unwrap();
+    assert_eq!(c.stats().hits, hits, "no second lookup");
+    assert_eq!(&w[..], &data[PAGE..]);
+    w[..3].copy_from_slice(b"own");
+    std::thread::spawn(move || w.commit()).join().unwrap();
+    assert!(matches!(
+        ro_pin.upgrade(),
+        Err(CacheError::NotWritable { .. })
+    ));
+    assert_eq!(c.stats().pinned_pages, 0);
+    let f = c.open(&path).unwrap();
+    let mut b = [0u8; 3];
+    f.read_exact_at(&mut b, PAGE as u64).unwrap();
+    assert_eq!(&b, b"own");
+    f.sync_data().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}

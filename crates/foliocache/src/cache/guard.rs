@@ -276,6 +276,7 @@ impl<'f> PinnedFolio<'f> {
         OwnedFolio {
             cache: this.file.cache.clone(),
             mapping: std::mem::ManuallyDrop::new(mapping),
+            writable: this.file.writable,
             pin: Pin {
                 folio: this.pin.folio,
                 data: this.pin.data,
@@ -293,6 +294,8 @@ pub struct OwnedFolio {
     cache: Arc<CacheInner>,
     /// A use of the inode (`i_count`), put back after the folio (`CacheInner::iput`).
     mapping: std::mem::ManuallyDrop<Arc<Inode>>,
+    /// Whether the handle it came from could write ([`OwnedFolio::upgrade`]).
+    writable: bool,
     pin: Pin,
 }
 
@@ -320,6 +323,75 @@ impl OwnedFolio {
         // SAFETY: taken once, here, from the guard's drop; never used again.
         let m = unsafe { std::mem::ManuallyDrop::take(&mut self.mapping) };
         self.cache.iput(m);
+    }
+}
+
+impl OwnedFolio {
+    /// [`PinnedFolio::upgrade`] for an owned guard: the pinned page becomes an owned write
+    /// latch ([`OwnedFolioMut`](crate::OwnedFolioMut)) without a second lookup, whether or
+    /// not the handle it came from is still open. Fails as `PinnedFolio::upgrade` does (the
+    /// handle it came from could not write: [`CacheError::NotWritable`]); the pin is
+    /// released either way. The latch's owner is a handle of its own (so the thread that
+    /// upgrades may not write the page meanwhile, as with any latch it made).
+    ///
+    /// ```
+    /// # use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::new(1 << 20))?;
+    /// let page = {
+    ///     let db = cache.open_with(dir.path().join("db"), OpenOptions::new().write(true).create(true))?;
+    ///     db.set_len(4096)?;
+    ///     db.get_folio(0)?.into_owned()          // outlives the handle
+    /// };
+    /// let mut w = page.upgrade()?;               // still no lookup
+    /// w[0] = 9;
+    /// w.commit();
+    /// # let mut b = [0u8; 1];
+    /// # cache.open(dir.path().join("db"))?.read_exact_at(&mut b, 0)?;
+    /// # assert_eq!(b, [9]);
+    /// # Ok(()) }
+    /// ```
+    pub fn upgrade(self) -> Result<crate::OwnedFolioMut, CacheError> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped: its owning fields move out here, once.
+        let (cache, mut mapping) =
+            unsafe { (std::ptr::read(&this.cache), std::ptr::read(&this.mapping)) };
+        // SAFETY: taken once, here; the use it carries passes to the handle below.
+        let m = unsafe { std::mem::ManuallyDrop::take(&mut mapping) };
+        // A handle for the latch, owning the guard's use of the file (given back when it
+        // drops, after the owned latch took its own).
+        let file = CachedFile::new(cache.clone(), m).with_mode(this.writable, false);
+        let pages = {
+            let arena = &*cache.arena;
+            // SAFETY: the guard's pin is alive (not released: `this` is never dropped).
+            unsafe { this.pin.folio(arena) }.nr_pages() as u64
+        };
+        let index = {
+            // SAFETY: as above.
+            unsafe { this.pin.folio(&cache.arena) }.index()
+        };
+        if pages > 1 {
+            // As `PinnedFolio::upgrade`: the write path splits the large folio first.
+            // SAFETY: the pin's reference is put once, here.
+            unsafe { this.pin.release(&cache.arena) };
+            cache.pin_uncharge(pages);
+            cache.pin_charge(2)?;
+            return file
+                .latch_charged(index, None)
+                .map(crate::FolioMut::into_owned);
+        }
+        // The pin's charge (one page) becomes half of the latch's (the page and its copy).
+        if let Err(e) = cache.pin_charge(1) {
+            // SAFETY: as above.
+            unsafe { this.pin.release(&cache.arena) };
+            cache.pin_uncharge(1);
+            return Err(e);
+        }
+        // SAFETY: the guard owns one reference on this folio; it is handed over here, once.
+        let folio = unsafe { FolioRef::from_raw(&cache.arena, this.pin.folio(&cache.arena)) };
+        file.latch_charged(index, Some(folio))
+            .map(crate::FolioMut::into_owned)
     }
 }
 
