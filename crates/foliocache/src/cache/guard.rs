@@ -342,7 +342,8 @@ impl OwnedFolio {
     /// let page = {
     ///     let db = cache.open_with(dir.path().join("db"), OpenOptions::new().write(true).create(true))?;
     ///     db.set_len(4096)?;
-    ///     db.get_folio(0)?.into_owned()          // outlives the handle
+    ///     let owned = db.get_folio(0)?.into_owned();
+    ///     owned                                  // outlives the handle
     /// };
     /// let mut w = page.upgrade()?;               // still no lookup
     /// w[0] = 9;
