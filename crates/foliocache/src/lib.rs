@@ -153,6 +153,7 @@
 //! | `get_folio`, `get_range` | the read as above; the pin then waits in the polling thread only if the pinned share is full ([`Config::pin_wait`]) or the page was evicted between its read and the pin | as a read |
 //! | `write_at`, `write_all_at` | what needs no wait (cached pages, room under the dirty limit: `IOCB_NOWAIT`) at the first poll; the rest on a worker thread with a copy of its bytes (a writer at the dirty limit waits there) | polled once: runs to its end (the write happens whole, or fails as the synchronous call would); never polled: nothing happens |
 //! | `append`, `set_len` | a worker thread (an append with a copy of its bytes) | as a write |
+//! | `snapshot` | at the first poll if no change of the file is under way, else a worker thread (it waits for that change to end); the [`Snapshot`]'s own reads are synchronous | a snapshot taken on the worker is dropped with the future |
 //! | `sync_data`, `sync_all`, `sync_range` | a worker thread; one handle's syncs run in the order polled | runs to its end; its error, unseen, is reported by the handle's next sync |
 //! | `open`, `open_with` | a worker thread (`open(2)`, `statx(2)`, revalidation) | the handle is closed on the worker |
 //!

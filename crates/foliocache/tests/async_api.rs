@@ -161,6 +161,16 @@ async fn every_call(cache: &FolioCache, dir: &Path) -> Result<(), CacheError> {
     assert_eq!(w.read_at(&mut back, 0).await?, 5000);
     assert_eq!(back[..5000], expect[..]);
 
+    // A snapshot, then writes and a truncation through the async calls: it keeps its moment.
+    let snap = w.snapshot().await?;
+    w.write_all_at(&[0xee; 100], 0).await?;
+    w.set_len(10).await?;
+    let mut old = vec![0u8; 5000];
+    snap.read_exact_at(&mut old, 0)?;
+    assert_eq!(old, expect);
+    drop(snap);
+    w.sync_data().await?;
+
     // A read-only handle cannot write; the error comes through the future.
     match f.write_at(b"x", 0).await {
         Err(CacheError::NotWritable { .. }) => {}

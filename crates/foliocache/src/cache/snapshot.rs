@@ -137,30 +137,46 @@ impl CachedFile {
     /// I/O; it waits only for a write in progress to finish). Any handle may take one,
     /// read-only handles too; many snapshots of a file may live at once.
     pub fn snapshot(&self) -> Result<Snapshot, CacheError> {
+        self.take_snapshot(true)
+            .expect("a snapshot that may wait is always taken")
+    }
+
+    /// [`CachedFile::snapshot`]; without `wait`, `None` if a change of the file is under way
+    /// (its `i_rwsem` is held: the async call then takes the snapshot on a worker).
+    pub(super) fn take_snapshot(&self, wait: bool) -> Option<Result<Snapshot, CacheError>> {
         let c = &self.cache;
         let m = self.mapping();
-        let space = c
-            .spaces()
-            .create()
-            .map_err(|e| CacheError::InvalidArgument {
-                what: format!(
-                    "cannot take a snapshot of {}: {e}; drop snapshots no longer needed",
-                    m.path.display()
-                ),
-            })?;
+        let space = match c.spaces().create() {
+            Ok(s) => s,
+            Err(e) => {
+                return Some(Err(CacheError::InvalidArgument {
+                    what: format!(
+                        "cannot take a snapshot of {}: {e}; drop snapshots no longer needed",
+                        m.path.display()
+                    ),
+                }))
+            }
+        };
         // Between two changes of the file: every change holds `i_rwsem`.
-        let w = m.i_rwsem.lock();
+        let w = if wait {
+            m.i_rwsem.lock()
+        } else {
+            m.i_rwsem.try_lock()?
+        };
         let size = m.size();
         let pages = size.div_ceil(PAGE_SIZE as u64);
         let base = if pages == 0 {
             0
         } else {
             let pages = usize::try_from(pages).expect("a file's pages fit in usize");
-            space
-                .reserve(pages)
-                .map_err(|e| CacheError::InvalidArgument {
-                    what: format!("cannot take a snapshot of {}: {e}", m.path.display()),
-                })?
+            match space.reserve(pages) {
+                Ok(base) => base,
+                Err(e) => {
+                    return Some(Err(CacheError::InvalidArgument {
+                        what: format!("cannot take a snapshot of {}: {e}", m.path.display()),
+                    }))
+                }
+            }
         };
         let inner = Arc::new(SnapInner {
             space,
@@ -181,10 +197,10 @@ impl CachedFile {
         drop(w);
         // ORDERING: Relaxed; this handle holds a use, so the count cannot reach zero here.
         m.users.fetch_add(1, Ordering::Relaxed);
-        Ok(Snapshot {
+        Some(Ok(Snapshot {
             file: CachedFile::new(c.clone(), m),
             inner,
-        })
+        }))
     }
 }
 

@@ -336,6 +336,18 @@ impl AsyncFile {
         Blocking::new(&self.inner.file.cache, move || me.file.append(&data)).await
     }
 
+    /// [`CachedFile::snapshot`]: at once when no change of the file is under way, else on a
+    /// worker thread (taking one waits for the change in progress to end). The snapshot's
+    /// own reads are synchronous: a miss reads the page on the calling thread, so an async
+    /// engine reads a snapshot (a backup's copy) from a blocking task.
+    pub async fn snapshot(&self) -> Result<crate::Snapshot, CacheError> {
+        if let Some(r) = self.inner.file.take_snapshot(false) {
+            return r;
+        }
+        let me = self.inner.clone();
+        Blocking::new(&self.inner.file.cache, move || me.file.snapshot()).await
+    }
+
     /// [`CachedFile::set_len`] on a worker thread.
     pub async fn set_len(&self, size: u64) -> Result<(), CacheError> {
         let me = self.inner.clone();
