@@ -3,20 +3,24 @@
 //!
 //! # The model
 //!
-//! A snapshot is an address space ([`Space`], an `mm_struct` with its own rmap ID) on the
-//! cache's arena, holding one file VMA as long as the file was when the snapshot was taken
-//! ([`Space::reserve`]: O(1), the entries come from zeroed memory). Its entry for page `i` is
-//! empty while the live file still holds the snapshot's bytes of that page, and maps the old
-//! folio once the file changed there. So the snapshot costs only the pages written since it
-//! was taken, and nothing is copied to take it.
+//! A snapshot is an address space ([`Space`](crate::mm::space::Space), an `mm_struct` with
+//! its own rmap ID) on the cache's arena. Taking it reserves a range of addresses as long as
+//! the file was ([`Space::reserve`](crate::mm::space::Space::reserve): O(1), no page table
+//! yet); page `i` is at `base + i * 4096`. Its entry for page `i` is empty while the live
+//! file still holds the snapshot's bytes of that page, and maps the old folio once the file
+//! changed there; a 2 MiB piece of page table is made when the first page in it is kept
+//! ([`Space::map_fixed`](crate::mm::space::Space::map_fixed)). So the snapshot costs only
+//! the pages written since it was taken (and 4 KiB of page table per 2 MiB piece they fall
+//! in), and nothing is copied to take it. Released ranges are kept beside the page table.
 //!
-//! The kernel has no such view (`research/snapshots.md` §1.2): a `MAP_PRIVATE` mapping sees
+//! The kernel has no such view (`docs/research/snapshots.md` §1.2): a `MAP_PRIVATE` mapping sees
 //! later writes to every page it has not written itself, and a truncation zaps even its
 //! private copies. What is mirrored here is the copy-on-write machinery underneath: the write
 //! path's replacement of a page someone holds (`cache/write.rs`: the new bytes go into a new
 //! folio, `replace_page_cache_folio`; whoever holds the old one keeps its bytes) is
 //! `wp_page_copy`, and a snapshot's mapping of the old folio is `finish_fault` +
-//! `folio_add_file_rmap_ptes` ([`Space::map_page`]), counted by the family's sharer
+//! `folio_add_file_rmap_ptes` ([`Space::map_page`](crate::mm::space::Space::map_page)),
+//! counted by the family's sharer
 //! tracking ([`Experiment::tracking`](crate::mm::Experiment::tracking)).
 //!
 //! # Capture: before any change, under the folio lock
@@ -32,8 +36,15 @@
 //! A page that is not cached has its snapshot bytes in the backing file, which writeback
 //! would overwrite: a write to it reads it in first (`cow::needs_old_page`, then the write
 //! path's loop captures it like a cached page), and a truncation captures every page it
-//! cuts that a snapshot covers (`truncate::capture_range`) before it publishes the new size. So the
-//! backing file never loses a block a live snapshot still needs, and writeback is unchanged.
+//! cuts that a snapshot covers (`truncate::capture_range`) before it publishes the new
+//! size. So the backing file never loses a block a live snapshot still needs, and writeback
+//! is unchanged.
+//!
+//! The common case costs a compare: once a page was changed, every live snapshot keeps
+//! what it needs of it, so `write_end` stamps the live folio with the file's snapshot
+//! generation (`folio->private`, which nothing else here uses), and a later change of a
+//! folio carrying the current generation skips the snapshots (`cow::settled`). Taking a
+//! snapshot bumps the generation.
 //!
 //! Taking a snapshot holds `i_rwsem` for a moment (the size and a reservation of entries),
 //! so it falls between two writes; it never waits for I/O.
@@ -57,10 +68,13 @@
 //!   i_rwsem (writers, snapshot creation)
 //!     folio lock (the page being changed)
 //!       Snapshots::list (the file's live snapshots)
-//!         Space::mm (one snapshot's page table)
+//!         SnapInner::released (one snapshot's released ranges)
+//!           Space::mm (its page table)
 //! ```
 //!
-//! Dropping or releasing a snapshot takes `Snapshots::list` or `Space::mm` alone.
+//! Dropping a snapshot takes `Snapshots::list`, then `Space::mm`, one after the other;
+//! releasing takes `released` then `Space::mm`; a read takes `Space::mm` and `released`
+//! one at a time, after its live folio reference.
 //!
 //! # Memory
 //!
