@@ -694,41 +694,12 @@ pub(super) fn swap_in(m: &Inode, old: &FolioLocked<'_>, new: &FolioLocked<'_>) {
 }
 
 /// Reads page `index` of `m` from the backing into the cache, clean, if it is not cached
-/// (another thread may have cached it meanwhile: fine). The caller holds `i_rwsem`, so the
-/// size cannot shrink under the read.
+/// (another thread may have cached it meanwhile: fine): [`create_page`] with nothing
+/// written over the bytes. The caller holds `i_rwsem`, so the size cannot shrink under the
+/// read.
 pub(super) fn read_old_page(c: &CacheInner, m: &Inode, index: u64) -> Result<(), CacheError> {
-    let folio = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
-    let mut folio = folio
-        .try_lock()
-        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
-    let start = index << PAGE_SHIFT;
-    {
-        let data = folio.data_mut().expect("a fresh folio is not uptodate");
-        let backing_size = m.size().min(m.mapping.disk_size.load(Ordering::Relaxed));
-        if backing_size <= start {
-            data.fill(0);
-        } else {
-            c.counters.inc(Event::IoReads);
-            let r = crate::io::read_run(
-                &*m.mapping.backing,
-                &mut [&mut data[..]],
-                start,
-                backing_size,
-            );
-            if let Err(e) = r {
-                c.counters.inc(Event::IoErrors);
-                return Err(m.fill_error(start, e));
-            }
-        }
-    }
-    folio.mark_uptodate();
+    // `None`: raced with another insertion, which cached the same bytes.
+    drop(create_page(c, m, index, 0, &[])?);
     c.counters.inc(Event::SnapshotCaptureReads);
-    match m.mapping.pages.add_folio_shadow(&folio, index) {
-        Ok(shadow) => {
-            c.folio_added(&folio, shadow);
-            Ok(())
-        }
-        Err(AddError::Exists { .. }) => Ok(()),
-        Err(e) => unreachable!("inserting a fresh order-0 folio: {e:?}"),
-    }
+    Ok(())
 }
