@@ -629,11 +629,7 @@ impl Space {
     pub fn get_page(&self, addr: u64) -> Option<(FolioRef<'_>, u32)> {
         let cx = &self.inner.cx;
         let mm = self.inner.mm.lock();
-        let (vma, idx) = mm.pt.find(addr >> PAGE_SHIFT)?;
-        let p = vma.ptes[idx];
-        if !p.present() {
-            return None;
-        }
+        let p = mm.pt.present(addr >> PAGE_SHIFT)?;
         let folio = cx.folio(p.pfn());
         // The mapping's reference keeps the folio while the page-table lock is held: the
         // new one is taken from a count that cannot be zero.
@@ -870,9 +866,8 @@ impl Space {
     /// Where `addr` is mapped, if a page is present there.
     pub fn folio_at(&self, addr: u64) -> Option<FolioInfo> {
         let mm = self.inner.mm.lock();
-        let (vma, idx) = mm.pt.find(addr >> PAGE_SHIFT)?;
-        let p = vma.ptes[idx];
-        p.present().then(|| FolioInfo {
+        let p = mm.pt.present(addr >> PAGE_SHIFT)?;
+        Some(FolioInfo {
             pfn: p.pfn(),
             order: self.inner.cx.folio(p.pfn()).order(),
             page: p.page(),
@@ -887,11 +882,7 @@ impl Space {
         let cx = &self.inner.cx;
         let _s = cx.serial();
         let mm = self.inner.mm.lock();
-        let (vma, idx) = mm.pt.find(addr >> PAGE_SHIFT)?;
-        let p = vma.ptes[idx];
-        if !p.present() {
-            return None;
-        }
+        let p = mm.pt.present(addr >> PAGE_SHIFT)?;
         let folio = cx.folio(p.pfn());
         Some(
             cx.rmap(folio)

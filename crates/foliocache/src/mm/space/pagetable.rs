@@ -265,6 +265,14 @@ impl PageTable {
         (vpn < v.end()).then(|| (v, (vpn - v.start) as usize))
     }
 
+    /// `follow_page`'s walk: the present entry mapping `vpn`, if any.
+    #[inline]
+    pub fn present(&self, vpn: u64) -> Option<Pte> {
+        let (vma, idx) = self.find(vpn)?;
+        let p = vma.ptes[idx];
+        p.present().then_some(p)
+    }
+
     /// `find_vma` for changes.
     #[inline]
     pub fn find_mut(&mut self, vpn: u64) -> Option<(&mut Vma, usize)> {
