@@ -73,8 +73,13 @@ pub(crate) struct SnapInner {
 
 /// Whether `index` lies in one of the sorted, disjoint `ranges`.
 pub(super) fn in_ranges(ranges: &[Range<u64>], index: u64) -> bool {
-    let i = ranges.partition_point(|r| r.end <= index);
-    ranges.get(i).is_some_and(|r| r.start <= index)
+    overlaps(ranges, index..index + 1)
+}
+
+/// Whether `pages` meets one of the sorted, disjoint `ranges`.
+fn overlaps(ranges: &[Range<u64>], pages: Range<u64>) -> bool {
+    let i = ranges.partition_point(|r| r.end <= pages.start);
+    ranges.get(i).is_some_and(|r| r.start < pages.end)
 }
 
 /// Adds `add` to the sorted, disjoint `ranges`, merging what it touches.
@@ -96,15 +101,33 @@ impl SnapInner {
         self.base + (index << PAGE_SHIFT)
     }
 
-    pub(super) fn released(&self, index: u64) -> bool {
-        in_ranges(&self.released.lock(), index)
+    /// Whether any of `pages` was released.
+    pub(super) fn released(&self, pages: Range<u64>) -> bool {
+        overlaps(&self.released.lock(), pages)
+    }
+
+    /// Unmaps `pages` (holding them or not), gives their charge back, and returns how many
+    /// the snapshot held there.
+    pub(super) fn unmap(&self, c: &Core, pages: Range<u64>) -> u64 {
+        if pages.is_empty() {
+            return 0;
+        }
+        let len = usize::try_from((pages.end - pages.start) << PAGE_SHIFT)
+            .expect("fits, it was reserved");
+        let freed = self
+            .space
+            .unmap_counted(self.addr(pages.start), len)
+            .unwrap_or_else(|e| unreachable!("unmapping a page-aligned range: {e}"));
+        self.held.fetch_sub(freed, Ordering::Relaxed);
+        c.snapshot_uncharge(freed);
+        freed
     }
 
     /// Whether the snapshot still needs page `index` kept: it covers it, has not released it
     /// and keeps nothing there yet.
     fn needs(&self, index: u64) -> bool {
         index < self.pages
-            && !self.released(index)
+            && !self.released(index..index + 1)
             && !self.space.any_mapped(self.addr(index), PAGE_SIZE)
     }
 

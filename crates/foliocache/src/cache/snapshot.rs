@@ -417,17 +417,10 @@ impl Snapshot {
         if first >= end {
             return Ok(0);
         }
-        let len = usize::try_from((end - first) << PAGE_SHIFT).expect("fits, it was reserved");
+        // Under the released ranges' lock: no capture maps a page of them after the unmap.
         let mut released = s.released.lock();
         add_range(&mut released, first..end);
-        let freed = s
-            .space
-            .unmap_counted(s.addr(first), len)
-            .unwrap_or_else(|e| unreachable!("unmapping a page-aligned range: {e}"));
-        drop(released);
-        s.held.fetch_sub(freed, Ordering::Relaxed);
-        self.file.cache.snapshot_uncharge(freed);
-        Ok(freed)
+        Ok(s.unmap(&self.file.cache, first..end))
     }
 
     /// The file bytes `folio` holds for the snapshot (past the snapshot's end excluded).
@@ -456,10 +449,7 @@ impl Snapshot {
             // Release, so `get_page`'s lock below sees the capture. Loom model:
             // `loom_tests::snapshot::a_snapshot_read_never_sees_a_later_change`.
             let live = if index < m.nr_pages() {
-                match f.get_page(m, index, 1) {
-                    Ok((folio, _)) => Ok(folio),
-                    Err(e) => Err(e),
-                }
+                f.get_page(m, index, 1).map(|(folio, _)| folio)
             } else {
                 Err(CacheError::InvalidArgument {
                     what: format!(
@@ -477,7 +467,7 @@ impl Snapshot {
                 // cache's.
                 return Ok(unsafe { FolioRef::from_raw(arena, folio.into_raw()) });
             }
-            if s.released(index) {
+            if s.released(index..index + 1) {
                 return Err(CacheError::SnapshotReleased {
                     path: m.path.clone(),
                     offset: index << PAGE_SHIFT,
@@ -488,12 +478,7 @@ impl Snapshot {
                 let first = live.index();
                 let last = (first + live.nr_pages() as u64).min(s.pages);
                 let len = ((last - first) << PAGE_SHIFT) as usize;
-                let touched = s.space.any_mapped(s.addr(first), len) || {
-                    let r = s.released.lock();
-                    let i = r.partition_point(|x| x.end <= first);
-                    r.get(i).is_some_and(|x| x.start < last)
-                };
-                if touched {
+                if s.space.any_mapped(s.addr(first), len) || s.released(first..last) {
                     // Part of the folio is not the snapshot's: split it, then use the page.
                     drop(live);
                     split_folio_at(c, m, index)?;
@@ -515,13 +500,7 @@ impl Drop for Snapshot {
         }
         // No change captures for this snapshot any more (captures run under the list's
         // lock): unmap everything, give the charge back.
-        let s = &self.inner;
-        if s.pages > 0 {
-            let len = usize::try_from(s.pages << PAGE_SHIFT).expect("fits, it was reserved");
-            let freed = s.space.unmap_counted(s.base, len).unwrap_or(0);
-            s.held.fetch_sub(freed, Ordering::Relaxed);
-            self.file.cache.snapshot_uncharge(freed);
-        }
+        self.inner.unmap(&self.file.cache, 0..self.inner.pages);
         self.file.cache.deliver();
     }
 }
