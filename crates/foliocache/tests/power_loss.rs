@@ -292,23 +292,13 @@ fn run_cuts(seed: u64, cuts: usize, asynchronous: bool, snapshots: bool) -> (u64
                     let at = rng.random_range(0..MAX_LEN - len);
                     let b: u8 = rng.random_range(1..=255);
                     let data = vec![b; len];
-                    loop {
-                        let r = if asynchronous {
+                    until_room(&mut snaps, seed, cut, || {
+                        if asynchronous {
                             block_on(f.write_all_at(&data, at as u64))
                         } else {
                             f.file().write_all_at(&data, at as u64)
-                        };
-                        match r {
-                            Ok(()) => break,
-                            Err(foliocache::CacheError::SnapshotLimit { .. })
-                                if !snaps.is_empty() =>
-                            {
-                                let (snap, copy) = snaps.remove(0);
-                                check_snapshot(&snap, &copy, seed, cut);
-                            }
-                            Err(e) => panic!("seed {seed}, cut {cut}: {e}"),
                         }
-                    }
+                    });
                     if model.len() < at + len {
                         model.resize(at + len, 0);
                     }
@@ -317,23 +307,13 @@ fn run_cuts(seed: u64, cuts: usize, asynchronous: bool, snapshots: bool) -> (u64
                 }
                 60..=69 => {
                     let size = rng.random_range(0..MAX_LEN);
-                    loop {
-                        let r = if asynchronous {
+                    until_room(&mut snaps, seed, cut, || {
+                        if asynchronous {
                             block_on(f.set_len(size as u64))
                         } else {
                             f.file().set_len(size as u64)
-                        };
-                        match r {
-                            Ok(()) => break,
-                            Err(foliocache::CacheError::SnapshotLimit { .. })
-                                if !snaps.is_empty() =>
-                            {
-                                let (snap, copy) = snaps.remove(0);
-                                check_snapshot(&snap, &copy, seed, cut);
-                            }
-                            Err(e) => panic!("seed {seed}, cut {cut}: {e}"),
                         }
-                    }
+                    });
                     model.resize(size, 0);
                     promise.cut_at(size);
                 }
@@ -369,6 +349,26 @@ fn run_cuts(seed: u64, cuts: usize, asynchronous: bool, snapshots: bool) -> (u64
         d.off = false;
     }
     (syncs, torn_checks)
+}
+
+/// Runs `change` until it succeeds, dropping the oldest snapshot (checked first) each time
+/// the snapshot share is full; any other error fails the test.
+fn until_room(
+    snaps: &mut Vec<(foliocache::Snapshot, Vec<u8>)>,
+    seed: u64,
+    cut: usize,
+    mut change: impl FnMut() -> Result<(), foliocache::CacheError>,
+) {
+    loop {
+        match change() {
+            Ok(()) => return,
+            Err(foliocache::CacheError::SnapshotLimit { .. }) if !snaps.is_empty() => {
+                let (snap, copy) = snaps.remove(0);
+                check_snapshot(&snap, &copy, seed, cut);
+            }
+            Err(e) => panic!("seed {seed}, cut {cut}: {e}"),
+        }
+    }
 }
 
 /// A snapshot reads exactly the copy of the file made when it was taken.

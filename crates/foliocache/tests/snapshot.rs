@@ -158,7 +158,11 @@ fn a_latch_commit_and_async_writes_keep_the_old_page() {
         let snap2 = f.snapshot().unwrap();
         w.commit();
         let a = foliocache::AsyncFile::new(f.reopen());
-        block_on(a.write_all_at(&[3u8; 10], PAGE as u64)).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(a.write_all_at(&[3u8; 10], PAGE as u64))
+            .unwrap();
         assert_eq!(read_all(&snap), vec![1u8; 2 * PAGE]);
         assert_eq!(read_all(&snap2), vec![1u8; 2 * PAGE]);
         let mut b = [0u8; 1];
@@ -169,26 +173,6 @@ fn a_latch_commit_and_async_writes_keep_the_old_page() {
         cache.validate().unwrap();
     }
     assert_baseline(&cache);
-}
-
-/// A minimal executor: polls `fut` on this thread until it is ready.
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    use std::task::{Context, Poll, Wake, Waker};
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
 }
 
 #[test]
