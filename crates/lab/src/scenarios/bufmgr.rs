@@ -132,37 +132,6 @@ impl KernelStore {
             pwrites: 0,
         })
     }
-
-    fn update(&mut self, page: u64, offset: usize, bytes: &[u8]) -> std::io::Result<()> {
-        let mut p = [0u8; PAGE];
-        self.data.read_exact_at(&mut p, page * PAGE as u64)?;
-        self.last += 1;
-        // The record: number, page, offset, length, bytes (the store's layout, no checksum).
-        self.buf.extend_from_slice(&self.last.to_le_bytes());
-        self.buf.extend_from_slice(&(page as u32).to_le_bytes());
-        self.buf.extend_from_slice(&(offset as u16).to_le_bytes());
-        self.buf.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-        self.buf.extend_from_slice(bytes);
-        p[offset..offset + bytes.len()].copy_from_slice(bytes);
-        p[..8].copy_from_slice(&self.last.to_le_bytes());
-        self.data.write_all_at(&p, page * PAGE as u64)?;
-        self.pwrites += 1;
-        Ok(())
-    }
-
-    fn commit(&mut self) -> std::io::Result<()> {
-        self.log.write_all(&self.buf)?;
-        self.buf.clear();
-        self.log.sync_data()
-    }
-
-    fn checkpoint(&mut self) -> std::io::Result<()> {
-        self.commit()?;
-        self.data.sync_data()?;
-        self.log.set_len(0)?;
-        self.log.seek(std::io::SeekFrom::Start(0))?;
-        self.log.sync_data()
-    }
 }
 
 /// One measurement's results.
@@ -188,16 +157,40 @@ trait Engine {
 
 impl Engine for KernelStore {
     fn update(&mut self, page: u64, offset: usize, bytes: &[u8]) -> LabResult<u64> {
-        KernelStore::update(self, page, offset, bytes).map_err(io_err)?;
+        let mut p = [0u8; PAGE];
+        self.data
+            .read_exact_at(&mut p, page * PAGE as u64)
+            .map_err(io_err)?;
+        self.last += 1;
+        // The record: number, page, offset, length, bytes (the store's layout, no checksum).
+        self.buf.extend_from_slice(&self.last.to_le_bytes());
+        self.buf.extend_from_slice(&(page as u32).to_le_bytes());
+        self.buf.extend_from_slice(&(offset as u16).to_le_bytes());
+        self.buf.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+        self.buf.extend_from_slice(bytes);
+        p[offset..offset + bytes.len()].copy_from_slice(bytes);
+        p[..8].copy_from_slice(&self.last.to_le_bytes());
+        self.data
+            .write_all_at(&p, page * PAGE as u64)
+            .map_err(io_err)?;
+        self.pwrites += 1;
         Ok(self.last)
     }
 
     fn commit(&mut self) -> LabResult<()> {
-        KernelStore::commit(self).map_err(io_err)
+        self.log.write_all(&self.buf).map_err(io_err)?;
+        self.buf.clear();
+        self.log.sync_data().map_err(io_err)
     }
 
     fn checkpoint(&mut self) -> LabResult<()> {
-        KernelStore::checkpoint(self).map_err(io_err)
+        self.commit()?;
+        self.data.sync_data().map_err(io_err)?;
+        self.log.set_len(0).map_err(io_err)?;
+        self.log
+            .seek(std::io::SeekFrom::Start(0))
+            .map_err(io_err)?;
+        self.log.sync_data().map_err(io_err)
     }
 }
 
