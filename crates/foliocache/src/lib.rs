@@ -228,10 +228,10 @@ pub use cache::AsyncCursor;
 #[cfg(not(loom))]
 pub use cache::{
     Advice, AsyncFile, BudgetError, CacheError, CacheStats, CachedFile, Config, ConfigError,
-    Eviction, EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, OpenOptions,
-    OwnedFolio, OwnedFolioMut, OwnedRange, PinnedFolio, PinnedRange, ReadAt, Snapshot,
-    WriteAheadLog, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE, DEFAULT_SNAPSHOT_SHARE,
-    DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
+    Eviction, EvictionListener, EvictionReason, FileCursor, FolioCache, FolioMut, InPlaceFolioMut,
+    OpenOptions, OwnedFolio, OwnedFolioMut, OwnedInPlaceFolioMut, OwnedRange, PinnedFolio,
+    PinnedRange, ReadAt, Snapshot, WriteAheadLog, BLOCK_CACHE_INACTIVE_RATIO, DEFAULT_PINNED_SHARE,
+    DEFAULT_SNAPSHOT_SHARE, DEFAULT_UNUSED_INODES, MAX_RA_PAGES,
 };
 pub use io::{DirectIo, EngineKind, IoEngine, IoMode};
 /// The page size, 4 KiB: a file is cached in pages of this many bytes, page `i` holding

@@ -1177,3 +1177,178 @@ fn an_owned_pin_upgrades_to_an_owned_latch_after_its_handle_closed() {
     drop(f);
     assert_baseline(&c);
 }
+
+fn invalid<T>(r: Result<T, CacheError>) -> bool {
+    matches!(r, Err(CacheError::InvalidArgument { .. }))
+}
+
+#[test]
+fn an_in_place_latch_changes_the_cached_page_and_readers_wait_for_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inplace");
+    let data = content(4 * PAGE, 21);
+    std::fs::write(&path, &data).unwrap();
+    let c = Arc::new(cache(1 << 20));
+    let f = Arc::new(c.open_with(&path, &rw()).unwrap());
+    assert_eq!(read_all(&f), data);
+    let before = c.stats();
+    let (h, d) = (Arc::clone(&f), data.clone());
+    within_a_minute("readers of a page latched in place", move || {
+        let (f, data) = (h, d);
+        let other = f.reopen();
+        std::thread::scope(|s| {
+            let mut g = f.get_folio_mut_in_place(2).unwrap();
+            assert!(g.in_place(), "nobody else holds the page");
+            g[..8].fill(0x5A);
+            let read = s.spawn(|| {
+                let mut b = [0u8; 16];
+                other.read_exact_at(&mut b, 2 * PAGE as u64).unwrap();
+                b
+            });
+            let pin = s.spawn(|| other.get_folio(2).unwrap()[..16].to_vec());
+            g[8..16].fill(0x5A);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!read.is_finished() && !pin.is_finished(), "readers wait");
+            // The guard's thread would wait for itself: an error. Other pages read as usual.
+            assert!(invalid(
+                f.read_exact_at(&mut [0u8; 4], 2 * PAGE as u64 + 100)
+            ));
+            assert!(invalid(f.get_folio(2).map(drop)));
+            let mut first = vec![0u8; 2 * PAGE];
+            other.read_exact_at(&mut first, 0).unwrap();
+            assert_eq!(first, data[..2 * PAGE]);
+            // A writer of the page waits as for any latch; so does a sync through another
+            // handle on another thread, which then writes the committed page.
+            let sync = s.spawn(|| other.sync_data().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(g);
+            assert_eq!(
+                read.join().unwrap(),
+                [0x5A; 16],
+                "the whole commit, never half"
+            );
+            assert_eq!(pin.join().unwrap(), vec![0x5A; 16]);
+            sync.join().unwrap();
+        });
+    });
+    let after = c.stats();
+    assert_eq!(after.writes_in_place - before.writes_in_place, 1);
+    assert_eq!(after.writes_replaced, before.writes_replaced, "no copy");
+    assert!(after.waits_on_latched >= 2, "{after:?}");
+    let mut expect = data.clone();
+    expect[2 * PAGE..2 * PAGE + 16].fill(0x5A);
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    c.validate().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn an_in_place_latch_on_a_page_someone_holds_changes_a_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("held");
+    let data = content(2 * PAGE, 22);
+    std::fs::write(&path, &data).unwrap();
+    let c = cache(1 << 20);
+    let f = c.open_with(&path, &rw()).unwrap();
+    let pin = f.get_folio(1).unwrap();
+    let mut g = f.get_folio_mut_in_place(1).unwrap();
+    assert!(!g.in_place(), "a pinned guard holds the page");
+    g[..4].copy_from_slice(b"copy");
+    let mut b = [0u8; 4];
+    f.read_exact_at(&mut b, PAGE as u64).unwrap();
+    assert_eq!(
+        b[..],
+        data[PAGE..PAGE + 4],
+        "readers see the old bytes meanwhile"
+    );
+    g.commit();
+    f.read_exact_at(&mut b, PAGE as u64).unwrap();
+    assert_eq!(&b, b"copy");
+    assert_eq!(pin[..4], data[PAGE..PAGE + 4], "the pin keeps its bytes");
+    drop(pin);
+    // Nobody holds it now: the next latch is in place, and so is an upgrade.
+    let mut g = f.get_folio_mut_in_place(1).unwrap();
+    assert!(g.in_place());
+    g[4..8].copy_from_slice(b"more");
+    drop(g);
+    let mut g = f.get_folio(1).unwrap().upgrade_in_place().unwrap();
+    assert!(g.in_place(), "the pin's reference became the latch's");
+    g[8..12].copy_from_slice(b"pins");
+    g.set_lsn(0);
+    drop(g);
+    let owned = f.get_folio(0).unwrap().into_owned();
+    let mut g = owned.upgrade_in_place().unwrap();
+    assert!(g.in_place());
+    g[..5].copy_from_slice(b"owned");
+    let g = g.into_owned();
+    std::thread::spawn(move || g.commit()).join().unwrap();
+    let all = read_all(&f);
+    assert_eq!(&all[..5], b"owned");
+    assert_eq!(&all[PAGE..PAGE + 12], b"copymorepins");
+    assert_eq!(c.stats().writes_replaced, 1, "{:?}", c.stats());
+    f.sync_data().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn the_holder_of_an_in_place_latch_writes_past_the_dirty_limit_and_cannot_wait_for_itself() {
+    // Background writeback skips the latched page (its bytes are the guard's), and the dirty
+    // throttle goes over its limit rather than wait for latches; syncs and snapshots that
+    // would wait for the holder's own latch are errors.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("holder");
+    let c = Arc::new(
+        FolioCache::new(
+            Config::new(64 * PAGE)
+                .dirty_ratios(20, 10)
+                .background_writeback(false)
+                .panic_on_bad_page(true),
+        )
+        .unwrap(),
+    );
+    let f = Arc::new(c.open_with(&path, &rw()).unwrap());
+    f.write_all_at(&content(2 * PAGE, 1), 0).unwrap();
+    let limit_pages = 64 * 20 / 100;
+    let data = content(8 * limit_pages * PAGE, 2);
+    let expect_tail = data.clone();
+    let (g, cc) = (Arc::clone(&f), Arc::clone(&c));
+    within_a_minute("writes while holding an in-place latch", move || {
+        let f = g;
+        let mut latched: Vec<_> = (0..2)
+            .map(|i| f.get_folio_mut_in_place(i).unwrap())
+            .collect();
+        assert!(latched.iter().all(|g| g.in_place()));
+        latched.iter_mut().for_each(|g| g.fill(0xAB));
+        for (i, chunk) in data.chunks(PAGE).enumerate() {
+            f.write_all_at(chunk, ((i + 2) * PAGE) as u64).unwrap();
+        }
+        assert!(invalid(f.sync_data()), "through the guard's handle");
+        assert!(invalid(f.reopen().sync_data()), "from the guard's thread");
+        assert!(invalid(cc.sync_all()));
+        assert!(invalid(cc.checkpoint(u64::MAX)));
+        assert!(invalid(f.snapshot()));
+        std::thread::scope(|s| {
+            // Another thread's snapshot waits for the latches; it sees their commits.
+            let other = f.reopen();
+            let snap = s.spawn(move || other.snapshot().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!snap.is_finished(), "the snapshot waits for the latches");
+            latched.clear();
+            let snap = snap.join().unwrap();
+            let mut b = [0u8; 2];
+            snap.read_exact_at(&mut b, PAGE as u64).unwrap();
+            assert_eq!(b, [0xAB; 2]);
+        });
+        f.sync_data().unwrap();
+    });
+    let on_disk = std::fs::read(&path).unwrap();
+    assert!(on_disk[..2 * PAGE].iter().all(|&b| b == 0xAB));
+    assert!(on_disk[2 * PAGE..] == expect_tail[..]);
+    assert!(c.stats().dirty_throttled > 0, "the writes were throttled");
+    c.validate().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}

@@ -334,19 +334,25 @@ impl CacheInner {
                 break;
             }
             // Dirty pages are not reclaimable until written back: write every file back
-            // once (as a guest's reclaim would through writeback), then try again.
+            // once (as a guest's reclaim would through writeback), then try again. Background
+            // passes, chunk after chunk: they skip pages latched in place (an integrity pass
+            // would wait for them, and the caller may hold the latch) and pages already
+            // under writeback, which the wait below covers.
             wrote_back = true;
             for m in self.live_mappings() {
-                if m.mapping.wb.has_unwritten() {
-                    super::writeback::writeback_mapping(
+                while m.mapping.wb.has_unwritten() {
+                    let out = super::writeback::writeback_mapping(
                         self,
                         &m,
                         0,
                         u64::MAX,
-                        crate::mm::writeback::SyncMode::All,
+                        crate::mm::writeback::SyncMode::Background,
                     );
-                    crate::mm::writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
+                    if out.busy || out.pages < crate::mm::writeback::WB_BACKGROUND_CHUNK {
+                        break;
+                    }
                 }
+                crate::mm::writeback::wait_writeback_range(&m.mapping, 0, u64::MAX);
             }
             self.lru.drain_all(&self.arena);
         }

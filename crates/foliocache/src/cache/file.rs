@@ -12,7 +12,7 @@ use super::error::CacheError;
 use super::inode::Inode;
 use super::sb::CacheInner;
 use super::stats::Event;
-use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
+use crate::mm::folio::flags::{PG_ERROR, PG_LATCHED, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, PAGE_SHIFT};
 use crate::mm::rcu::RcuReadGuard;
 use crate::mm::readahead::{self, RaRequest, RaState, DEFAULT_RA_PAGES};
@@ -542,6 +542,13 @@ impl CachedFile {
                 self.async_readahead(m, folio.index(), folio.nr_pages(), req_count);
             }
             if folio.is_uptodate() {
+                if folio.flags() & PG_LATCHED != 0 {
+                    // An exclusive latch updates the page in place: wait for its commit.
+                    // ORDERING: Relaxed is enough; our `try_get` read the unfreeze that
+                    // published the bit, and `data()` pairs with the commit's clear.
+                    self.wait_latched(m, &folio)?;
+                    continue;
+                }
                 if !missed {
                     c.counters.inc(Event::Hit);
                 }
@@ -562,6 +569,18 @@ impl CachedFile {
             }
             // Removed before it was filled (invalidated): look again.
         }
+    }
+
+    /// Waits for the commit of the in-place latch on `folio` (`PG_LATCHED`), or fails if the
+    /// calling thread made it: the read would wait for itself.
+    #[cold]
+    pub(super) fn wait_latched(&self, m: &Inode, folio: &FolioRef<'_>) -> Result<(), CacheError> {
+        if m.latches.made_here(folio.index()) && folio.test_flag(PG_LATCHED) {
+            return Err(super::write::latched_by_me(m, folio.index(), "a read"));
+        }
+        self.cache.counters.inc(Event::WaitLatched);
+        folio.wait_unlatched();
+        Ok(())
     }
 
     /// A miss: synchronous readahead, then, if the page is still missing, a single-folio read

@@ -11,7 +11,7 @@ use super::file::{valid_bytes, CachedFile};
 use super::inode::Inode;
 use super::sb::CacheInner;
 use super::stats::Event;
-use crate::mm::folio::flags::PG_READAHEAD;
+use crate::mm::folio::flags::{PG_LATCHED, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, PAGE_SHIFT};
 use crate::mm::sync::{Arc, Ordering};
 
@@ -244,13 +244,39 @@ impl<'f> PinnedFolio<'f> {
     /// # Ok(()) }
     /// ```
     pub fn upgrade(self) -> Result<crate::FolioMut<'f>, CacheError> {
+        self.upgrade_with(false)
+    }
+
+    /// [`PinnedFolio::upgrade`] to an exclusive latch that updates the page in place
+    /// ([`CachedFile::get_folio_mut_in_place`]): the guard's reference becomes the latch's,
+    /// so the page is latched in place unless someone else holds it too.
+    ///
+    /// ```
+    /// # use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::new(1 << 20))?;
+    /// let db = cache.open_with(dir.path().join("db"), OpenOptions::new().write(true).create(true))?;
+    /// db.set_len(8192)?;
+    /// let page = db.get_folio(1)?;                  // read it, zero-copy
+    /// let mut w = page.upgrade_in_place()?;         // then change it where it is
+    /// w[0] = 1;
+    /// assert!(w.in_place());
+    /// w.commit();
+    /// # Ok(()) }
+    /// ```
+    pub fn upgrade_in_place(self) -> Result<crate::InPlaceFolioMut<'f>, CacheError> {
+        self.upgrade_with(true).map(super::latch::InPlaceFolioMut)
+    }
+
+    fn upgrade_with(self, in_place: bool) -> Result<crate::FolioMut<'f>, CacheError> {
         let (file, index, pages) = (self.file, self.index(), self.nr_pages());
         if pages > 1 {
             // The latch is on one page, and the write path splits the large folio first:
             // nothing to reuse.
             drop(self);
             file.cache.pin_charge(2)?;
-            return file.latch_charged(index, None);
+            return file.latch_charged(index, None, in_place);
         }
         // The pin's charge (one page) becomes half of the latch's (the page and its copy).
         if let Err(e) = file.cache.pin_charge(1) {
@@ -262,7 +288,7 @@ impl<'f> PinnedFolio<'f> {
         // SAFETY: the guard owns one reference on this folio; it is handed over here, once
         // (the guard is not dropped).
         let folio = unsafe { FolioRef::from_raw(arena, this.pin.folio(arena)) };
-        file.latch_charged(index, Some(folio))
+        file.latch_charged(index, Some(folio), in_place)
     }
 
     /// A guard that owns its file instead of borrowing the handle: it may outlive the handle
@@ -354,6 +380,16 @@ impl OwnedFolio {
     /// # Ok(()) }
     /// ```
     pub fn upgrade(self) -> Result<crate::OwnedFolioMut, CacheError> {
+        self.upgrade_with(false)
+    }
+
+    /// [`OwnedFolio::upgrade`] to an owned exclusive latch that updates the page in place
+    /// ([`PinnedFolio::upgrade_in_place`]).
+    pub fn upgrade_in_place(self) -> Result<crate::OwnedInPlaceFolioMut, CacheError> {
+        self.upgrade_with(true).map(super::latch::InPlaceFolioMut)
+    }
+
+    fn upgrade_with(self, in_place: bool) -> Result<crate::OwnedFolioMut, CacheError> {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never dropped: its owning fields move out here, once.
         let (cache, mut mapping) =
@@ -379,7 +415,7 @@ impl OwnedFolio {
             cache.pin_uncharge(pages);
             cache.pin_charge(2)?;
             return file
-                .latch_charged(index, None)
+                .latch_charged(index, None, in_place)
                 .map(crate::FolioMut::into_owned);
         }
         // The pin's charge (one page) becomes half of the latch's (the page and its copy).
@@ -391,7 +427,7 @@ impl OwnedFolio {
         }
         // SAFETY: the guard owns one reference on this folio; it is handed over here, once.
         let folio = unsafe { FolioRef::from_raw(&cache.arena, this.pin.folio(&cache.arena)) };
-        file.latch_charged(index, Some(folio))
+        file.latch_charged(index, Some(folio), in_place)
             .map(crate::FolioMut::into_owned)
     }
 }
@@ -453,7 +489,7 @@ impl CachedFile {
             }
             let folio = m.mapping.pages.lookup_in(index, section)?;
             // Readahead marks and folios under I/O take the full path.
-            if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() {
+            if folio.flags() & (PG_READAHEAD | PG_LATCHED) != 0 || !folio.is_uptodate() {
                 return None;
             }
             self.cache.counters.inc(Event::Hit);

@@ -418,14 +418,24 @@ impl Inode {
 /// the same handle, or by a guard the calling thread made, is an error: whoever holds the
 /// handle holds the guard its borrow ties to it, so the call would (or, for a guard since moved
 /// to another thread, may) wait for itself. Any other latched page is waited for with
-/// `i_rwsem` released. Writeback, syncs and reclaim ignore latches: the guard changes a
-/// private copy, never the cached page.
+/// `i_rwsem` released.
+///
+/// A guard that changes a private copy ([`FolioMut`]) is invisible to readers, writeback,
+/// syncs and reclaim: the cached page never changes under it. One that updates the cached
+/// page in place ([`InPlaceFolioMut`](super::InPlaceFolioMut), `PG_LATCHED` on the folio)
+/// is not: readers of the page wait for its commit (a read by the thread that made it is an
+/// error: it would wait for itself), a background writeback pass skips the page, an integrity
+/// sync waits for it (a sync through its handle or thread is an error), and a snapshot waits
+/// for every in-place latch of the file to commit (it could not keep the page's bytes
+/// otherwise).
 pub(crate) struct Latches {
     /// Entries in `held`, read without the mutex on every write: zero almost always.
     nr: AtomicUsize,
     /// Who latched which page; a few entries at most.
     held: crate::mm::sync::Mutex<Vec<Latch>>,
     released: crate::mm::sync::Condvar,
+    /// Snapshots waiting for the in-place latches to commit (`lock_for_snapshot`).
+    snapshots_waiting: AtomicUsize,
 }
 
 impl Latches {
@@ -434,6 +444,7 @@ impl Latches {
             nr: AtomicUsize::new(0),
             held: crate::mm::sync::Mutex::new(Vec::new()),
             released: crate::mm::sync::Condvar::new(),
+            snapshots_waiting: AtomicUsize::new(0),
         }
     }
 
@@ -469,16 +480,91 @@ impl Latches {
         self.nr.load(Ordering::Relaxed) != 0
     }
 
-    /// Latches `index` for a guard made through `handle` by the calling thread; the caller
-    /// holds `i_rwsem` and found it free.
-    pub(super) fn add(&self, index: u64, handle: u64) {
+    /// Latches `index` for a guard made through `handle` by the calling thread, updating the
+    /// cached page `in_place` or a copy; the caller holds `i_rwsem` and found it free.
+    pub(super) fn add(&self, index: u64, handle: u64, in_place: bool) {
         let mut held = self.held.lock();
         held.push(Latch {
             index,
             handle,
             thread: std::thread::current().id(),
+            in_place,
         });
         self.nr.store(held.len(), Ordering::Relaxed);
+    }
+
+    /// Whether the calling thread made the guard latching `index` (a read of the page would
+    /// wait for itself if the guard updates it in place).
+    pub(super) fn made_here(&self, index: u64) -> bool {
+        // ORDERING: Relaxed; a caller that made such a guard added the entry itself.
+        if self.nr.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let me = std::thread::current().id();
+        self.held
+            .lock()
+            .iter()
+            .any(|l| l.index == index && l.thread == me)
+    }
+
+    /// A page of `first..=last` latched in place through `handle` or by the calling thread
+    /// (`None` for any thread, when there is no handle): a sync that would wait for it.
+    pub(super) fn mine_in_place(&self, first: u64, last: u64, handle: Option<u64>) -> Option<u64> {
+        // ORDERING: Relaxed; the caller's own entries are visible to it.
+        if self.nr.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let me = std::thread::current().id();
+        self.held
+            .lock()
+            .iter()
+            .find(|l| {
+                l.in_place
+                    && (first..=last).contains(&l.index)
+                    && (Some(l.handle) == handle || l.thread == me)
+            })
+            .map(|l| l.index)
+    }
+
+    /// Whether a page of the file is latched in place.
+    pub(super) fn any_in_place(&self) -> bool {
+        // ORDERING: Relaxed, as in `wait_in_place_done`.
+        self.nr.load(Ordering::Relaxed) != 0 && self.held.lock().iter().any(|l| l.in_place)
+    }
+
+    /// Takes `i_rwsem` once no page of the file is latched in place, for a snapshot. The
+    /// wait happens with `i_rwsem` released (a latch's holder may be about to write another
+    /// page, which takes it); meanwhile new latches change copies
+    /// ([`Latches::snapshot_waiting`]), so the ones in place drain.
+    pub(super) fn lock_for_snapshot<'a>(
+        &self,
+        i_rwsem: &'a crate::mm::sync::Mutex<()>,
+    ) -> crate::mm::sync::MutexGuard<'a, ()> {
+        // ORDERING: Relaxed; read under `i_rwsem` by latches, which the loop below takes
+        // after the increment (the mutex orders them).
+        self.snapshots_waiting.fetch_add(1, Ordering::Relaxed);
+        let w = loop {
+            let w = i_rwsem.lock();
+            // Entries are added under `i_rwsem`, which we hold: none is missed.
+            if !self.any_in_place() {
+                break w;
+            }
+            drop(w);
+            let held = self.held.lock();
+            drop(
+                self.released
+                    .wait_while(held, |h| h.iter().any(|l| l.in_place)),
+            );
+        };
+        self.snapshots_waiting.fetch_sub(1, Ordering::Relaxed);
+        w
+    }
+
+    /// Whether a snapshot waits for the file's in-place latches: a new latch then changes a
+    /// copy. The caller holds `i_rwsem`.
+    pub(super) fn snapshot_waiting(&self) -> bool {
+        // ORDERING: Relaxed; see `lock_for_snapshot`.
+        self.snapshots_waiting.load(Ordering::Relaxed) != 0
     }
 
     /// Releases `index` and wakes the writers waiting for it.
@@ -508,6 +594,8 @@ struct Latch {
     index: u64,
     handle: u64,
     thread: std::thread::ThreadId,
+    /// The guard updates the cached page itself (`PG_LATCHED`), not a copy.
+    in_place: bool,
 }
 
 /// The budget's side of an inode: the eviction listener's record names the file.

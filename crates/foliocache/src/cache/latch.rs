@@ -10,6 +10,7 @@ use super::sb::CacheInner;
 use super::stats::Event;
 use super::write::{lookup_stable, read_old_page, swap_in, write_end};
 use super::writeback::balance_dirty_pages;
+use crate::mm::folio::flags::PG_LRU;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Arc;
 use crate::mm::writeback;
@@ -66,10 +67,12 @@ pub struct FolioMut<'f> {
     mapping: Arc<Inode>,
     /// The page latched.
     index: u64,
-    /// The cached page, unlocked, with a reference.
+    /// The cached page, unlocked, with a reference (latched in place, `PG_LATCHED`, if there
+    /// is no copy).
     old: std::ptr::NonNull<crate::mm::folio::Folio>,
-    /// The private copy, locked, not uptodate, not in any index, with a reference.
-    new: std::ptr::NonNull<crate::mm::folio::Folio>,
+    /// The private copy, locked, not uptodate, not in any index, with a reference; `None`
+    /// for a guard that updates the cached page in place ([`InPlaceFolioMut`]).
+    new: Option<std::ptr::NonNull<crate::mm::folio::Folio>>,
     /// The file's bytes in the page.
     valid: usize,
     /// The highest log sequence number of the changes made through the guard
@@ -83,6 +86,99 @@ pub struct FolioMut<'f> {
 /// own structures (a buffer manager's table of latched pages, a transaction's write set), and
 /// move into `'static` tasks. It latches, commits and discards as the borrowing guard does.
 pub type OwnedFolioMut = FolioMut<'static>;
+
+/// A page of a file latched for an update **in place**, from
+/// [`CachedFile::get_folio_mut_in_place`] (or [`PinnedFolio::upgrade_in_place`](super::PinnedFolio::upgrade_in_place)):
+/// a buffer manager's exclusive latch, as LeanStore's and InnoDB's pages have. Dereferences to
+/// the cached page's bytes, writable; dropping the guard (or [`InPlaceFolioMut::commit`])
+/// marks the page dirty and lets readers in again.
+///
+/// # Protocol
+///
+/// - Latching follows [`FolioMut`]'s rules (other writers of the page wait; the holder's own
+///   writes of it are errors, not hangs). The latch freezes the folio's refcount at the
+///   references it knows of (the page cache's and its own): success proves no reader holds
+///   the page, and the folio is marked `PG_LATCHED` before the unfreeze publishes it. From
+///   then on no one else touches the bytes: a read of the page ([`CachedFile::read_at`],
+///   [`CachedFile::get_folio`], a snapshot's read of the live page, the async reads) waits
+///   for the commit, a background writeback skips the page (the dirty throttle goes over
+///   its limit rather than wait for latches), an integrity sync and a checkpoint wait.
+///   Readers never see a half-made change: they see the page before the latch or after
+///   its commit.
+/// - If the freeze fails (a pinned guard, a read copying the page that moment, a live
+///   snapshot that still needs the page's bytes), the guard changes a private copy exactly
+///   as [`FolioMut`] does, and readers see the old bytes until the commit
+///   ([`InPlaceFolioMut::in_place`] says which happened).
+/// - The commit reserves the page's dirtiness, marks it dirty with the log number given
+///   ([`InPlaceFolioMut::set_lsn`]: the write-ahead rule holds for it as for any change) and
+///   wakes the readers waiting. It cannot fail and makes no copy.
+/// - Taking a snapshot of the file waits until no page of it is latched in place (the
+///   snapshot could not keep the bytes a latch overwrites).
+///
+/// What a holder must not do (each is refused with [`CacheError::InvalidArgument`] where the
+/// cache can tell, else it waits for itself): read the page, sync the file or take a
+/// snapshot of it from the thread that made the guard; sync through the handle it came from.
+///
+/// There is no `discard`: nothing keeps the page's bytes from before the change.
+pub struct InPlaceFolioMut<'f>(pub(super) FolioMut<'f>);
+
+/// An [`InPlaceFolioMut`] that owns its file ([`InPlaceFolioMut::into_owned`]), as
+/// [`OwnedFolioMut`] is to [`FolioMut`].
+pub type OwnedInPlaceFolioMut = InPlaceFolioMut<'static>;
+
+impl InPlaceFolioMut<'_> {
+    /// The page index of the latched page.
+    pub fn index(&self) -> u64 {
+        self.0.index
+    }
+
+    /// Whether the guard changes the cached page itself (true), or a copy because someone
+    /// else held the page when it was latched (false; readers then see the old bytes until
+    /// the commit).
+    pub fn in_place(&self) -> bool {
+        self.0.new.is_none()
+    }
+
+    /// As [`FolioMut::set_lsn`]: the changes were logged at `lsn` (the highest is kept).
+    pub fn set_lsn(&mut self, lsn: u64) {
+        self.0.set_lsn(lsn);
+    }
+
+    /// Publishes the changes now (what dropping the guard does).
+    pub fn commit(self) {
+        self.0.commit();
+    }
+
+    /// The guard as one that owns its file ([`OwnedInPlaceFolioMut`]), as
+    /// [`FolioMut::into_owned`].
+    pub fn into_owned(self) -> OwnedInPlaceFolioMut {
+        InPlaceFolioMut(self.0.into_owned())
+    }
+}
+
+impl std::ops::Deref for InPlaceFolioMut<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for InPlaceFolioMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Debug for InPlaceFolioMut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InPlaceFolioMut")
+            .field("path", &self.0.mapping.path)
+            .field("index", &self.index())
+            .field("in_place", &self.in_place())
+            .finish()
+    }
+}
 
 /// Where a [`FolioMut`] reaches its cache.
 enum Holder<'f> {
@@ -102,11 +198,12 @@ impl Holder<'_> {
     }
 }
 
-// SAFETY: the guard owns two counted references (the copy's locked); folio headers are shared
-// atomic state, the copy's bytes are reachable only through `&mut self`, and `CachedFile` is
+// SAFETY: the guard owns counted references (the copy's locked); folio headers are shared
+// atomic state, the bytes it changes (the copy's, or a page latched in place, which no one
+// else reads: `PG_LATCHED`) are reachable only through `&mut self`, and `CachedFile` is
 // `Sync`.
 unsafe impl Send for FolioMut<'_> {}
-// SAFETY: `&FolioMut` gives only `&[u8]` of the private copy, which nothing else writes.
+// SAFETY: `&FolioMut` gives only `&[u8]` of bytes nothing else writes.
 unsafe impl Sync for FolioMut<'_> {}
 
 impl CachedFile {
@@ -118,16 +215,64 @@ impl CachedFile {
         // The pin limit (`cache/budget.rs`): the guard holds the page and its copy. Charged
         // before `i_rwsem`, since it may wait for other pins to go.
         self.cache.pin_charge(2)?;
-        self.latch_charged(index, None)
+        self.latch_charged(index, None, false)
     }
 
-    /// [`CachedFile::get_folio_mut`] once the guard's two pages are charged, starting from
-    /// `start` (a reference on page `index` the caller hands over: a pinned guard upgraded)
-    /// if it is still the page cached there, else from a lookup.
+    /// Latches page `index` of the file for an update **in place** ([`InPlaceFolioMut`]): a
+    /// buffer manager's exclusive latch. The guard's changes go straight into the cached
+    /// page (no copy, no index replacement) unless someone else holds a reference to it (a
+    /// pinned guard, a read copying it right now, a live snapshot that still needs its
+    /// bytes): then into a copy, as [`CachedFile::get_folio_mut`] does
+    /// ([`InPlaceFolioMut::in_place`] says which). While the page is latched in place,
+    /// reads of it, pinned guards of it and integrity syncs wait for the commit; a
+    /// background writeback skips it. Waits while another thread's guard latches the page;
+    /// `index` must be a page of the file.
+    ///
+    /// A read or a sync of the latched page by the thread that made the guard, a sync
+    /// through the handle it came from, and a snapshot of the file taken by that thread fail
+    /// with [`CacheError::InvalidArgument`] (they would wait for themselves); read through
+    /// the guard, or commit it first. A guard moved to another thread cannot be told apart:
+    /// that thread must not read the page through a handle while it holds the guard.
+    ///
+    /// There is no `discard`: nothing holds the page's bytes before the change. An engine
+    /// undoes an uncommitted change from its own log, as buffer managers do.
+    ///
+    /// ```
+    /// use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::buffer_pool(16 << 20))?;
+    /// let db = cache.open_with(dir.path().join("pages"), OpenOptions::new().write(true).create(true))?;
+    /// db.set_len(4 * 4096)?;
+    /// db.read_exact_at(&mut [0u8; 1], 4096)?;                 // page 1 cached
+    /// {
+    ///     let mut page = db.get_folio_mut_in_place(1)?;        // latch page 1
+    ///     page[100..104].copy_from_slice(b"rec1");             // into the cached page itself
+    ///     page.set_lsn(17);                                    // logged at 17 (write-ahead rule)
+    ///     assert!(page.in_place());
+    /// }                                                        // committed: dirty, readable
+    /// let mut rec = [0u8; 4];
+    /// db.read_exact_at(&mut rec, 4096 + 100)?;
+    /// assert_eq!(&rec, b"rec1");
+    /// assert_eq!(cache.stats().writes_replaced, 0);            // no copy was made
+    /// # Ok(()) }
+    /// ```
+    pub fn get_folio_mut_in_place(&self, index: u64) -> Result<InPlaceFolioMut<'_>, CacheError> {
+        // Two pages, as a copying guard (it may need one); one goes back if the page is
+        // latched in place.
+        self.cache.pin_charge(2)?;
+        self.latch_charged(index, None, true).map(InPlaceFolioMut)
+    }
+
+    /// [`CachedFile::get_folio_mut`] (or, `in_place`, [`CachedFile::get_folio_mut_in_place`])
+    /// once the guard's two pages are charged, starting from `start` (a reference on page
+    /// `index` the caller hands over: a pinned guard upgraded) if it is still the page cached
+    /// there, else from a lookup.
     pub(super) fn latch_charged(
         &self,
         index: u64,
         start: Option<FolioRef<'_>>,
+        in_place: bool,
     ) -> Result<FolioMut<'_>, CacheError> {
         let c = &self.cache;
         let m = match self.writable_mapping() {
@@ -149,10 +294,12 @@ impl CachedFile {
                     ),
                 });
             }
-            let pages = self.latch(&m, index, start)?;
+            // A snapshot waiting for the file's in-place latches gets its turn: copy.
+            let in_place = in_place && !m.latches.snapshot_waiting();
+            let pages = self.latch(&m, index, start, in_place)?;
             // Under `i_rwsem`: no writer of the page is between its look at the latches and
             // its write.
-            m.latches.add(index, self.id);
+            m.latches.add(index, self.id, pages.1.is_none());
             drop(w);
             Ok(pages)
         });
@@ -163,6 +310,10 @@ impl CachedFile {
                 return Err(e);
             }
         };
+        if new.is_none() {
+            // Latched in place: no copy to hold.
+            c.pin_uncharge(1);
+        }
         let valid = m
             .size()
             .saturating_sub(index << PAGE_SHIFT)
@@ -180,26 +331,34 @@ impl CachedFile {
     }
 
     /// The page (referenced, unlocked) and its private copy (locked), as raw pointers owned
-    /// by the guard. The caller holds `i_rwsem`.
+    /// by the guard; with `in_place`, the page alone, latched in place (`PG_LATCHED`), if no
+    /// one else holds it. The caller holds `i_rwsem`.
     #[allow(clippy::type_complexity)]
     fn latch(
         &self,
         m: &Inode,
         index: u64,
         mut start: Option<FolioRef<'_>>,
+        in_place: bool,
     ) -> Result<
         (
             std::ptr::NonNull<crate::mm::folio::Folio>,
-            std::ptr::NonNull<crate::mm::folio::Folio>,
+            Option<std::ptr::NonNull<crate::mm::folio::Folio>>,
         ),
         CacheError,
     > {
         let c = &self.cache;
-        // Allocated before any folio lock is held: reclaim may need to lock other folios.
-        let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
-        let mut new = new
-            .try_lock()
-            .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+        // The copy is allocated before any folio lock is held (reclaim may need to lock other
+        // folios): at once for a copying guard, after a failed attempt in place otherwise.
+        let alloc = || {
+            let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+            Ok::<_, CacheError>(
+                new.try_lock()
+                    .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked")),
+            )
+        };
+        let mut new = if in_place { None } else { Some(alloc()?) };
+        let mut drained = false;
         let old = loop {
             let folio = match start.take() {
                 Some(f) => f,
@@ -211,18 +370,53 @@ impl CachedFile {
                 continue;
             }
             let old = folio.lock();
-            if old.mapping() == m.id && old.index() == index && old.is_uptodate() {
+            if !(old.mapping() == m.id && old.index() == index && old.is_uptodate()) {
+                continue;
+            }
+            // Stable pages: the guard starts from a page no write is reading.
+            writeback::wait_stable(&old);
+            if new.is_some() {
                 break old;
             }
+            // In place if a live snapshot does not still need the page's bytes (a capture
+            // maps it, which the freeze would fail on anyway) and the freeze proves that no
+            // one else holds it: the page cache's reference and ours (the handed-over pin's,
+            // or the lookup's), order 0.
+            if cow::settled(&m.snapshots, &old) {
+                // SAFETY: 2 is exactly the references we know of, as in `modify_cached`.
+                match unsafe { old.freeze(2) } {
+                    Ok(frozen) => {
+                        frozen.set_latched();
+                        // SAFETY: the same two references exist again; the unfreeze's Release
+                        // publishes PG_LATCHED to every later `try_get` (rule 6 of the folio
+                        // docs), and unlocks.
+                        let page = unsafe { frozen.unfreeze(2) };
+                        return Ok((std::ptr::NonNull::from(page.into_raw()), None));
+                    }
+                    Err(old) if !drained && !old.test_flag(PG_LRU) => {
+                        // Not on the LRU yet: a per-CPU add batch may hold the other
+                        // reference (a page read or written a moment ago). Drain this CPU's
+                        // batches, as the kernel does before it counts a folio's references
+                        // (`lru_add_drain`), and try once more.
+                        drop(old);
+                        drained = true;
+                        c.lru.drain(&c.arena);
+                        continue;
+                    }
+                    Err(old) => drop(old),
+                }
+            } else {
+                drop(old);
+            }
+            new = Some(alloc()?);
         };
-        // Stable pages: the guard starts from a page no write is reading.
-        writeback::wait_stable(&old);
+        let mut new = new.expect("the copying path has its copy");
         new.data_mut()
             .expect("a fresh folio is not uptodate")
             .copy_from_slice(old.data().expect("uptodate"));
         Ok((
             std::ptr::NonNull::from(old.unlock().into_raw()),
-            std::ptr::NonNull::from(new.into_raw_locked()),
+            Some(std::ptr::NonNull::from(new.into_raw_locked())),
         ))
     }
 }
@@ -308,16 +502,27 @@ impl FolioMut<'_> {
         }
     }
 
+    /// The first byte the guard changes: the copy's, or the page's latched in place.
+    fn bytes_ptr(&self) -> *mut u8 {
+        let folio = self.new.unwrap_or(self.old);
+        // SAFETY: the guard holds a reference on the folio, so its header is live.
+        self.cache
+            .cache()
+            .arena
+            .frame_ptr(unsafe { folio.as_ref() }.pfn())
+    }
+
     /// The page and the copy as handles again (once: `finish` consumes the guard's
     /// ownership).
-    fn take(&mut self) -> (FolioRef<'_>, FolioLocked<'_>) {
+    fn take(&mut self) -> (FolioRef<'_>, Option<FolioLocked<'_>>) {
         let arena = &self.cache.cache().arena;
         // SAFETY: the guard owns one reference on each (the copy's locked), taken back
         // exactly once (`done` is set by the only caller).
         unsafe {
             (
                 FolioRef::from_raw(arena, self.old.as_ref()),
-                FolioLocked::from_raw_locked(arena, self.new.as_ref()),
+                self.new
+                    .map(|new| FolioLocked::from_raw_locked(arena, new.as_ref())),
             )
         }
     }
@@ -329,7 +534,15 @@ impl FolioMut<'_> {
         let c = self.cache.cache().clone();
         let m = self.mapping.clone();
         let (index, lsn) = (self.index, self.lsn);
-        let (old, mut new) = self.take();
+        let (old, new) = self.take();
+        let Some(mut new) = new else {
+            debug_assert!(commit, "an in-place latch has no discard");
+            commit_in_place(&c, &m, index, old, lsn);
+            m.latches.remove(index);
+            c.pin_uncharge(1);
+            c.wake_flusher();
+            return;
+        };
         if !commit {
             // The copy is freed with its last reference, never having been in an index.
             drop(new);
@@ -357,6 +570,25 @@ impl FolioMut<'_> {
         c.pin_uncharge(2);
         c.wake_flusher();
     }
+}
+
+/// Commits a latch that updated page `index` in place (`old`, its folio, with the latch's
+/// reference): the page's dirtiness is reserved as a write's is (no folio lock held: the
+/// pass this may run skips the latched page), then, under the folio lock, the page is marked
+/// dirty with the change's log number and the latch ends (`end_latch`, which wakes the
+/// readers waiting). No `i_rwsem`: a snapshot being taken holds it while it waits for the
+/// file's in-place latches (`Latches::wait_in_place_done`), and no snapshot taken during the
+/// latch exists, so none needs the bytes the change overwrote (the latch began only when
+/// every live one had its own copy of the page: `cow::settled`).
+fn commit_in_place(c: &Arc<CacheInner>, m: &Inode, index: u64, old: FolioRef<'_>, lsn: u64) {
+    balance_dirty_pages(c, m, || c.dirty_inodes());
+    let page = old.lock();
+    debug_assert!(page.mapping() == m.id && page.index() == index);
+    // SAFETY: the guard's reference set PG_LATCHED and its holder is done writing (the
+    // guard is being consumed).
+    unsafe { page.end_latch() };
+    c.counters.inc(Event::WritesInPlace);
+    write_end(c, m, page, 0, lsn);
 }
 
 /// Keeps the bytes page `index` has before a latch's commit for the file's live snapshots
@@ -419,25 +651,17 @@ impl std::ops::Deref for FolioMut<'_> {
 
     fn deref(&self) -> &[u8] {
         // SAFETY: the copy is locked by this guard, not uptodate, in no index: nothing but
-        // the guard reaches its bytes; its frames live as long as the arena.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.cache.cache().arena.frame_ptr(self.new.as_ref().pfn()),
-                self.valid,
-            )
-        }
+        // the guard reaches its bytes; a page latched in place is referenced by others only
+        // while PG_LATCHED refuses them its bytes (rule 6 of the folio docs). The frames live
+        // as long as the arena.
+        unsafe { std::slice::from_raw_parts(self.bytes_ptr(), self.valid) }
     }
 }
 
 impl std::ops::DerefMut for FolioMut<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`, and `&mut self` makes this borrow unique.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.cache.cache().arena.frame_ptr(self.new.as_ref().pfn()),
-                self.valid,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.bytes_ptr(), self.valid) }
     }
 }
 

@@ -171,7 +171,7 @@ pub use cursor::FileCursor;
 pub use error::{BudgetError, CacheError};
 pub use file::{Advice, CachedFile};
 pub use guard::{OwnedFolio, PinnedFolio};
-pub use latch::{FolioMut, OwnedFolioMut};
+pub use latch::{FolioMut, InPlaceFolioMut, OwnedFolioMut, OwnedInPlaceFolioMut};
 pub use range::{OwnedRange, PinnedRange};
 pub use snapshot::Snapshot;
 pub use stats::CacheStats;

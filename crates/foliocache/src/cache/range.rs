@@ -20,7 +20,7 @@ use super::guard::Pin;
 use super::inode::Inode;
 use super::sb::CacheInner;
 use super::stats::Event;
-use crate::mm::folio::flags::PG_READAHEAD;
+use crate::mm::folio::flags::{PG_LATCHED, PG_READAHEAD};
 use crate::mm::folio::{Arena, PAGE_SHIFT};
 use crate::mm::sync::{Arc, Ordering};
 
@@ -414,7 +414,10 @@ impl CachedFile {
             let fend = (folio.index() << PAGE_SHIFT) + folio.size() as u64;
             // Readahead marks, folios under I/O and ranges past this folio take the full
             // path.
-            if folio.flags() & PG_READAHEAD != 0 || !folio.is_uptodate() || end > fend {
+            if folio.flags() & (PG_READAHEAD | PG_LATCHED) != 0
+                || !folio.is_uptodate()
+                || end > fend
+            {
                 return None;
             }
             self.cache.counters.inc(Event::Hit);

@@ -171,11 +171,20 @@ impl CachedFile {
                 }))
             }
         };
-        // Between two changes of the file: every change holds `i_rwsem`.
+        // Between two changes of the file: every change holds `i_rwsem`, or is a latch in
+        // place (which starts under it and commits without it): those are waited for, since
+        // their pages' bytes from before the change exist nowhere else.
         let w = if wait {
-            m.i_rwsem.lock()
+            if let Some(index) = m.latches.mine_in_place(0, u64::MAX, None) {
+                return Some(Err(super::write::latched_by_me(&m, index, "a snapshot")));
+            }
+            m.latches.lock_for_snapshot(&m.i_rwsem)
         } else {
-            m.i_rwsem.try_lock()?
+            let w = m.i_rwsem.try_lock()?;
+            if m.latches.any_in_place() {
+                return None;
+            }
+            w
         };
         let size = m.size();
         let pages = size.div_ceil(PAGE_SIZE as u64);

@@ -150,11 +150,15 @@ cache_counters! {
         WriteCalls => write_calls,
         /// Bytes written into the cache by callers.
         BytesWritten => bytes_written,
-        /// Page writes done in place (the folio frozen: nobody else held it).
+        /// Page writes done in place (the folio frozen: nobody else held it), and committed
+        /// in-place latches ([`InPlaceFolioMut`](crate::InPlaceFolioMut)) that updated the
+        /// cached page itself.
         WritesInPlace => writes_in_place,
         /// Page writes done by replacing a folio someone held (a pinned guard, a reader), and
-        /// committed writable guards.
+        /// committed writable guards that changed a copy.
         WritesReplaced => writes_replaced,
+        /// Reads (and syncs) that found a page latched in place and waited for its commit.
+        WaitLatched => waits_on_latched,
         /// Page writes to pages that were dirty already.
         Redirtied => writes_to_dirty,
         /// Writers that met the dirty limit and wrote dirty pages back first.

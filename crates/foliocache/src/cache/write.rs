@@ -676,7 +676,7 @@ pub(super) fn latched_by_me(m: &Inode, index: u64, what: &str) -> CacheError {
     CacheError::InvalidArgument {
         what: format!(
             "{what} of {} would wait for page {index}, latched by a FolioMut of this handle or \
-             made by this thread: write through the guard, or commit it first",
+             made by this thread: use the guard, or commit it first",
             m.path.display()
         ),
     }

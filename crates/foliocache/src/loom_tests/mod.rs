@@ -24,6 +24,7 @@ mod filetable;
 mod folio;
 mod index;
 mod index_world;
+mod latch;
 mod lru;
 mod percpu_counter;
 mod percpu_ref;

@@ -31,14 +31,14 @@ use crate::mm::writeback::DirtyAccount;
 
 /// A cached page: its refcount (the index holds one reference) and two words of bytes, so a
 /// torn read shows.
-struct Page {
-    rc: RefCount,
+pub(super) struct Page {
+    pub(super) rc: RefCount,
     lo: UnsafeCell<u32>,
     hi: UnsafeCell<u32>,
 }
 
 impl Page {
-    fn cached(s: RefStrategy) -> Page {
+    pub(super) fn cached(s: RefStrategy) -> Page {
         let p = Page {
             rc: RefCount::frozen(),
             lo: UnsafeCell::new(1),
@@ -48,7 +48,7 @@ impl Page {
         p
     }
 
-    fn read(&self) -> (u32, u32) {
+    pub(super) fn read(&self) -> (u32, u32) {
         // SAFETY: loom tracks the accesses and reports an unordered pair.
         let lo = self.lo.with(|p| unsafe { *p });
         // SAFETY: as above.
@@ -56,7 +56,7 @@ impl Page {
         (lo, hi)
     }
 
-    fn write(&self, v: u32) {
+    pub(super) fn write(&self, v: u32) {
         // SAFETY: as above.
         self.lo.with_mut(|p| unsafe { *p = v });
         // SAFETY: as above.

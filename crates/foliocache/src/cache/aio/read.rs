@@ -13,7 +13,7 @@ use crate::cache::file::{copy_out, holds_page, CachedFile, Fast, FAST_READ_MAX};
 use crate::cache::inode::Inode;
 use crate::cache::sb::CacheInner;
 use crate::cache::stats::Event;
-use crate::mm::folio::flags::{PG_ERROR, PG_READAHEAD};
+use crate::mm::folio::flags::{PG_ERROR, PG_LATCHED, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, TaskWait, PAGE_SHIFT};
 use crate::mm::readahead::{self, RaRequest};
 use crate::mm::sync::Mutex;
@@ -222,6 +222,13 @@ enum PageWait<'a> {
         wait: LockWait<'a>,
         missed: bool,
     },
+    /// An exclusive latch updates the page in place (`PG_LATCHED`): the task waits for its
+    /// commit, then looks again.
+    Latched {
+        folio: FolioRef<'a>,
+        wait: LockWait<'a>,
+        missed: bool,
+    },
 }
 
 /// A queued miss the task waits for; dropping it takes the task's waker out.
@@ -318,6 +325,22 @@ impl<'a> PageWait<'a> {
                     }
                     // Removed before it was filled (invalidated): look again.
                 }
+                PageWait::Latched {
+                    folio,
+                    mut wait,
+                    missed: was_missed,
+                } => {
+                    missed |= was_missed;
+                    if folio.poll_unlatched(cx, &mut wait.slot).is_pending() {
+                        *self = PageWait::Latched {
+                            folio,
+                            wait,
+                            missed,
+                        };
+                        return Poll::Pending;
+                    }
+                    // Committed: look again.
+                }
             }
             match m.mapping.pages.lookup(index) {
                 Some(folio) => {
@@ -325,6 +348,24 @@ impl<'a> PageWait<'a> {
                         f.async_readahead_nowait(m, folio.index(), folio.nr_pages(), req_count);
                     }
                     if folio.is_uptodate() {
+                        // ORDERING: Relaxed, as in `CachedFile::get_page`.
+                        if folio.flags() & PG_LATCHED != 0 {
+                            if m.latches.made_here(index) && folio.test_flag(PG_LATCHED) {
+                                return Poll::Ready(Err(PageError::Failed(
+                                    super::super::write::latched_by_me(m, index, "a read"),
+                                )));
+                            }
+                            c.counters.inc(Event::WaitLatched);
+                            *self = PageWait::Latched {
+                                folio,
+                                wait: LockWait {
+                                    arena: &c.arena,
+                                    slot: None,
+                                },
+                                missed,
+                            };
+                            continue;
+                        }
                         if !missed {
                             c.counters.inc(Event::Hit);
                         }

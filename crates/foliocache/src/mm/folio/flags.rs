@@ -63,6 +63,15 @@ pub const PG_DROPBEHIND: u64 = 1 << 18;
 /// uptodate and are accessed only with the racy (atomic) copies; the free path clears its
 /// mapping silently (the kernel's `PAGE_MAPPING_ANON` bit lives in `folio->mapping`).
 pub const PG_ANON: u64 = 1 << 19;
+/// A buffer manager's exclusive latch updates this page-cache folio's bytes in place (no
+/// kernel counterpart: the kernel's closest is a folio held locked from `write_begin` to
+/// `write_end`, which never outlives a system call). Set by the lock holder while the
+/// refcount is frozen, so no reader holds the bytes; cleared by the latch's commit under the
+/// lock with a Release RMW (waking the readers that wait for it). While it is set only the
+/// latch's holder touches the bytes: [`FolioRef::data`](super::FolioRef::data) refuses the
+/// folio, readers wait ([`FolioRef::wait_unlatched`](super::FolioRef::wait_unlatched)) and
+/// writeback skips or waits for it.
+pub const PG_LATCHED: u64 = 1 << 20;
 
 /// First bit of the reserved LRU-generation field (`LRU_GEN_PGOFF`).
 pub const LRU_GEN_SHIFT: u32 = 32;
@@ -89,10 +98,11 @@ pub const FLAGS_CHECK_AT_FREE: u64 = PG_LRU
     | PG_ACTIVE
     | PG_UNEVICTABLE
     | PG_MLOCKED
+    | PG_LATCHED
     | LRU_GEN_MASK;
 
 /// Every flag bit defined above, including the reserved LRU fields.
-pub const FLAGS_ALL: u64 = ((PG_ANON << 1) - 1) | LRU_GEN_MASK | LRU_REFS_MASK;
+pub const FLAGS_ALL: u64 = ((PG_LATCHED << 1) - 1) | LRU_GEN_MASK | LRU_REFS_MASK;
 
 /// `PAGE_FLAGS_CHECK_AT_PREP`: flags that must be clear when the allocator hands a folio out
 /// (all of them: the free path cleared the word, so a set bit means a free folio was written).
@@ -100,10 +110,10 @@ pub const FLAGS_CHECK_AT_PREP: u64 = FLAGS_ALL;
 
 /// Bits only the folio lock holder (or the allocator) may change: the lock protocol bits and
 /// the two that govern who may touch the page bytes. `Folio::set_flag` refuses them.
-pub const FLAGS_PROTECTED: u64 = PG_LOCKED | PG_WAITERS | PG_UPTODATE | PG_ANON;
+pub const FLAGS_PROTECTED: u64 = PG_LOCKED | PG_WAITERS | PG_UPTODATE | PG_ANON | PG_LATCHED;
 
 /// Names for [`describe`], in bit order.
-const NAMES: [(u64, &str); 20] = [
+const NAMES: [(u64, &str); 21] = [
     (PG_LOCKED, "locked"),
     (PG_WAITERS, "waiters"),
     (PG_UPTODATE, "uptodate"),
@@ -124,6 +134,7 @@ const NAMES: [(u64, &str); 20] = [
     (PG_SWAPBACKED, "swapbacked"),
     (PG_DROPBEHIND, "dropbehind"),
     (PG_ANON, "anon"),
+    (PG_LATCHED, "latched"),
 ];
 
 /// `%pGp`: the flag names set in `flags`, joined by `|` (for bad-page reports and debugging).

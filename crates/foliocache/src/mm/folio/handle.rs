@@ -69,13 +69,18 @@ impl<'a> FolioRef<'a> {
     /// anonymous (anonymous bytes change under the racy copies).
     ///
     /// Uptodate bytes never change while a reference exists (module docs, "Who may touch the
-    /// bytes"), so the slice is a plain shared borrow.
+    /// bytes"), so the slice is a plain shared borrow. A folio an exclusive latch updates in
+    /// place ([`PG_LATCHED`](super::flags::PG_LATCHED), rule 6) has no readable bytes until
+    /// the latch commits: `None` ([`FolioRef::wait_unlatched`] waits for it).
     #[inline]
     pub fn data(&self) -> Option<&[u8]> {
         // ORDERING: Acquire; pairs with the Release RMW that set PG_uptodate, after which the
-        // bytes written by the lock holder are visible and final.
+        // bytes written by the lock holder are visible and final, and with the Release RMW of
+        // `FolioLocked::end_latch`, after which a latch's in-place changes are. PG_latched
+        // itself was set before the unfreeze that our `try_get` read (rule 6), so a reference
+        // taken during a latch sees it here.
         let f = self.folio.flags.load(Ordering::Acquire);
-        if f & PG_UPTODATE == 0 || f & super::flags::PG_ANON != 0 {
+        if f & (PG_UPTODATE | super::flags::PG_ANON | super::flags::PG_LATCHED) != PG_UPTODATE {
             return None;
         }
         // SAFETY: rules 1-4 of the module docs: no write to these bytes can happen while the
@@ -148,6 +153,40 @@ impl<'a> FolioRef<'a> {
                 .waits()
                 .wait_bit(self.folio, super::flags::PG_WRITEBACK, false);
         }
+    }
+
+    /// Sleeps until no exclusive latch updates the folio in place (PG_latched clear; rule 6
+    /// of the module docs). Afterwards the latch's changes are visible and
+    /// [`FolioRef::data`] gives them (unless another latch took the folio meanwhile: look
+    /// again). The caller must not hold the folio lock (the latch's commit takes it) nor be
+    /// the latch's holder.
+    #[inline]
+    pub fn wait_unlatched(&self) {
+        // ORDERING: Acquire; pairs with the Release clear in `FolioLocked::end_latch`.
+        if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_LATCHED != 0 {
+            self.arena
+                .waits()
+                .wait_bit(self.folio, super::flags::PG_LATCHED, false);
+        }
+    }
+
+    /// The task form of [`FolioRef::wait_unlatched`]: `Ready` once no latch updates the
+    /// folio; otherwise registers the task's waker and returns `Pending` (as
+    /// [`FolioRef::poll_unlocked`], whose `slot` rules apply).
+    #[inline]
+    pub(crate) fn poll_unlatched(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        slot: &mut Option<super::wait::TaskWait>,
+    ) -> std::task::Poll<()> {
+        // ORDERING: Acquire; pairs with the Release clear in `FolioLocked::end_latch`.
+        if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_LATCHED == 0 {
+            self.arena.waits().cancel(slot);
+            return std::task::Poll::Ready(());
+        }
+        self.arena
+            .waits()
+            .poll_bit(self.folio, super::flags::PG_LATCHED, cx, slot)
     }
 
     /// `__folio_end_writeback`'s flag half: clears PG_writeback and wakes the threads waiting
@@ -320,6 +359,34 @@ impl<'a> FolioLocked<'a> {
             .folio
             .flags
             .fetch_or(PG_UPTODATE, Ordering::Release);
+    }
+
+    /// Ends an exclusive latch's in-place update ([`FrozenFolio::set_latched`]): clears
+    /// PG_latched and wakes the readers waiting for it. The latch's changes are published by
+    /// this RMW.
+    ///
+    /// # Safety
+    /// The caller must hold the latch (the reference that set the bit) and have finished
+    /// writing the bytes: from here on readers get `&[u8]` of them.
+    ///
+    /// # Panics
+    /// If the folio is not latched.
+    pub unsafe fn end_latch(&self) {
+        // ORDERING: Release; pairs with the Acquire in `FolioRef::data`, `wait_unlatched`
+        // and the wait table's re-load: a reader that sees the bit clear sees the latch's
+        // stores. Same-word RMW order with the waiters' `fetch_or(PG_WAITERS)`: see wait.rs.
+        let old = self
+            .inner
+            .folio
+            .flags
+            .fetch_and(!super::flags::PG_LATCHED, Ordering::Release);
+        assert!(
+            old & super::flags::PG_LATCHED != 0,
+            "end_latch on an unlatched folio"
+        );
+        if old & PG_WAITERS != 0 {
+            self.inner.arena.waits().wake_bit(self.inner.folio);
+        }
     }
 
     /// `__folio_set_anon` for the address-space layer: marks the folio anonymous, owned by
@@ -538,6 +605,29 @@ impl<'a> FrozenFolio<'a> {
         unsafe {
             crate::mm::sync::racy::store(self.arena.frame_ptr(self.folio.pfn).add(offset), src)
         };
+    }
+
+    /// Marks the folio as updated in place by an exclusive latch (PG_latched, rule 6 of the
+    /// module docs), while it is frozen: no reader holds its bytes now, and every reference
+    /// taken after the unfreeze sees the bit ([`FolioRef::data`] refuses the folio) until the
+    /// latch's [`FolioLocked::end_latch`]. The holder of the latch's reference is then the
+    /// only one who may touch the bytes.
+    ///
+    /// # Panics
+    /// If the folio is not a locked, uptodate page-cache folio, or is latched already.
+    pub fn set_latched(&self) {
+        let f = self.folio.flags();
+        assert!(
+            self.locked
+                && f & PG_UPTODATE != 0
+                && f & (super::flags::PG_ANON | super::flags::PG_LATCHED) == 0,
+            "set_latched needs a locked, uptodate, unlatched page-cache folio"
+        );
+        // ORDERING: Relaxed; published by the unfreeze's Release store, which every later
+        // `try_get` reads with Acquire (rule 6).
+        self.folio
+            .flags
+            .fetch_or(super::flags::PG_LATCHED, Ordering::Relaxed);
     }
 
     /// Frees the folio through the arena's free path (`free_frozen_pages`), from its current

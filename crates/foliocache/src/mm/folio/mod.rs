@@ -80,6 +80,14 @@
 //!    can take one until the unfreeze, whose Release store the next `try_get`'s Acquire pairs
 //!    with. The stores are atomic, so a stale-pointer [`Folio::read_racy`] never races them.
 //!    (The write path replaces a folio that anyone else holds instead: see `cache::write`.)
+//! 6. An exclusive latch may keep a page-cache folio's bytes for itself longer than a freeze
+//!    (a buffer manager's in-place update): with the refcount frozen at its owner's count it
+//!    sets [`flags::PG_LATCHED`] ([`FrozenFolio::set_latched`]) and unfreezes. Every reference
+//!    taken afterwards reads the bit through the unfreeze's Release / `try_get`'s Acquire, so
+//!    [`FolioRef::data`] refuses the folio and no `&[u8]` of it is made while the latch's
+//!    holder writes through its own pointer (plain stores; [`Folio::read_racy`] refuses a
+//!    latched folio too). The commit clears the bit with a Release RMW
+//!    ([`FolioLocked::end_latch`]) that `data`'s Acquire pairs with.
 //!
 //! These rules hold even for a reference obtained through a stale pointer, so a speculative
 //! [`Arena::try_get`] can be a safe function: getting the wrong folio is a logic error the
@@ -405,6 +413,7 @@ impl Folio {
     /// 5.1) before trusting them.
     pub fn read_racy(&self, offset: usize, buf: &mut [u8], arena: &Arena) -> bool {
         if !self.is_uptodate()
+            || self.test_flag(flags::PG_LATCHED)
             || offset
                 .checked_add(buf.len())
                 .is_none_or(|e| e > self.size())

@@ -56,7 +56,7 @@ pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
     let own = h.space(this).wb.id;
     loop {
         let out = h.write_back(this, SyncMode::Background);
-        let (mut wrote, mut held) = (out.pages, out.log_error.is_some());
+        let (mut wrote, mut held) = (out.pages, out.log_error.is_some() || out.latched > 0);
         for other in h.dirty_files() {
             if acct.dirty() < acct.background() {
                 break;
@@ -64,7 +64,7 @@ pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
             if h.space(&other).wb.id != own {
                 let out = h.write_back(&other, SyncMode::Background);
                 wrote += out.pages;
-                held |= out.log_error.is_some();
+                held |= out.log_error.is_some() || out.latched > 0;
             }
         }
         if acct.try_reserve(1) {
@@ -72,8 +72,9 @@ pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
         }
         if wrote == 0 && held {
             // The dirty pages wait for the write-ahead log, which could not be flushed (or
-            // there is none to ask): waiting for room could wait for this very thread's next
-            // commit. Go over the limit instead; the budget still bounds the pages.
+            // there is none to ask), or for exclusive latches to commit: waiting for room
+            // could wait for this very thread's next commit. Go over the limit instead; the
+            // budget still bounds the pages.
             acct.reserve_over(1);
             return;
         }

@@ -609,6 +609,9 @@ pub(crate) struct WbOutcome {
     /// The write-ahead log could not be made durable: the pages waiting for it were not
     /// written and are dirty again (the first such error).
     pub(crate) log_error: Option<io::Error>,
+    /// Dirty pages a background pass skipped because an exclusive latch updates them in
+    /// place (`PG_LATCHED`): they stay dirty until it commits.
+    pub(crate) latched: u64,
 }
 
 /// Folios taken per look at the tags (`PAGEVEC_SIZE`-like: the mutex is not held for long).
@@ -709,6 +712,7 @@ pub(crate) fn writepages(
     // the pass sleeps on another pass's write, and at the end.
     let mut plug: Vec<Run<'_>> = Vec::new();
     let mut cursor = start;
+    let mut latched = 0;
     loop {
         let batch: Vec<u64> = {
             let tags = t.wb.tags.lock();
@@ -727,12 +731,14 @@ pub(crate) fn writepages(
         }
         cursor = last + 1;
         for index in batch {
-            let Some((folio, len, lsn)) = prepare_writeback(t, index, mode, &mut || {
-                // About to sleep on another pass's write: ours must not keep it waiting
-                // (two integrity syncs each waiting for the other's unsubmitted run).
-                plug.extend(run.take());
-                submit(t, std::mem::take(&mut plug), &mut out);
-            }) else {
+            let Some((folio, len, lsn)) =
+                prepare_writeback(t, index, mode, &mut latched, &mut || {
+                    // About to sleep on another pass's write: ours must not keep it waiting
+                    // (two integrity syncs each waiting for the other's unsubmitted run).
+                    plug.extend(run.take());
+                    submit(t, std::mem::take(&mut plug), &mut out);
+                })
+            else {
                 continue;
             };
             match &mut run {
@@ -766,6 +772,7 @@ pub(crate) fn writepages(
     }
     plug.extend(run.take());
     submit(t, plug, &mut out);
+    out.latched = latched;
     out
 }
 
@@ -793,13 +800,42 @@ fn plug_run<'a>(t: &Wbc<'a>, plug: &mut Vec<Run<'a>>, run: Run<'a>, out: &mut Wb
 /// and the (oldest, newest) log sequence numbers of its changes ((0, 0): none), or `None` if
 /// there is nothing to write there. `before_wait` runs before it sleeps (on the
 /// folio's lock, or on a write of it already in flight): it writes out the pass's plug.
+///
+/// A page an exclusive latch updates in place (`PG_LATCHED`) holds no bytes anyone may read
+/// until the latch commits: a background pass skips it (still dirty, counted in `latched`),
+/// an integrity pass waits for the commit (the cache refuses a sync from the latch's own
+/// holder before it gets here: `cache/sync.rs`).
 fn prepare_writeback<'a>(
     t: &Wbc<'a>,
     index: u64,
     mode: SyncMode,
+    latched: &mut u64,
     before_wait: &mut dyn FnMut(),
 ) -> Option<(FolioRef<'a>, usize, (u64, u64))> {
-    let folio = loop {
+    loop {
+        let folio = lock_listed(t, index, before_wait)?;
+        if folio.test_flag(PG_DIRTY) && folio.test_flag(crate::mm::folio::flags::PG_LATCHED) {
+            if mode == SyncMode::Background {
+                *latched += 1;
+                return None;
+            }
+            before_wait();
+            let folio = folio.unlock();
+            folio.wait_unlatched();
+            continue;
+        }
+        return start_writeback(t, folio, index, mode, before_wait);
+    }
+}
+
+/// The folio at `index` of a writeback pass, locked and still there; `None` if the page left
+/// (its stale tags dropped).
+fn lock_listed<'a>(
+    t: &Wbc<'a>,
+    index: u64,
+    before_wait: &mut dyn FnMut(),
+) -> Option<FolioLocked<'a>> {
+    loop {
         let Some(f) = t.pages.lookup(index) else {
             // Truncated away: its tags went with it (`cancel_dirty`); drop a stale TOWRITE.
             t.wb.tags.lock().towrite.remove(&index);
@@ -815,7 +851,7 @@ fn prepare_writeback<'a>(
             }
         };
         if f.mapping() == t.pages.mapping_id() && f.index() == index {
-            break f;
+            return Some(f);
         }
         if f.mapping() == t.pages.mapping_id() && f.nr_pages() > 1 {
             // A large folio caches the page now (it was written back or truncated since this
@@ -827,7 +863,17 @@ fn prepare_writeback<'a>(
             return None;
         }
         // Replaced or truncated while we locked it: look again.
-    };
+    }
+}
+
+/// The rest of [`prepare_writeback`] for the locked, unlatched folio of `index`.
+fn start_writeback<'a>(
+    t: &Wbc<'a>,
+    folio: FolioLocked<'a>,
+    index: u64,
+    mode: SyncMode,
+    before_wait: &mut dyn FnMut(),
+) -> Option<(FolioRef<'a>, usize, (u64, u64))> {
     if !folio.test_flag(PG_DIRTY) {
         // Written by someone else meanwhile.
         t.wb.tags.lock().towrite.remove(&index);
