@@ -47,7 +47,8 @@ fn step(
 ) -> String {
     let f = slot.get_or_insert_with(|| c.open_with(path, &rw()).unwrap());
     match rng.random_range(0..100) {
-        0..=44 => {
+        40..=44 => latch_step(f, model, rng),
+        0..=39 => {
             let len = match rng.random_range(0..3) {
                 0 => rng.random_range(1..64),
                 1 => PAGE,
@@ -483,7 +484,8 @@ fn inode_step(
     rng: &mut StdRng,
 ) -> String {
     match rng.random_range(0..100) {
-        0..=39 => {
+        35..=39 => latch_step(f, model, rng),
+        0..=34 => {
             let len = rng.random_range(1..3 * PAGE);
             let off = rng.random_range(0..(MAX_LEN - len)) as u64;
             let b: u8 = rng.random_range(1..=255);
@@ -541,4 +543,70 @@ fn inode_step(
             format!("set_len {size}")
         }
     }
+}
+
+/// Latches a page of the file (an in-place latch, a copying one, or a pinned page upgraded to
+/// either), checks that the guard shows the page as the model has it, changes a span through
+/// it and commits (a copying latch sometimes discards instead).
+fn latch_step(f: &CachedFile, model: &mut [u8], rng: &mut StdRng) -> String {
+    if model.is_empty() {
+        return "latch: the file is empty".to_string();
+    }
+    let pages = model.len().div_ceil(PAGE) as u64;
+    let index = rng.random_range(0..pages);
+    let b: u8 = rng.random();
+    let kind = rng.random_range(0..4);
+    let change = |g: &mut [u8], at: u64, model: &mut [u8], rng: &mut StdRng| {
+        let start = at as usize * PAGE;
+        let valid = (model.len() - start).min(PAGE);
+        assert_same(
+            g,
+            &model[start..start + valid],
+            &format!("latch {kind} of page {at}"),
+        );
+        let from = rng.random_range(0..valid);
+        let len = rng.random_range(1..=valid - from);
+        g[from..from + len].fill(b);
+        (start + from, len)
+    };
+    let (at, len, kept) = match kind {
+        0 => {
+            let mut g = f.get_folio_mut_in_place(index).unwrap();
+            let (at, len) = change(&mut g, index, model, rng);
+            (at, len, true)
+        }
+        1 => {
+            // A large folio upgrades by its first page.
+            let mut g = f.get_folio(index).unwrap().upgrade_in_place().unwrap();
+            let page = g.index();
+            let (at, len) = change(&mut g, page, model, rng);
+            (at, len, true)
+        }
+        2 => {
+            let mut g = f.get_folio_mut(index).unwrap();
+            let (at, len) = change(&mut g, index, model, rng);
+            let keep = rng.random_range(0..5) != 0;
+            if !keep {
+                g.discard();
+            }
+            (at, len, keep)
+        }
+        _ => {
+            let mut g = f.get_folio(index).unwrap().upgrade().unwrap();
+            let page = g.index();
+            let (at, len) = change(&mut g, page, model, rng);
+            (at, len, true)
+        }
+    };
+    if kept {
+        model[at..at + len].fill(b);
+    }
+    let mut back = vec![0u8; len];
+    f.read_exact_at(&mut back, at as u64).unwrap();
+    assert_same(
+        &back,
+        &model[at..at + len],
+        &format!("latch {kind} read back"),
+    );
+    format!("latch {kind}: {len} at {at} of {b}, kept {kept}")
 }

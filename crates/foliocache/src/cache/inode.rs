@@ -425,7 +425,7 @@ impl Inode {
 /// page in place ([`InPlaceFolioMut`](super::InPlaceFolioMut), `PG_LATCHED` on the folio)
 /// is not: readers of the page wait for its commit (a read by the thread that made it is an
 /// error: it would wait for itself), a background writeback pass skips the page, an integrity
-/// sync waits for it (a sync through its handle or thread is an error), and a snapshot waits
+/// sync waits for it (a sync by the thread that made the guard is an error), and a snapshot waits
 /// for every in-place latch of the file to commit (it could not keep the page's bytes
 /// otherwise).
 pub(crate) struct Latches {
@@ -507,9 +507,9 @@ impl Latches {
             .any(|l| l.index == index && l.thread == me)
     }
 
-    /// A page of `first..=last` latched in place through `handle` or by the calling thread
-    /// (`None` for any thread, when there is no handle): a sync that would wait for it.
-    pub(super) fn mine_in_place(&self, first: u64, last: u64, handle: Option<u64>) -> Option<u64> {
+    /// A page of `first..=last` latched in place by a guard the calling thread made: a sync
+    /// or a snapshot would wait for it.
+    pub(super) fn mine_in_place(&self, first: u64, last: u64) -> Option<u64> {
         // ORDERING: Relaxed; the caller's own entries are visible to it.
         if self.nr.load(Ordering::Relaxed) == 0 {
             return None;
@@ -518,11 +518,7 @@ impl Latches {
         self.held
             .lock()
             .iter()
-            .find(|l| {
-                l.in_place
-                    && (first..=last).contains(&l.index)
-                    && (Some(l.handle) == handle || l.thread == me)
-            })
+            .find(|l| l.in_place && (first..=last).contains(&l.index) && l.thread == me)
             .map(|l| l.index)
     }
 

@@ -116,8 +116,10 @@ pub type OwnedFolioMut = FolioMut<'static>;
 ///   snapshot could not keep the bytes a latch overwrites).
 ///
 /// What a holder must not do (each is refused with [`CacheError::InvalidArgument`] where the
-/// cache can tell, else it waits for itself): read the page, sync the file or take a
-/// snapshot of it from the thread that made the guard; sync through the handle it came from.
+/// cache can tell, else it waits for itself): read the page, sync the file (or the cache,
+/// or checkpoint) or take a snapshot of the file from the thread that made the guard. Other
+/// threads, through any handle, wait for the commit: an engine's threads may share one
+/// handle.
 ///
 /// There is no `discard`: nothing keeps the page's bytes from before the change.
 pub struct InPlaceFolioMut<'f>(pub(super) FolioMut<'f>);
@@ -228,11 +230,11 @@ impl CachedFile {
     /// background writeback skips it. Waits while another thread's guard latches the page;
     /// `index` must be a page of the file.
     ///
-    /// A read or a sync of the latched page by the thread that made the guard, a sync
-    /// through the handle it came from, and a snapshot of the file taken by that thread fail
-    /// with [`CacheError::InvalidArgument`] (they would wait for themselves); read through
-    /// the guard, or commit it first. A guard moved to another thread cannot be told apart:
-    /// that thread must not read the page through a handle while it holds the guard.
+    /// A read or a sync of the latched page, or a snapshot of the file, by the thread that
+    /// made the guard fails with [`CacheError::InvalidArgument`] (it would wait for itself);
+    /// read through the guard, or commit it first. Other threads wait, through any handle.
+    /// A guard moved to another thread cannot be told apart: that thread must not read the
+    /// page or sync the file while it holds the guard.
     ///
     /// There is no `discard`: nothing holds the page's bytes before the change. An engine
     /// undoes an uncommitted change from its own log, as buffer managers do.
@@ -358,7 +360,7 @@ impl CachedFile {
             )
         };
         let mut new = if in_place { None } else { Some(alloc()?) };
-        let mut drained = false;
+        let mut drained = 0;
         let old = loop {
             let folio = match start.take() {
                 Some(f) => f,
@@ -393,14 +395,19 @@ impl CachedFile {
                         let page = unsafe { frozen.unfreeze(2) };
                         return Ok((std::ptr::NonNull::from(page.into_raw()), None));
                     }
-                    Err(old) if !drained && !old.test_flag(PG_LRU) => {
+                    Err(old) if drained < 2 && !old.test_flag(PG_LRU) => {
                         // Not on the LRU yet: a per-CPU add batch may hold the other
                         // reference (a page read or written a moment ago). Drain this CPU's
-                        // batches, as the kernel does before it counts a folio's references
-                        // (`lru_add_drain`), and try once more.
+                        // batches, then every CPU's, as the kernel does before it counts a
+                        // folio's references (`lru_add_drain`, `lru_add_drain_all`), and try
+                        // again.
                         drop(old);
-                        drained = true;
-                        c.lru.drain(&c.arena);
+                        if drained == 0 {
+                            c.lru.drain(&c.arena);
+                        } else {
+                            c.lru.drain_all(&c.arena);
+                        }
+                        drained += 1;
                         continue;
                     }
                     Err(old) => drop(old),

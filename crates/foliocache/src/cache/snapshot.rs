@@ -175,7 +175,7 @@ impl CachedFile {
         // place (which starts under it and commits without it): those are waited for, since
         // their pages' bytes from before the change exist nowhere else.
         let w = if wait {
-            if let Some(index) = m.latches.mine_in_place(0, u64::MAX, None) {
+            if let Some(index) = m.latches.mine_in_place(0, u64::MAX) {
                 return Some(Err(super::write::latched_by_me(&m, index, "a snapshot")));
             }
             m.latches.lock_for_snapshot(&m.i_rwsem)
