@@ -671,3 +671,61 @@ fn async_reads_racing_truncation_end() {
     drop(rt);
     assert_baseline(&c);
 }
+
+/// An async read of a page latched in place waits for the commit without blocking its
+/// executor thread: another task's hit completes meanwhile, and the read returns the
+/// committed bytes.
+#[test]
+fn an_async_read_of_a_page_latched_in_place_awaits_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("latched");
+    std::fs::write(&path, pattern(2 * PAGE_SIZE, 9)).unwrap();
+    let c = cache();
+    let f = c
+        .open_with(&path, OpenOptions::new().write(true))
+        .unwrap();
+    f.read_exact_at(&mut vec![0u8; 2 * PAGE_SIZE], 0).unwrap();
+    let (latched_tx, latched_rx) = std::sync::mpsc::channel();
+    let (commit_tx, commit_rx) = std::sync::mpsc::channel::<()>();
+    let reader = AsyncFile::new(f.reopen());
+    std::thread::scope(|s| {
+        let fr = &f;
+        s.spawn(move || {
+            let mut g = fr.get_folio_mut_in_place(1).unwrap();
+            assert!(g.in_place());
+            g[..4].copy_from_slice(b"new!");
+            latched_tx.send(()).unwrap();
+            commit_rx.recv().unwrap();
+            g[4..8].copy_from_slice(b"done");
+        });
+        latched_rx.recv().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut b1 = [0u8; 8];
+            let mut read = Box::pin(reader.read_exact_at(&mut b1, PAGE_SIZE as u64));
+            assert!(
+                futures_poll(read.as_mut()).is_pending(),
+                "the latched page waits for its commit"
+            );
+            // Another page is a hit meanwhile, on the same thread.
+            let mut b0 = [0u8; 4];
+            reader.read_exact_at(&mut b0, 0).await.unwrap();
+            assert_eq!(b0[..], pattern(4, 9)[..]);
+            commit_tx.send(()).unwrap();
+            read.await.unwrap();
+            assert_eq!(&b1, b"new!done");
+        });
+    });
+    assert!(c.stats().waits_on_latched >= 1);
+    f.sync_data().unwrap();
+    drop((reader, f));
+    assert_baseline(&c);
+}
+
+/// One poll of `f` with a waker that does nothing (the task is polled again by the test).
+fn futures_poll<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(Waker::noop()))
+}
