@@ -106,5 +106,53 @@ fn hot_hit(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, hits, hot_hit);
+/// Issue 25's update against a read hit: a buffer manager's latched update of 100 bytes of a
+/// cached 4 KiB page (`get_folio_mut_in_place`, the change, the commit; and the copying
+/// `get_folio_mut` for scale) against a zero-copy `get_folio` hit, on 256 resident pages of a
+/// `Config::buffer_pool` cache (the lab's `bufmgr` resident rows, here under criterion).
+fn latched_update(c: &mut Criterion) {
+    const PAGES: u64 = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = FolioCache::new(Config::buffer_pool(64 << 20)).expect("cache");
+    let f = cache
+        .open_with(
+            dir.path().join("pages"),
+            foliocache::OpenOptions::new().write(true).create(true),
+        )
+        .expect("open");
+    f.write_all_at(&vec![1u8; PAGES as usize * BLOCK], 0)
+        .unwrap();
+    cache.lru_add_drain_all();
+    let mut g = c.benchmark_group("cache/latch/threads=1/change=100B");
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
+    let change = [7u8; 100];
+    let mut n = 0u64;
+    let mut next = move || {
+        n += 1;
+        n.wrapping_mul(0x9e37_79b9) % PAGES
+    };
+    g.bench_function("get_folio", |b| {
+        b.iter(|| {
+            let p = f.get_folio(next()).unwrap();
+            black_box(p[100]);
+        })
+    });
+    g.bench_function("get_folio_mut_in_place", |b| {
+        b.iter(|| {
+            let mut p = f.get_folio_mut_in_place(next()).unwrap();
+            p[100..200].copy_from_slice(&change);
+        })
+    });
+    g.bench_function("get_folio_mut", |b| {
+        b.iter(|| {
+            let mut p = f.get_folio_mut(next()).unwrap();
+            p[100..200].copy_from_slice(&change);
+        })
+    });
+    g.finish();
+    f.sync_data().unwrap();
+}
+
+criterion_group!(benches, hits, hot_hit, latched_update);
 criterion_main!(benches);

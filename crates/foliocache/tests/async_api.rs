@@ -681,9 +681,7 @@ fn an_async_read_of_a_page_latched_in_place_awaits_the_commit() {
     let path = dir.path().join("latched");
     std::fs::write(&path, pattern(2 * PAGE_SIZE, 9)).unwrap();
     let c = cache();
-    let f = c
-        .open_with(&path, OpenOptions::new().write(true))
-        .unwrap();
+    let f = c.open_with(&path, OpenOptions::new().write(true)).unwrap();
     f.read_exact_at(&mut vec![0u8; 2 * PAGE_SIZE], 0).unwrap();
     let (latched_tx, latched_rx) = std::sync::mpsc::channel();
     let (commit_tx, commit_rx) = std::sync::mpsc::channel::<()>();

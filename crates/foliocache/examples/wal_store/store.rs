@@ -3,11 +3,13 @@
 //!
 //! - The data file is a fixed number of 4 KiB pages; each page's first 8 bytes hold the log
 //!   sequence number of the last change applied to it (the page LSN).
-//! - An update latches its page ([`FolioMut`]), appends a log record (sequence number, page,
-//!   offset, bytes, checksum) to the log's buffer, changes the page in the cache at once,
-//!   and tags it with the record's number ([`FolioMut::set_lsn`]). The change is in the
-//!   cache before it is committed: the cache's write-ahead rule keeps the page out of the
-//!   file until the log holds the record durably.
+//! - An update latches its page in place ([`CachedFile::get_folio_mut_in_place`]), appends a
+//!   log record (sequence number, page, offset, bytes, checksum) to the log's buffer, changes
+//!   the cached page itself (no copy) and tags it with the record's number
+//!   ([`InPlaceFolioMut::set_lsn`](foliocache::InPlaceFolioMut::set_lsn)). The change is in
+//!   the cache before it is committed: the cache's write-ahead rule keeps the page out of
+//!   the file until the log holds the record durably. (Replay uses copying latches
+//!   ([`FolioMut`](foliocache::FolioMut)), which can discard.)
 //! - [`Store::commit`] writes the log's buffer and syncs the log (a group commit) and tells
 //!   the cache ([`FolioCache::log_durable`]). When the cache wants to write a page whose
 //!   record is not durable yet (a sync, the flusher, memory pressure), it calls the log's
@@ -255,7 +257,7 @@ impl Store {
                 format!("page {page}, bytes {offset}..{}", offset + bytes.len()),
             ));
         }
-        let mut g = self.data.get_folio_mut(page)?;
+        let mut g = self.data.get_folio_mut_in_place(page)?;
         let lsn = {
             let mut log = self.log.inner.lock().unwrap();
             log.last += 1;

@@ -275,13 +275,16 @@ impl<'f> PinnedFolio<'f> {
             // The latch is on one page, and the write path splits the large folio first:
             // nothing to reuse.
             drop(self);
-            file.cache.pin_charge(2)?;
+            file.cache.pin_charge(if in_place { 1 } else { 2 })?;
             return file.latch_charged(index, None, in_place);
         }
-        // The pin's charge (one page) becomes half of the latch's (the page and its copy).
-        if let Err(e) = file.cache.pin_charge(1) {
-            drop(self);
-            return Err(e);
+        // The pin's charge (one page) becomes the latch's page's; a copying latch charges its
+        // copy too.
+        if !in_place {
+            if let Err(e) = file.cache.pin_charge(1) {
+                drop(self);
+                return Err(e);
+            }
         }
         let this = std::mem::ManuallyDrop::new(self);
         let arena = this.arena();
@@ -413,17 +416,19 @@ impl OwnedFolio {
             // SAFETY: the pin's reference is put once, here.
             unsafe { this.pin.release(&cache.arena) };
             cache.pin_uncharge(pages);
-            cache.pin_charge(2)?;
+            cache.pin_charge(if in_place { 1 } else { 2 })?;
             return file
                 .latch_charged(index, None, in_place)
                 .map(crate::FolioMut::into_owned);
         }
-        // The pin's charge (one page) becomes half of the latch's (the page and its copy).
-        if let Err(e) = cache.pin_charge(1) {
-            // SAFETY: as above.
-            unsafe { this.pin.release(&cache.arena) };
-            cache.pin_uncharge(1);
-            return Err(e);
+        // As `PinnedFolio::upgrade`: the pin's charge becomes the latch's page's.
+        if !in_place {
+            if let Err(e) = cache.pin_charge(1) {
+                // SAFETY: as above.
+                unsafe { this.pin.release(&cache.arena) };
+                cache.pin_uncharge(1);
+                return Err(e);
+            }
         }
         // SAFETY: the guard owns one reference on this folio; it is handed over here, once.
         let folio = unsafe { FolioRef::from_raw(&cache.arena, this.pin.folio(&cache.arena)) };

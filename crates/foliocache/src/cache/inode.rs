@@ -434,6 +434,9 @@ pub(crate) struct Latches {
     /// Who latched which page; a few entries at most.
     held: crate::mm::sync::Mutex<Vec<Latch>>,
     released: crate::mm::sync::Condvar,
+    /// Threads waiting on `released`: changed and read only under `held`'s mutex, so a
+    /// release that reads 0 there has no one to wake (and skips the futex call).
+    waiters: AtomicUsize,
     /// Snapshots waiting for the in-place latches to commit (`lock_for_snapshot`).
     snapshots_waiting: AtomicUsize,
 }
@@ -444,6 +447,7 @@ impl Latches {
             nr: AtomicUsize::new(0),
             held: crate::mm::sync::Mutex::new(Vec::new()),
             released: crate::mm::sync::Condvar::new(),
+            waiters: AtomicUsize::new(0),
             snapshots_waiting: AtomicUsize::new(0),
         }
     }
@@ -458,7 +462,7 @@ impl Latches {
         if self.nr.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let me = std::thread::current().id();
+        let me = this_thread();
         let held = self.held.lock();
         let mut found = None;
         for l in held.iter() {
@@ -487,7 +491,7 @@ impl Latches {
         held.push(Latch {
             index,
             handle,
-            thread: std::thread::current().id(),
+            thread: this_thread(),
             in_place,
         });
         self.nr.store(held.len(), Ordering::Relaxed);
@@ -500,7 +504,7 @@ impl Latches {
         if self.nr.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        let me = std::thread::current().id();
+        let me = this_thread();
         self.held
             .lock()
             .iter()
@@ -514,7 +518,7 @@ impl Latches {
         if self.nr.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let me = std::thread::current().id();
+        let me = this_thread();
         self.held
             .lock()
             .iter()
@@ -546,11 +550,7 @@ impl Latches {
                 break w;
             }
             drop(w);
-            let held = self.held.lock();
-            drop(
-                self.released
-                    .wait_while(held, |h| h.iter().any(|l| l.in_place)),
-            );
+            self.wait_while(|h| h.iter().any(|l| l.in_place));
         };
         self.snapshots_waiting.fetch_sub(1, Ordering::Relaxed);
         w
@@ -570,18 +570,38 @@ impl Latches {
             held.swap_remove(i);
         }
         self.nr.store(held.len(), Ordering::Relaxed);
+        // ORDERING: Relaxed; `waiters` changes only under this mutex, which we hold.
+        let wake = self.waiters.load(Ordering::Relaxed) != 0;
         drop(held);
-        self.released.notify_all();
+        if wake {
+            self.released.notify_all();
+        }
     }
 
     /// Sleeps until `index` is not latched (the caller holds no `i_rwsem`).
     pub(super) fn wait_released(&self, index: u64) {
-        let held = self.held.lock();
-        drop(
-            self.released
-                .wait_while(held, |h| h.iter().any(|l| l.index == index)),
-        );
+        self.wait_while(|h| h.iter().any(|l| l.index == index));
     }
+
+    /// Sleeps on `released` while `cond` holds of the latches, counted in `waiters` (under
+    /// the mutex, before the wait releases it: a release after that sees the count).
+    fn wait_while(&self, cond: impl FnMut(&mut Vec<Latch>) -> bool) {
+        let held = self.held.lock();
+        // ORDERING: Relaxed, under the mutex (see `remove`).
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        let held = self.released.wait_while(held, cond);
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
+        drop(held);
+    }
+}
+
+/// The calling thread's id, from a thread-local copy (`thread::current` clones an `Arc` on
+/// every call: two atomics on a latch's fast path).
+fn this_thread() -> std::thread::ThreadId {
+    thread_local! {
+        static ME: std::thread::ThreadId = std::thread::current().id();
+    }
+    ME.with(|me| *me)
 }
 
 /// One latched page: its index, the handle its guard borrows (`CachedFile::id`), and the

@@ -10,7 +10,7 @@ use super::sb::CacheInner;
 use super::stats::Event;
 use super::write::{lookup_stable, read_old_page, swap_in, write_end};
 use super::writeback::balance_dirty_pages;
-use crate::mm::folio::flags::PG_LRU;
+use crate::mm::folio::flags::{PG_DIRTY, PG_LRU};
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Arc;
 use crate::mm::writeback;
@@ -260,14 +260,14 @@ impl CachedFile {
     /// # Ok(()) }
     /// ```
     pub fn get_folio_mut_in_place(&self, index: u64) -> Result<InPlaceFolioMut<'_>, CacheError> {
-        // Two pages, as a copying guard (it may need one); one goes back if the page is
-        // latched in place.
-        self.cache.pin_charge(2)?;
+        // The page; a copy, if one is needed, is charged when it is made.
+        self.cache.pin_charge(1)?;
         self.latch_charged(index, None, true).map(InPlaceFolioMut)
     }
 
     /// [`CachedFile::get_folio_mut`] (or, `in_place`, [`CachedFile::get_folio_mut_in_place`])
-    /// once the guard's two pages are charged, starting from `start` (a reference on page
+    /// once the guard's pages are charged (two, the page and its copy; one `in_place`, the
+    /// copy's charged here if it needs one), starting from `start` (a reference on page
     /// `index` the caller hands over: a pinned guard upgraded) if it is still the page cached
     /// there, else from a lookup.
     pub(super) fn latch_charged(
@@ -277,11 +277,12 @@ impl CachedFile {
         in_place: bool,
     ) -> Result<FolioMut<'_>, CacheError> {
         let c = &self.cache;
+        let charged = if in_place { 1 } else { 2 };
         let m = match self.writable_mapping() {
             Ok(m) => m,
             Err(e) => {
                 drop(start);
-                c.pin_uncharge(2);
+                c.pin_uncharge(charged);
                 return Err(e);
             }
         };
@@ -308,13 +309,14 @@ impl CachedFile {
         let (old, new) = match latched {
             Ok(p) => p,
             Err(e) => {
-                c.pin_uncharge(2);
+                c.pin_uncharge(charged);
                 return Err(e);
             }
         };
-        if new.is_none() {
-            // Latched in place: no copy to hold.
-            c.pin_uncharge(1);
+        if new.is_some() && charged == 1 {
+            // Someone held the page: the guard holds a copy too (past the limit, as a large
+            // pinned folio's extra pages are: the copy is made already).
+            c.budget.pins.charge_unchecked(1);
         }
         let valid = m
             .size()
@@ -521,7 +523,8 @@ impl FolioMut<'_> {
 
     /// The page and the copy as handles again (once: `finish` consumes the guard's
     /// ownership).
-    fn take(&mut self) -> (FolioRef<'_>, Option<FolioLocked<'_>>) {
+    fn take(&self) -> (FolioRef<'_>, Option<FolioLocked<'_>>) {
+        debug_assert!(self.done, "taken once, by `finish`");
         let arena = &self.cache.cache().arena;
         // SAFETY: the guard owns one reference on each (the copy's locked), taken back
         // exactly once (`done` is set by the only caller).
@@ -538,13 +541,12 @@ impl FolioMut<'_> {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        let c = self.cache.cache().clone();
-        let m = self.mapping.clone();
+        let (c, m) = (self.cache.cache(), &*self.mapping);
         let (index, lsn) = (self.index, self.lsn);
         let (old, new) = self.take();
         let Some(mut new) = new else {
             debug_assert!(commit, "an in-place latch has no discard");
-            commit_in_place(&c, &m, index, old, lsn);
+            commit_in_place(c, m, index, old, lsn);
             m.latches.remove(index);
             c.pin_uncharge(1);
             c.wake_flusher();
@@ -560,18 +562,18 @@ impl FolioMut<'_> {
         }
         // Reserve the page's dirtiness as a write does (no folio lock held: the pass this may
         // run writes the old page like any other).
-        balance_dirty_pages(&c, &m, || c.dirty_inodes());
+        balance_dirty_pages(c, m, || c.dirty_inodes());
         {
             // `i_rwsem`, as a write's: revalidation must not miss a page being dirtied.
             let _w = m.i_rwsem.lock();
-            keep_for_snapshots(&c, &m, index);
+            keep_for_snapshots(c, m, index);
             new.mark_uptodate();
             let old = old.lock();
             writeback::wait_stable(&old);
-            publish_copy(&c, &m, index, old, &new);
+            publish_copy(c, m, index, old, &new);
             c.folio_added(&new, None);
             c.counters.inc(Event::WritesReplaced);
-            write_end(&c, &m, new, 0, lsn);
+            write_end(c, m, new, 0, lsn);
         }
         m.latches.remove(index);
         c.pin_uncharge(2);
@@ -580,21 +582,48 @@ impl FolioMut<'_> {
 }
 
 /// Commits a latch that updated page `index` in place (`old`, its folio, with the latch's
-/// reference): the page's dirtiness is reserved as a write's is (no folio lock held: the
-/// pass this may run skips the latched page), then, under the folio lock, the page is marked
-/// dirty with the change's log number and the latch ends (`end_latch`, which wakes the
-/// readers waiting). No `i_rwsem`: a snapshot being taken holds it while it waits for the
-/// file's in-place latches (`Latches::wait_in_place_done`), and no snapshot taken during the
-/// latch exists, so none needs the bytes the change overwrote (the latch began only when
-/// every live one had its own copy of the page: `cow::settled`).
+/// reference). A page that is dirty already stays so until the commit (writeback skips or
+/// waits for a latched page, and truncation waits for the latch), so its commit reserves
+/// nothing and notes the change's log number; a clean one reserves its dirtiness as a write
+/// does first (no folio lock held: the pass this may run skips the latched page). Then,
+/// under the folio lock, the latch ends (`end_latch`, which wakes the readers waiting) and
+/// the page is marked dirty. No `i_rwsem`: a snapshot being taken holds it while it waits
+/// for the file's in-place latches (`Latches::lock_for_snapshot`), and no snapshot taken
+/// during the latch exists, so none needs the bytes the change overwrote (the latch began
+/// only when every live one had its own copy of the page: `cow::settled`).
 fn commit_in_place(c: &Arc<CacheInner>, m: &Inode, index: u64, old: FolioRef<'_>, lsn: u64) {
-    balance_dirty_pages(c, m, || c.dirty_inodes());
+    let reserved = !old.test_flag(PG_DIRTY);
+    if !reserved && !cow::any(&m.snapshots) {
+        // The common case, without the folio lock: the change's number is noted while the
+        // page is still latched (a writeback that starts after `end_latch` reads it under
+        // the tag mutex), then the latch ends.
+        c.counters.inc(Event::WritesInPlace);
+        c.counters.inc(Event::Redirtied);
+        writeback::note_change(&old, &m.mapping.wb, lsn);
+        // SAFETY: the guard's reference set PG_LATCHED and its holder is done writing (the
+        // guard is being consumed).
+        unsafe { old.end_latch() };
+        return;
+    }
+    if reserved {
+        balance_dirty_pages(c, m, || c.dirty_inodes());
+    }
     let page = old.lock();
     debug_assert!(page.mapping() == m.id && page.index() == index);
-    // SAFETY: the guard's reference set PG_LATCHED and its holder is done writing (the
-    // guard is being consumed).
-    unsafe { page.end_latch() };
+    // SAFETY: as above.
+    unsafe { page.folio_ref().end_latch() };
     c.counters.inc(Event::WritesInPlace);
+    if page.test_flag(PG_DIRTY) && !reserved {
+        c.counters.inc(Event::Redirtied);
+        writeback::note_change(&page, &m.mapping.wb, lsn);
+        cow::stamp(&m.snapshots, &page);
+        return;
+    }
+    if !reserved {
+        // Cleaned after all (nothing does that to a latched page today): dirty it anyway,
+        // past the limit, as a commit cannot wait.
+        c.dirty.reserve_over(1);
+    }
     write_end(c, m, page, 0, lsn);
 }
 

@@ -76,7 +76,7 @@ impl<'a> FolioRef<'a> {
     pub fn data(&self) -> Option<&[u8]> {
         // ORDERING: Acquire; pairs with the Release RMW that set PG_uptodate, after which the
         // bytes written by the lock holder are visible and final, and with the Release RMW of
-        // `FolioLocked::end_latch`, after which a latch's in-place changes are. PG_latched
+        // `FolioRef::end_latch`, after which a latch's in-place changes are. PG_latched
         // itself was set before the unfreeze that our `try_get` read (rule 6), so a reference
         // taken during a latch sees it here.
         let f = self.folio.flags.load(Ordering::Acquire);
@@ -162,7 +162,7 @@ impl<'a> FolioRef<'a> {
     /// the latch's holder.
     #[inline]
     pub fn wait_unlatched(&self) {
-        // ORDERING: Acquire; pairs with the Release clear in `FolioLocked::end_latch`.
+        // ORDERING: Acquire; pairs with the Release clear in `FolioRef::end_latch`.
         if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_LATCHED != 0 {
             self.arena
                 .waits()
@@ -179,7 +179,7 @@ impl<'a> FolioRef<'a> {
         cx: &mut std::task::Context<'_>,
         slot: &mut Option<super::wait::TaskWait>,
     ) -> std::task::Poll<()> {
-        // ORDERING: Acquire; pairs with the Release clear in `FolioLocked::end_latch`.
+        // ORDERING: Acquire; pairs with the Release clear in `FolioRef::end_latch`.
         if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_LATCHED == 0 {
             self.arena.waits().cancel(slot);
             return std::task::Poll::Ready(());
@@ -187,6 +187,34 @@ impl<'a> FolioRef<'a> {
         self.arena
             .waits()
             .poll_bit(self.folio, super::flags::PG_LATCHED, cx, slot)
+    }
+
+    /// Ends an exclusive latch's in-place update ([`FrozenFolio::set_latched`]): clears
+    /// PG_latched and wakes the readers waiting for it. The latch's changes are published by
+    /// this RMW. The folio lock is not needed: while the bit is set nothing else reads or
+    /// writes the bytes, and writeback starts (under the lock) only once it sees it clear.
+    ///
+    /// # Safety
+    /// The caller must hold the latch (the reference that set the bit) and have finished
+    /// writing the bytes: from here on readers get `&[u8]` of them.
+    ///
+    /// # Panics
+    /// If the folio is not latched.
+    pub unsafe fn end_latch(&self) {
+        // ORDERING: Release; pairs with the Acquire in `FolioRef::data`, `wait_unlatched`
+        // and the wait table's re-load: a reader that sees the bit clear sees the latch's
+        // stores. Same-word RMW order with the waiters' `fetch_or(PG_WAITERS)`: see wait.rs.
+        let old = self
+            .folio
+            .flags
+            .fetch_and(!super::flags::PG_LATCHED, Ordering::Release);
+        assert!(
+            old & super::flags::PG_LATCHED != 0,
+            "end_latch on an unlatched folio"
+        );
+        if old & PG_WAITERS != 0 {
+            self.arena.waits().wake_bit(self.folio);
+        }
     }
 
     /// `__folio_end_writeback`'s flag half: clears PG_writeback and wakes the threads waiting
@@ -359,34 +387,6 @@ impl<'a> FolioLocked<'a> {
             .folio
             .flags
             .fetch_or(PG_UPTODATE, Ordering::Release);
-    }
-
-    /// Ends an exclusive latch's in-place update ([`FrozenFolio::set_latched`]): clears
-    /// PG_latched and wakes the readers waiting for it. The latch's changes are published by
-    /// this RMW.
-    ///
-    /// # Safety
-    /// The caller must hold the latch (the reference that set the bit) and have finished
-    /// writing the bytes: from here on readers get `&[u8]` of them.
-    ///
-    /// # Panics
-    /// If the folio is not latched.
-    pub unsafe fn end_latch(&self) {
-        // ORDERING: Release; pairs with the Acquire in `FolioRef::data`, `wait_unlatched`
-        // and the wait table's re-load: a reader that sees the bit clear sees the latch's
-        // stores. Same-word RMW order with the waiters' `fetch_or(PG_WAITERS)`: see wait.rs.
-        let old = self
-            .inner
-            .folio
-            .flags
-            .fetch_and(!super::flags::PG_LATCHED, Ordering::Release);
-        assert!(
-            old & super::flags::PG_LATCHED != 0,
-            "end_latch on an unlatched folio"
-        );
-        if old & PG_WAITERS != 0 {
-            self.inner.arena.waits().wake_bit(self.inner.folio);
-        }
     }
 
     /// `__folio_set_anon` for the address-space layer: marks the folio anonymous, owned by
@@ -610,7 +610,7 @@ impl<'a> FrozenFolio<'a> {
     /// Marks the folio as updated in place by an exclusive latch (PG_latched, rule 6 of the
     /// module docs), while it is frozen: no reader holds its bytes now, and every reference
     /// taken after the unfreeze sees the bit ([`FolioRef::data`] refuses the folio) until the
-    /// latch's [`FolioLocked::end_latch`]. The holder of the latch's reference is then the
+    /// latch's [`FolioRef::end_latch`]. The holder of the latch's reference is then the
     /// only one who may touch the bytes.
     ///
     /// # Panics

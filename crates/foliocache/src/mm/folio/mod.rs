@@ -87,7 +87,7 @@
 //!    [`FolioRef::data`] refuses the folio and no `&[u8]` of it is made while the latch's
 //!    holder writes through its own pointer (plain stores; [`Folio::read_racy`] refuses a
 //!    latched folio too). The commit clears the bit with a Release RMW
-//!    ([`FolioLocked::end_latch`]) that `data`'s Acquire pairs with.
+//!    ([`FolioRef::end_latch`]) that `data`'s Acquire pairs with.
 //!
 //! These rules hold even for a reference obtained through a stale pointer, so a speculative
 //! [`Arena::try_get`] can be a safe function: getting the wrong folio is a logic error the
@@ -341,6 +341,14 @@ impl Folio {
         self.flags
             .fetch_add(1 << flags::LRU_REFS_SHIFT, Ordering::Relaxed);
         true
+    }
+
+    /// Whether an exclusive latch updates the folio in place ([`flags::PG_LATCHED`], rule 6;
+    /// acquire: once this returns false, the last latch's changes are visible).
+    #[inline]
+    pub fn is_latched(&self) -> bool {
+        // ORDERING: Acquire; pairs with the Release clear in `FolioRef::end_latch`.
+        self.flags.load(Ordering::Acquire) & PG_LATCHED != 0
     }
 
     /// `folio_test_uptodate`: the data is valid (acquire: the bytes written before

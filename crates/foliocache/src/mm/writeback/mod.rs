@@ -112,7 +112,7 @@ use crate::io::Backing;
 use crate::mm::errseq::ErrSeq;
 use crate::mm::filemap::{AddressSpace, Tags, WbState};
 use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
-use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT};
+use crate::mm::folio::{Folio, FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
 use crate::mm::sync::{fence, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
 
@@ -432,6 +432,17 @@ pub(crate) fn mark_dirty_reserved(
         tag_dirty(&mut t, folio.index(), wb, acct);
     }
     note_lsn(&mut t, folio.index(), lsn);
+}
+
+/// A change to `folio`, dirty already, logged at `lsn` (0: none): its number is noted for the
+/// write-ahead rule (what [`mark_dirty_reserved`] does for a dirty page, with no reservation
+/// to give back). The caller holds the folio lock, or an exclusive latch on the page
+/// (`PG_LATCHED`: no writeback of it starts until the latch ends).
+pub(crate) fn note_change(folio: &Folio, wb: &WbState, lsn: u64) {
+    debug_assert!(folio.test_flag(PG_DIRTY));
+    if lsn != 0 {
+        note_lsn(&mut wb.tags.lock(), folio.index(), lsn);
+    }
 }
 
 /// Tags page `index` DIRTY; a file's first dirty page puts it on the dirty-file list
@@ -814,7 +825,10 @@ fn prepare_writeback<'a>(
 ) -> Option<(FolioRef<'a>, usize, (u64, u64))> {
     loop {
         let folio = lock_listed(t, index, before_wait)?;
-        if folio.test_flag(PG_DIRTY) && folio.test_flag(crate::mm::folio::flags::PG_LATCHED) {
+        // ORDERING: Acquire; pairs with the Release clear of `FolioRef::end_latch`, which a
+        // latch's commit may make without the folio lock: the bytes this pass writes are the
+        // commit's. (The write's `data()` loads Acquire again.)
+        if folio.test_flag(PG_DIRTY) && folio.is_latched() {
             if mode == SyncMode::Background {
                 *latched += 1;
                 return None;
