@@ -1352,3 +1352,35 @@ fn the_holder_of_an_in_place_latch_writes_past_the_dirty_limit_and_cannot_wait_f
     drop(f);
     assert_baseline(&c);
 }
+
+#[test]
+fn reclaim_hands_the_cold_dirty_pages_to_the_flusher() {
+    // A buffer pool a quarter of its file, every page written: reclaim meets dirty pages at
+    // the inactive tail and queues them (`Config::pageout`); the flusher writes them, and
+    // they are evicted once clean. Every byte is right at the end, in the cache and on disk.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    let c = FolioCache::new(Config::buffer_pool(64 * PAGE).panic_on_bad_page(true)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    let data = content(256 * PAGE, 31);
+    for round in 0..3 {
+        for (i, page) in data.chunks(PAGE).enumerate() {
+            let mut p = page.to_vec();
+            p[0] = round;
+            f.write_all_at(&p, (i * PAGE) as u64).unwrap();
+        }
+    }
+    // The flusher runs when kicked, on its own thread.
+    assert!(eventually(|| c.stats().pageouts > 0), "{:?}", c.stats());
+    assert!(c.stats().reclaim_dirty_kept > 0);
+    let mut expect = data.clone();
+    for i in 0..256 {
+        expect[i * PAGE] = 2;
+    }
+    assert_eq!(read_all(&f), expect);
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    c.validate().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}

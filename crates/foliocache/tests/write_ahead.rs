@@ -152,7 +152,14 @@ fn workload(with_lsn: bool, target_writes: u64) -> (u64, u64) {
     const FILE_PAGES: usize = 1024;
     let durable = Arc::new(AtomicU64::default());
     let backing = Arc::new(Checked::new(FILE_PAGES, durable.clone()));
-    let c = FolioCache::new(Config::new(FILE_PAGES / 4 * PAGE).readahead_pages(0)).unwrap();
+    // Reclaim's pageout on too: the flusher writes the cold dirty pages reclaim meets, one
+    // more path to the file that must wait for the log.
+    let c = FolioCache::new(
+        Config::new(FILE_PAGES / 4 * PAGE)
+            .readahead_pages(0)
+            .pageout(true),
+    )
+    .unwrap();
     let log = Arc::new(Log::default());
     c.set_write_ahead_log(Some(Arc::new(Shared {
         log: log.clone(),

@@ -54,7 +54,16 @@ pub(crate) struct Core {
     /// The address spaces on the cache's arena: snapshots' and
     /// [`FolioCache::spaces`](crate::FolioCache::spaces)' (made at first use, `cache/cow.rs`).
     pub(crate) spaces: std::sync::OnceLock<crate::mm::space::Spaces>,
+    /// Dirty pages reclaim met at the inactive tail, for the flusher to write
+    /// ([`Config::pageout`]): (file's mapping id, page index), at most [`PAGEOUT_MAX`].
+    pub(crate) pageout: crate::mm::sync::Mutex<Vec<(u64, u64)>>,
+    /// `pageout.len()`, read without the mutex by the writers that kick the flusher.
+    pub(crate) pageout_queued: AtomicU64,
 }
+
+/// The most pages reclaim queues for the flusher's pageout; more are left marked
+/// `PG_reclaim` for the flusher's other passes (reclaim meets them again if they stay cold).
+pub(crate) const PAGEOUT_MAX: usize = 4096;
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,7 +139,33 @@ impl Core {
         }
         folio.set_flag(PG_RECLAIM);
         self.counters.inc(Event::ReclaimDirtyKept);
+        if self.config.pageout && folio.flags() & PG_WRITEBACK == 0 {
+            // Reclaim's `pageout()`, by the flusher (kicked by the next writer or its timer).
+            let mut q = self.pageout.lock();
+            if q.len() < PAGEOUT_MAX {
+                q.push((folio.mapping(), folio.index()));
+                // ORDERING: Relaxed; a hint for `wake_flusher`, the queue is the mutex's.
+                self.pageout_queued.store(q.len() as u64, Ordering::Relaxed);
+            }
+        }
         true
+    }
+
+    /// Takes the pages queued for pageout, grouped by file (sorted, each once).
+    pub(crate) fn take_pageout(&self) -> Vec<(u64, Vec<u64>)> {
+        let mut q = std::mem::take(&mut *self.pageout.lock());
+        // ORDERING: Relaxed, as in `keep_unwritten`.
+        self.pageout_queued.store(0, Ordering::Relaxed);
+        q.sort_unstable();
+        q.dedup();
+        let mut files: Vec<(u64, Vec<u64>)> = Vec::new();
+        for (id, index) in q {
+            match files.last_mut() {
+                Some((last, pages)) if *last == id => pages.push(index),
+                _ => files.push((id, vec![index])),
+            }
+        }
+        files
     }
 }
 

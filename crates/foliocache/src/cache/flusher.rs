@@ -2,7 +2,9 @@
 //! `wb_do_writeback`, in `fs/fs-writeback.c`), one thread per cache.
 //!
 //! It sleeps for the interval of [`Config::dirty_expire`](super::Config::dirty_expire)
-//! (`dirty_writeback_centisecs`, 5 s) or until a writer kicks it, then runs two passes:
+//! (`dirty_writeback_centisecs`, 5 s) or until a writer kicks it, then, with
+//! [`Config::pageout`](super::Config::pageout), writes the pages reclaim queued for it (the
+//! cold dirty pages at the inactive tail: kswapd's `pageout()`), then runs two passes:
 //!
 //! - **kupdate** (`wb_check_old_data_flush`): every file whose dirty pages have been dirty
 //!   for longer than [`Config::dirty_expire`](super::Config::dirty_expire)
@@ -61,6 +63,9 @@ impl Flusher {
     ) {
         self.worker.run(self.interval, cache, |c| {
             let _busy = self.worker.busy.lock();
+            if c.config.pageout {
+                super::writeback::pageout(c, &live(c));
+            }
             let host = DirtyHost {
                 core: c,
                 live: || live(c),

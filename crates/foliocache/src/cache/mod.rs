@@ -256,6 +256,8 @@ impl FolioCache {
                     direct_io,
                     log: Default::default(),
                     spaces: std::sync::OnceLock::new(),
+                    pageout: crate::mm::sync::Mutex::new(Vec::new()),
+                    pageout_queued: AtomicU64::new(0),
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),

@@ -182,7 +182,10 @@ impl CacheInner {
                 .spawn(move || t.run(weak, |c: &CacheInner| c.dirty_inodes()));
             f
         });
-        if self.dirty.dirty() >= self.dirty.background() {
+        // ORDERING: Relaxed; a hint (the flusher's timer catches a missed one).
+        if self.dirty.dirty() >= self.dirty.background()
+            || self.pageout_queued.load(crate::mm::sync::Ordering::Relaxed) != 0
+        {
             f.kick();
         }
     }

@@ -175,6 +175,9 @@ cache_counters! {
         WritebackErrors => writeback_errors,
         /// Dirty or writeback folios reclaim met and kept (marked for reclaim).
         ReclaimDirtyKept => reclaim_dirty_kept,
+        /// Pages the flusher wrote because reclaim met them dirty at the inactive tail
+        /// ([`Config::pageout`](crate::Config::pageout)).
+        Pageouts => pageouts,
         /// Old versions of pages kept for live snapshots (one per snapshot that needed it)
         /// before a write, a latch's commit or a truncation changed the page.
         SnapshotCaptures => snapshot_captures,

@@ -23,6 +23,25 @@ pub(crate) fn writeback_mapping(
 ) -> WbOutcome {
     crate::trace::span!("writeback_pages", path = %m.path.display());
     let out = writeback::writepages(c, &m.mapping, first, last, mode);
+    account(c, m, out)
+}
+
+/// The pages reclaim queued for pageout ([`Config::pageout`](super::Config::pageout)),
+/// written by the flusher before its other passes: each file of `files` (the dirty ones)
+/// that has queued pages, those pages.
+pub(crate) fn pageout(c: &Core, files: &[Arc<Inode>]) {
+    for (id, pages) in c.take_pageout() {
+        if let Some(m) = files.iter().find(|m| m.id == id) {
+            crate::trace::span!("pageout", path = %m.path.display());
+            let out = writeback::pageout(c, &m.mapping, &pages);
+            c.counters.add(Event::Pageouts, out.pages);
+            account(c, m, out);
+        }
+    }
+}
+
+/// A pass's effects on the cache.
+fn account(c: &Core, m: &Inode, out: WbOutcome) -> WbOutcome {
     if out.writes > 0 {
         c.counters.add(Event::WritebackPages, out.pages);
         c.counters.add(Event::WritebackWrites, out.writes);

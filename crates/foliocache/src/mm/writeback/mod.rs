@@ -655,6 +655,28 @@ pub(crate) fn writepages(
     end: u64,
     mode: SyncMode,
 ) -> WbOutcome {
+    writepages_inner(host, m, start, end, mode, None)
+}
+
+/// Reclaim's `pageout()` for the pages `listed` (sorted, each once): a background pass over
+/// those of them that are still dirty, in that order (runs coalesced as in [`writepages`]).
+/// Reclaim met them dirty at the tail of the inactive list and marked them `PG_reclaim`, so
+/// each is rotated back to the tail when its write ends (`folio_rotate_reclaimable`) and
+/// freed by the next scan: the pages written are the cold ones reclaim is about to evict,
+/// not the hot ones a pass in file order would write again and again.
+pub(crate) fn pageout(host: &dyn WbHost, m: &AddressSpace, listed: &[u64]) -> WbOutcome {
+    debug_assert!(listed.windows(2).all(|w| w[0] < w[1]));
+    writepages_inner(host, m, 0, u64::MAX, SyncMode::Background, Some(listed))
+}
+
+fn writepages_inner(
+    host: &dyn WbHost,
+    m: &AddressSpace,
+    start: u64,
+    end: u64,
+    mode: SyncMode,
+    listed: Option<&[u64]>,
+) -> WbOutcome {
     let Some(writer) = m.writer() else {
         return WbOutcome::default();
     };
@@ -731,7 +753,18 @@ pub(crate) fn writepages(
                 SyncMode::All | SyncMode::Checkpoint(_) => &tags.towrite,
                 SyncMode::Background => &tags.dirty,
             };
-            set.range(cursor..=end).take(WB_BATCH).copied().collect()
+            match listed {
+                Some(list) => {
+                    let from = list.partition_point(|&i| i < cursor);
+                    list[from..]
+                        .iter()
+                        .filter(|i| set.contains(i))
+                        .take(WB_BATCH)
+                        .copied()
+                        .collect()
+                }
+                None => set.range(cursor..=end).take(WB_BATCH).copied().collect(),
+            }
         };
         let Some(&last) = batch.last() else { break };
         if mode == SyncMode::Background
