@@ -55,7 +55,8 @@
 //! | [`OpenOptions`] | how to open: read-only (default), write, create, truncate |
 //! | [`PinnedRange`], [`OwnedRange`] | a byte range of a file, pinned, read in place (borrowed, or `'static`, `Clone`, `AsRef<[u8]>`) |
 //! | [`PinnedFolio`], [`OwnedFolio`] | the whole folio holding a byte, pinned, read in place |
-//! | [`FolioMut`], [`OwnedFolioMut`] | a cached page latched for an update, committed when dropped (borrowed, or owning its file) |
+//! | [`FolioMut`], [`OwnedFolioMut`] | a cached page latched for an update of a private copy, committed when dropped (borrowed, or owning its file) |
+//! | [`InPlaceFolioMut`], [`OwnedInPlaceFolioMut`] | a buffer manager's exclusive latch: the cached page itself updated in place, no copy; readers of the page wait for the commit |
 //! | [`Snapshot`] | a point-in-time, read-only view of a file, taken in O(1) while writers go on |
 //! | [`FileCursor`] | a file as an `io::Read + BufRead + Seek + Write` stream (zero-copy `BufRead`) |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
@@ -100,11 +101,17 @@
 //! - A [`PinnedFolio`] or [`PinnedRange`] keeps the bytes it pinned: a write to those pages
 //!   meanwhile goes to a copy that replaces them in the cache, and the guard goes on seeing
 //!   the old bytes (a snapshot of the pages it holds, not of the file). A later read or pin
-//!   sees the write.
+//!   sees the write. A page someone pins is never latched in place: an
+//!   [`InPlaceFolioMut`] of it changes a copy instead.
+//! - While an [`InPlaceFolioMut`] latches a page, reads and pins of that page wait for its
+//!   commit (they see the page before the latch or after its commit, never half of it), a
+//!   sync waits for it, and the background flusher leaves the page for later. A read, a
+//!   sync or a snapshot by the thread that made the latch is an error, not a hang.
 //!
 //! **The write-ahead rule.** An engine with a write-ahead log can put uncommitted changes
 //! into cached pages: write each change with its log sequence number
-//! ([`CachedFile::write_at_lsn`], [`FolioMut::set_lsn`]) and give the cache its log
+//! ([`CachedFile::write_at_lsn`], [`FolioMut::set_lsn`], [`InPlaceFolioMut::set_lsn`]: a
+//! latch in place puts the change into the cached page with no copy) and give the cache its log
 //! ([`FolioCache::set_write_ahead_log`]; [`FolioCache::log_durable`] after the engine's own
 //! group commit). Every writeback path (a sync, the flusher, a writer at the dirty limit,
 //! `set_budget`) then writes a page only once the log is durable up to the highest number of
@@ -113,7 +120,8 @@
 //! (the others are written), a sync fails with [`CacheError::WriteAheadLog`], and a writer at
 //! the dirty limit goes over it rather than wait for its own commit. [`FolioCache::checkpoint`]
 //! is a fuzzy checkpoint (every page holding a change logged up to a point, written and
-//! synced), and [`Config::buffer_pool`] leaves writeback to checkpoints and memory pressure.
+//! synced), and [`Config::buffer_pool`] leaves writeback to checkpoints and to eviction (the
+//! cold dirty pages reclaim meets are written by the flusher: [`Config::pageout`]).
 //!
 //! **Snapshots.** [`CachedFile::snapshot`] takes a point-in-time, read-only view of a file
 //! ([`Snapshot`]) in O(1): its bytes and size stay as they were while writers go on. The
