@@ -450,3 +450,47 @@ fn async_writes_with_log_numbers_wait_for_the_log() {
         assert_eq!(af.file().dirty_pages(), 0);
     });
 }
+
+/// A small buffer pool (256 pages, 5% of them clean at the dirty limit) updated in place
+/// over a file four times its size, each change logged and committed in groups: reclaim
+/// meets dirty pages, queues them for the flusher's pageout, and every update finds a page;
+/// none reaches the file ahead of its log. (This memory backing writes at once, so it does
+/// not reproduce the allocation failure the throttle of `CacheInner::alloc_throttled`
+/// fixed; the `wal_store` kill test, whose log syncs a real file, did: `OutOfMemory` between
+/// two commits with a 95% limit and no throttle.)
+#[test]
+fn a_full_buffer_pool_waits_for_pageout_instead_of_failing() {
+    const FILE_PAGES: u64 = 1024;
+    let durable = Arc::new(AtomicU64::new(0));
+    let backing = Arc::new(Checked::new(FILE_PAGES as usize, durable.clone()));
+    let c = FolioCache::new(Config::buffer_pool(256 * PAGE)).unwrap();
+    let log = Arc::new(Log::default());
+    c.set_write_ahead_log(Some(Arc::new(Shared {
+        log: log.clone(),
+        durable: durable.clone(),
+    })));
+    let file = c.open_backing("pool", ArcBacking(backing.clone())).unwrap();
+    let mut lsn = 0u64;
+    for round in 0..3u64 {
+        for page in 0..FILE_PAGES {
+            lsn += 1;
+            let at = (page * 0x9e37_79b9 + round * 17) % FILE_PAGES;
+            let mut g = file.get_folio_mut_in_place(at).unwrap();
+            g[..8].copy_from_slice(&lsn.to_le_bytes());
+            g.set_lsn(lsn);
+            drop(g);
+            if lsn % 50 == 0 {
+                // A group commit: the log durable up to here.
+                durable.fetch_max(lsn, Ordering::SeqCst);
+                c.log_durable(lsn);
+            }
+        }
+    }
+    assert!(c.stats().pageouts > 0, "{:?}", c.stats());
+    assert_eq!(backing.violations.load(Ordering::Relaxed), 0);
+    durable.fetch_max(lsn, Ordering::SeqCst);
+    c.log_durable(lsn);
+    file.sync_data().unwrap();
+    drop(file);
+    assert_baseline(&c);
+}

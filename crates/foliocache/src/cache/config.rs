@@ -175,11 +175,13 @@ impl Config {
     ///   checkpoint), not because the dirty count crossed a line.
     /// - So the dirty limit is only a backstop: 95% of the budget, with the flusher's
     ///   background threshold at 90% (`dirty_ratios(95, 90)`). A page updated again and
-    ///   again stays dirty and is written once per checkpoint or eviction. The lab's
-    ///   `bufmgr` (Zipf updates, a budget of a quarter of the file, a checkpoint every 10 s):
-    ///   0.40 page writes per update with `dirty_ratios(80, 60)` and no pageout, 0.36 with
-    ///   pageout, 0.29 with both, for 0.24 misses per update (each eviction of a dirty page
-    ///   is one write).
+    ///   again stays dirty and is written once per checkpoint or eviction. An allocation
+    ///   that finds no clean page waits (up to 100 ms) for the pageout's writes to end
+    ///   rather than fail (`reclaim_throttle`). The lab's `bufmgr` (Zipf updates, a budget of
+    ///   a quarter of the file, a checkpoint every 10 s, 0.24 misses per update, each
+    ///   eviction of a dirty page one write): 0.40 page writes per update with
+    ///   `dirty_ratios(80, 60)` and no pageout, 0.36 with pageout, 0.31 with pageout and
+    ///   `(90, 80)`, 0.28 with pageout and `(95, 90)`.
     /// - Pages expire after 10 minutes (`dirty_expire`), a backstop for an engine that stops
     ///   checkpointing; the engine's checkpoint interval should be well below it.
     ///

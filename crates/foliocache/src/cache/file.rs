@@ -576,7 +576,7 @@ impl CachedFile {
     #[cold]
     pub(super) fn wait_latched(&self, m: &Inode, folio: &FolioRef<'_>) -> Result<(), CacheError> {
         if m.latches.made_here(folio.index()) && folio.test_flag(PG_LATCHED) {
-            return Err(super::write::latched_by_me(m, folio.index(), "a read"));
+            return Err(m.latched_by_me(folio.index(), "a read"));
         }
         self.cache.counters.inc(Event::WaitLatched);
         folio.wait_unlatched();

@@ -397,6 +397,18 @@ impl Inode {
             })
     }
 
+    /// The error for a call that would wait for a latch ([`FolioMut`](super::FolioMut),
+    /// [`InPlaceFolioMut`](super::InPlaceFolioMut)) its caller holds on page `index`.
+    pub(super) fn latched_by_me(&self, index: u64, what: &str) -> CacheError {
+        CacheError::InvalidArgument {
+            what: format!(
+                "{what} of {} would wait for page {index}, latched by a FolioMut of this handle or \
+                 made by this thread: use the guard, or commit it first",
+                self.path.display()
+            ),
+        }
+    }
+
     pub(super) fn write_error(&self, offset: u64, source: io::Error) -> CacheError {
         CacheError::Writeback {
             path: self.path.clone(),

@@ -231,11 +231,46 @@ impl CacheInner {
     pub(crate) fn alloc_folio(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
         let f = self.lru.alloc(&self.arena, self, order);
         self.shrink_slab();
-        let f = f?;
+        let f = match f {
+            Ok(f) => f,
+            Err(e) => self.alloc_throttled(order, e)?,
+        };
         if let Some(k) = &self.kswapd {
             k.note_alloc(&self.arena);
         }
         Ok(f)
+    }
+
+    /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`, with [`Config::pageout`]: reclaim found
+    /// no clean page but queued dirty ones for the flusher (or pages are under writeback), so
+    /// the allocation waits for writes to end (each rotates its page to the inactive tail,
+    /// clean) and tries again, for up to 100 ms, instead of failing at once. A caller holding
+    /// a folio lock the flusher needs only delays it by that much.
+    #[cold]
+    fn alloc_throttled(&self, order: u32, err: AllocError) -> Result<FolioRef<'_>, AllocError> {
+        if !self.config.pageout {
+            return Err(err);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        let mut err = err;
+        while std::time::Instant::now() < deadline {
+            // ORDERING: Relaxed; hints (the timeout bounds a stale answer).
+            let queued = self.pageout_queued.load(crate::mm::sync::Ordering::Relaxed) != 0;
+            if !queued && self.dirty.writeback() == 0 {
+                break; // nothing in flight that would free a page
+            }
+            match self.flusher.get() {
+                Some(f) => f.kick(),
+                None => break,
+            }
+            self.dirty
+                .wait_for_room(std::time::Duration::from_millis(1));
+            match self.lru.alloc(&self.arena, self, order) {
+                Ok(f) => return Ok(f),
+                Err(e) => err = e,
+            }
+        }
+        Err(err)
     }
 
     /// The allocation hook for readahead (`readahead_gfp_mask`: `__GFP_NORETRY`): one reclaim

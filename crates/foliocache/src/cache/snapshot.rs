@@ -176,7 +176,7 @@ impl CachedFile {
         // their pages' bytes from before the change exist nowhere else.
         let w = if wait {
             if let Some(index) = m.latches.mine_in_place(0, u64::MAX) {
-                return Some(Err(super::write::latched_by_me(&m, index, "a snapshot")));
+                return Some(Err(m.latched_by_me(index, "a snapshot")));
             }
             m.latches.lock_for_snapshot(&m.i_rwsem)
         } else {

@@ -241,7 +241,7 @@ impl super::sb::FolioCache {
 /// one, and another thread's guard commits on its own.)
 fn refuse_own_latch(m: &Inode, first: u64, last: u64, what: &str) -> Result<(), CacheError> {
     match m.latches.mine_in_place(first, last) {
-        Some(index) => Err(super::write::latched_by_me(m, index, what)),
+        Some(index) => Err(m.latched_by_me(index, what)),
         None => Ok(()),
     }
 }

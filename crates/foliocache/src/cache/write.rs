@@ -654,7 +654,7 @@ impl CachedFile {
             match m.latches.find(first, last, self.id) {
                 None => return Ok(w),
                 Some((index, true)) => {
-                    return Err(latched_by_me(m, index, what));
+                    return Err(m.latched_by_me(index, what));
                 }
                 Some((index, _)) => {
                     drop(w);
@@ -669,17 +669,6 @@ impl CachedFile {
 fn write_pages(pos: u64, len: usize) -> Option<(u64, u64)> {
     let end = pos.checked_add(len as u64)?;
     (len > 0).then(|| (pos >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT))
-}
-
-/// The error for a call that would wait for a [`FolioMut`] its caller holds.
-pub(super) fn latched_by_me(m: &Inode, index: u64, what: &str) -> CacheError {
-    CacheError::InvalidArgument {
-        what: format!(
-            "{what} of {} would wait for page {index}, latched by a FolioMut of this handle or \
-             made by this thread: use the guard, or commit it first",
-            m.path.display()
-        ),
-    }
 }
 
 /// Puts `new` in the index in place of the cached page `old` (both locked), moving the

@@ -352,7 +352,7 @@ impl<'a> PageWait<'a> {
                         if folio.flags() & PG_LATCHED != 0 {
                             if m.latches.made_here(index) && folio.test_flag(PG_LATCHED) {
                                 return Poll::Ready(Err(PageError::Failed(
-                                    super::super::write::latched_by_me(m, index, "a read"),
+                                    m.latched_by_me(index, "a read"),
                                 )));
                             }
                             c.counters.inc(Event::WaitLatched);
