@@ -263,8 +263,15 @@ impl CacheInner {
                 Some(f) => f.kick(),
                 None => break,
             }
+            // Woken when a writeback makes room under the dirty limit; already under it (the
+            // pages reclaim cannot free are under writeback, pinned or latched) it returns at
+            // once, so sleep a little instead of scanning again at full speed.
+            let t = std::time::Instant::now();
             self.dirty
                 .wait_for_room(std::time::Duration::from_millis(1));
+            if t.elapsed() < std::time::Duration::from_micros(100) {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
             match self.lru.alloc(&self.arena, self, order) {
                 Ok(f) => return Ok(f),
                 Err(e) => err = e,
