@@ -575,8 +575,8 @@ impl CachedFile {
     /// calling thread made it: the read would wait for itself.
     #[cold]
     pub(super) fn wait_latched(&self, m: &Inode, folio: &FolioRef<'_>) -> Result<(), CacheError> {
-        if m.latches.made_here(folio.index()) && folio.test_flag(PG_LATCHED) {
-            return Err(m.latched_by_me(folio.index(), "a read"));
+        if folio.test_flag(PG_LATCHED) {
+            m.refuse_own_latch(folio.index(), folio.index(), "a read")?;
         }
         self.cache.counters.inc(Event::WaitLatched);
         folio.wait_unlatched();

@@ -397,6 +397,22 @@ impl Inode {
             })
     }
 
+    /// Refuses a call that would wait for the commit of a page of `first..=last` latched in
+    /// place ([`InPlaceFolioMut`](super::InPlaceFolioMut)) by a guard the calling thread
+    /// made: a read, a sync or a snapshot would wait for itself. (Not by handle: an engine's
+    /// threads share one, and another thread's guard commits on its own.)
+    pub(super) fn refuse_own_latch(
+        &self,
+        first: u64,
+        last: u64,
+        what: &str,
+    ) -> Result<(), CacheError> {
+        match self.latches.mine_in_place(first, last) {
+            Some(index) => Err(self.latched_by_me(index, what)),
+            None => Ok(()),
+        }
+    }
+
     /// The error for a call that would wait for a latch ([`FolioMut`](super::FolioMut),
     /// [`InPlaceFolioMut`](super::InPlaceFolioMut)) its caller holds on page `index`.
     pub(super) fn latched_by_me(&self, index: u64, what: &str) -> CacheError {
@@ -509,22 +525,8 @@ impl Latches {
         self.nr.store(held.len(), Ordering::Relaxed);
     }
 
-    /// Whether the calling thread made the guard latching `index` (a read of the page would
-    /// wait for itself if the guard updates it in place).
-    pub(super) fn made_here(&self, index: u64) -> bool {
-        // ORDERING: Relaxed; a caller that made such a guard added the entry itself.
-        if self.nr.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        let me = this_thread();
-        self.held
-            .lock()
-            .iter()
-            .any(|l| l.index == index && l.thread == me)
-    }
-
-    /// A page of `first..=last` latched in place by a guard the calling thread made: a sync
-    /// or a snapshot would wait for it.
+    /// A page of `first..=last` latched in place by a guard the calling thread made: a read
+    /// of it, a sync or a snapshot would wait for it (`Inode::refuse_own_latch`).
     pub(super) fn mine_in_place(&self, first: u64, last: u64) -> Option<u64> {
         // ORDERING: Relaxed; the caller's own entries are visible to it.
         if self.nr.load(Ordering::Relaxed) == 0 {
@@ -540,7 +542,7 @@ impl Latches {
 
     /// Whether a page of the file is latched in place.
     pub(super) fn any_in_place(&self) -> bool {
-        // ORDERING: Relaxed, as in `wait_in_place_done`.
+        // ORDERING: Relaxed, as in `find` (the callers hold `i_rwsem`).
         self.nr.load(Ordering::Relaxed) != 0 && self.held.lock().iter().any(|l| l.in_place)
     }
 

@@ -584,46 +584,38 @@ impl FolioMut<'_> {
 /// Commits a latch that updated page `index` in place (`old`, its folio, with the latch's
 /// reference). A page that is dirty already stays so until the commit (writeback skips or
 /// waits for a latched page, and truncation waits for the latch), so its commit reserves
-/// nothing and notes the change's log number; a clean one reserves its dirtiness as a write
-/// does first (no folio lock held: the pass this may run skips the latched page). Then,
-/// under the folio lock, the latch ends (`end_latch`, which wakes the readers waiting) and
-/// the page is marked dirty. No `i_rwsem`: a snapshot being taken holds it while it waits
-/// for the file's in-place latches (`Latches::lock_for_snapshot`), and no snapshot taken
-/// during the latch exists, so none needs the bytes the change overwrote (the latch began
-/// only when every live one had its own copy of the page: `cow::settled`).
+/// nothing: it notes the change's log number while the page is still latched (a writeback
+/// that starts after `end_latch` reads it under the tag mutex) and ends the latch
+/// (`end_latch`, which wakes the readers waiting), taking the folio lock only to stamp the
+/// page for live snapshots. A clean page reserves its dirtiness as a write does first (no
+/// folio lock held: the pass this may run skips the latched page), then, under the folio
+/// lock, the latch ends and the page is marked dirty. No `i_rwsem`: a snapshot being taken
+/// holds it while it waits for the file's in-place latches (`Latches::lock_for_snapshot`),
+/// and no snapshot taken during the latch exists, so none needs the bytes the change
+/// overwrote (the latch began only when every live one had its own copy of the page:
+/// `cow::settled`).
 fn commit_in_place(c: &Arc<CacheInner>, m: &Inode, index: u64, old: FolioRef<'_>, lsn: u64) {
-    let reserved = !old.test_flag(PG_DIRTY);
-    if !reserved && !cow::any(&m.snapshots) {
-        // The common case, without the folio lock: the change's number is noted while the
-        // page is still latched (a writeback that starts after `end_latch` reads it under
-        // the tag mutex), then the latch ends.
-        c.counters.inc(Event::WritesInPlace);
+    c.counters.inc(Event::WritesInPlace);
+    if old.test_flag(PG_DIRTY) {
         c.counters.inc(Event::Redirtied);
         writeback::note_change(&old, &m.mapping.wb, lsn);
-        // SAFETY: the guard's reference set PG_LATCHED and its holder is done writing (the
-        // guard is being consumed).
-        unsafe { old.end_latch() };
+        if cow::any(&m.snapshots) {
+            let page = old.lock();
+            cow::stamp(&m.snapshots, &page);
+            // SAFETY: the guard's reference set PG_LATCHED and its holder is done writing
+            // (the guard is being consumed).
+            unsafe { page.folio_ref().end_latch() };
+        } else {
+            // SAFETY: as above.
+            unsafe { old.end_latch() };
+        }
         return;
     }
-    if reserved {
-        balance_dirty_pages(c, m, || c.dirty_inodes());
-    }
+    balance_dirty_pages(c, m, || c.dirty_inodes());
     let page = old.lock();
     debug_assert!(page.mapping() == m.id && page.index() == index);
     // SAFETY: as above.
     unsafe { page.folio_ref().end_latch() };
-    c.counters.inc(Event::WritesInPlace);
-    if page.test_flag(PG_DIRTY) && !reserved {
-        c.counters.inc(Event::Redirtied);
-        writeback::note_change(&page, &m.mapping.wb, lsn);
-        cow::stamp(&m.snapshots, &page);
-        return;
-    }
-    if !reserved {
-        // Cleaned after all (nothing does that to a latched page today): dirty it anyway,
-        // past the limit, as a commit cannot wait.
-        c.dirty.reserve_over(1);
-    }
     write_end(c, m, page, 0, lsn);
 }
 

@@ -175,8 +175,8 @@ impl CachedFile {
         // place (which starts under it and commits without it): those are waited for, since
         // their pages' bytes from before the change exist nowhere else.
         let w = if wait {
-            if let Some(index) = m.latches.mine_in_place(0, u64::MAX) {
-                return Some(Err(m.latched_by_me(index, "a snapshot")));
+            if let Err(e) = m.refuse_own_latch(0, u64::MAX, "a snapshot") {
+                return Some(Err(e));
             }
             m.latches.lock_for_snapshot(&m.i_rwsem)
         } else {

@@ -67,7 +67,7 @@ impl CachedFile {
         c.counters.inc(Event::Syncs);
         let first = range.start >> PAGE_SHIFT;
         let last = (range.end - 1) >> PAGE_SHIFT;
-        refuse_own_latch(&m, first, last, "a sync")?;
+        m.refuse_own_latch(first, last, "a sync")?;
         let out = writeback_mapping(c, &m, first, last, SyncMode::All);
         writeback::wait_writeback_range(&m.mapping, first, last);
         let writer = m.mapping.writer.lock().clone();
@@ -122,7 +122,7 @@ impl super::sb::FolioCache {
         let mut log_error = None;
         let files = c.live_mappings();
         for m in &files {
-            refuse_own_latch(m, 0, u64::MAX, "FolioCache::sync_all")?;
+            m.refuse_own_latch(0, u64::MAX, "FolioCache::sync_all")?;
         }
         for m in files {
             let Some(writer) = m.mapping.writer.lock().clone() else {
@@ -199,7 +199,7 @@ impl super::sb::FolioCache {
         let mut first_err: Option<CacheError> = None;
         let files = c.live_mappings();
         for m in &files {
-            refuse_own_latch(m, 0, u64::MAX, "a checkpoint")?;
+            m.refuse_own_latch(0, u64::MAX, "a checkpoint")?;
         }
         for m in files {
             let Some(writer) = m.mapping.writer.lock().clone() else {
@@ -232,17 +232,6 @@ impl super::sb::FolioCache {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-}
-
-/// An integrity pass waits for the commit of every page of `first..=last` latched in place
-/// ([`InPlaceFolioMut`](crate::InPlaceFolioMut)): one the calling thread made would be waited
-/// for by its own holder, so the call fails first. (Not by handle: an engine's threads share
-/// one, and another thread's guard commits on its own.)
-fn refuse_own_latch(m: &Inode, first: u64, last: u64, what: &str) -> Result<(), CacheError> {
-    match m.latches.mine_in_place(first, last) {
-        Some(index) => Err(m.latched_by_me(index, what)),
-        None => Ok(()),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::cache::file::{copy_out, holds_page, CachedFile, Fast, FAST_READ_MAX};
 use crate::cache::inode::Inode;
 use crate::cache::sb::CacheInner;
 use crate::cache::stats::Event;
-use crate::mm::folio::flags::{PG_ERROR, PG_LATCHED, PG_READAHEAD};
+use crate::mm::folio::flags::{PG_ERROR, PG_LATCHED, PG_LOCKED, PG_READAHEAD};
 use crate::mm::folio::{FolioRef, TaskWait, PAGE_SHIFT};
 use crate::mm::readahead::{self, RaRequest};
 use crate::mm::sync::Mutex;
@@ -216,17 +216,13 @@ enum PageWait<'a> {
     Idle,
     /// The page's miss is queued for a readahead worker.
     Queued(Queued),
-    /// The folio is locked (under I/O): the task waits for its unlock.
-    Locked {
+    /// The task waits for `bit` to clear on the folio: `PG_LOCKED` (under I/O: then the
+    /// folio is read, or failed), or `PG_LATCHED` (an exclusive latch updates the page in
+    /// place: after its commit the page is looked up again).
+    Waiting {
         folio: FolioRef<'a>,
         wait: LockWait<'a>,
-        missed: bool,
-    },
-    /// An exclusive latch updates the page in place (`PG_LATCHED`): the task waits for its
-    /// commit, then looks again.
-    Latched {
-        folio: FolioRef<'a>,
-        wait: LockWait<'a>,
+        bit: u64,
         missed: bool,
     },
 }
@@ -253,6 +249,21 @@ impl Drop for LockWait<'_> {
 }
 
 impl<'a> PageWait<'a> {
+    /// A wait for `bit` to clear on `folio`, not registered yet.
+    fn waiting(
+        arena: &'a crate::mm::folio::Arena,
+        folio: FolioRef<'a>,
+        bit: u64,
+        missed: bool,
+    ) -> PageWait<'a> {
+        PageWait::Waiting {
+            folio,
+            wait: LockWait { arena, slot: None },
+            bit,
+            missed,
+        }
+    }
+
     /// Polls for the uptodate folio holding page `index` (for a read of `req_count` pages
     /// from there): `Ready` with the folio and whether this read missed it.
     fn poll(
@@ -299,24 +310,32 @@ impl<'a> PageWait<'a> {
                         }
                     }
                 }
-                PageWait::Locked {
+                PageWait::Waiting {
                     folio,
                     mut wait,
+                    bit,
                     missed: was_missed,
                 } => {
                     missed |= was_missed;
-                    if folio.poll_unlocked(cx, &mut wait.slot).is_pending() {
-                        *self = PageWait::Locked {
+                    let ready = if bit == PG_LATCHED {
+                        folio.poll_unlatched(cx, &mut wait.slot)
+                    } else {
+                        folio.poll_unlocked(cx, &mut wait.slot)
+                    };
+                    if ready.is_pending() {
+                        *self = PageWait::Waiting {
                             folio,
                             wait,
+                            bit,
                             missed,
                         };
                         return Poll::Pending;
                     }
-                    if folio.is_uptodate() {
+                    if bit == PG_LATCHED {
+                        // Committed: look again.
+                    } else if folio.is_uptodate() {
                         return Poll::Ready(Ok((folio, missed)));
-                    }
-                    if folio.test_flag(PG_ERROR) {
+                    } else if folio.test_flag(PG_ERROR) {
                         let offset = folio.index() << PAGE_SHIFT;
                         return Poll::Ready(Err(PageError::Failed(m.io_error(
                             offset,
@@ -324,22 +343,6 @@ impl<'a> PageWait<'a> {
                         ))));
                     }
                     // Removed before it was filled (invalidated): look again.
-                }
-                PageWait::Latched {
-                    folio,
-                    mut wait,
-                    missed: was_missed,
-                } => {
-                    missed |= was_missed;
-                    if folio.poll_unlatched(cx, &mut wait.slot).is_pending() {
-                        *self = PageWait::Latched {
-                            folio,
-                            wait,
-                            missed,
-                        };
-                        return Poll::Pending;
-                    }
-                    // Committed: look again.
                 }
             }
             match m.mapping.pages.lookup(index) {
@@ -350,20 +353,13 @@ impl<'a> PageWait<'a> {
                     if folio.is_uptodate() {
                         // ORDERING: Relaxed, as in `CachedFile::get_page`.
                         if folio.flags() & PG_LATCHED != 0 {
-                            if m.latches.made_here(index) && folio.test_flag(PG_LATCHED) {
-                                return Poll::Ready(Err(PageError::Failed(
-                                    m.latched_by_me(index, "a read"),
-                                )));
+                            if folio.test_flag(PG_LATCHED) {
+                                if let Err(e) = m.refuse_own_latch(index, index, "a read") {
+                                    return Poll::Ready(Err(PageError::Failed(e)));
+                                }
                             }
                             c.counters.inc(Event::WaitLatched);
-                            *self = PageWait::Latched {
-                                folio,
-                                wait: LockWait {
-                                    arena: &c.arena,
-                                    slot: None,
-                                },
-                                missed,
-                            };
+                            *self = PageWait::waiting(&c.arena, folio, PG_LATCHED, missed);
                             continue;
                         }
                         if !missed {
@@ -372,14 +368,7 @@ impl<'a> PageWait<'a> {
                         return Poll::Ready(Ok((folio, missed)));
                     }
                     c.counters.inc(Event::WaitLocked);
-                    *self = PageWait::Locked {
-                        folio,
-                        wait: LockWait {
-                            arena: &c.arena,
-                            slot: None,
-                        },
-                        missed,
-                    };
+                    *self = PageWait::waiting(&c.arena, folio, PG_LOCKED, missed);
                 }
                 None => {
                     if index >= m.nr_pages() {

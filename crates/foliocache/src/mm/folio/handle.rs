@@ -118,10 +118,7 @@ impl<'a> FolioRef<'a> {
     /// Afterwards the holder's writes are visible (e.g. check [`Folio::is_uptodate`]).
     #[inline]
     pub fn wait_locked(&self) {
-        // ORDERING: Acquire; pairs with the Release clear in `Folio::unlock_bit`.
-        if self.folio.flags.load(Ordering::Acquire) & PG_LOCKED != 0 {
-            self.arena.waits().wait_bit(self.folio, PG_LOCKED, false);
-        }
+        self.wait_clear(PG_LOCKED);
     }
 
     /// The task form of [`FolioRef::wait_locked`] (`folio_wait_locked_async` with an
@@ -135,39 +132,24 @@ impl<'a> FolioRef<'a> {
         cx: &mut std::task::Context<'_>,
         slot: &mut Option<super::wait::TaskWait>,
     ) -> std::task::Poll<()> {
-        // ORDERING: Acquire; pairs with the Release clear in `Folio::unlock_bit`.
-        if self.folio.flags.load(Ordering::Acquire) & PG_LOCKED == 0 {
-            self.arena.waits().cancel(slot);
-            return std::task::Poll::Ready(());
-        }
-        self.arena.waits().poll_bit(self.folio, PG_LOCKED, cx, slot)
+        self.poll_clear(PG_LOCKED, cx, slot)
     }
 
     /// `folio_wait_writeback`: sleeps until the folio is not under writeback (PG_writeback
     /// clear). Afterwards the write that was in flight has returned.
     #[inline]
     pub fn wait_writeback(&self) {
-        // ORDERING: Acquire; pairs with the Release clear in `FolioRef::end_writeback`.
-        if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_WRITEBACK != 0 {
-            self.arena
-                .waits()
-                .wait_bit(self.folio, super::flags::PG_WRITEBACK, false);
-        }
+        self.wait_clear(super::flags::PG_WRITEBACK);
     }
 
     /// Sleeps until no exclusive latch updates the folio in place (PG_latched clear; rule 6
     /// of the module docs). Afterwards the latch's changes are visible and
     /// [`FolioRef::data`] gives them (unless another latch took the folio meanwhile: look
-    /// again). The caller must not hold the folio lock (the latch's commit takes it) nor be
-    /// the latch's holder.
+    /// again). The caller must not hold the folio lock (the latch's commit may take it) nor
+    /// be the latch's holder.
     #[inline]
     pub fn wait_unlatched(&self) {
-        // ORDERING: Acquire; pairs with the Release clear in `FolioRef::end_latch`.
-        if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_LATCHED != 0 {
-            self.arena
-                .waits()
-                .wait_bit(self.folio, super::flags::PG_LATCHED, false);
-        }
+        self.wait_clear(super::flags::PG_LATCHED);
     }
 
     /// The task form of [`FolioRef::wait_unlatched`]: `Ready` once no latch updates the
@@ -179,14 +161,35 @@ impl<'a> FolioRef<'a> {
         cx: &mut std::task::Context<'_>,
         slot: &mut Option<super::wait::TaskWait>,
     ) -> std::task::Poll<()> {
-        // ORDERING: Acquire; pairs with the Release clear in `FolioRef::end_latch`.
-        if self.folio.flags.load(Ordering::Acquire) & super::flags::PG_LATCHED == 0 {
+        self.poll_clear(super::flags::PG_LATCHED, cx, slot)
+    }
+
+    /// Sleeps in the wait table until `bit` is clear in the folio's flags.
+    #[inline]
+    fn wait_clear(&self, bit: u64) {
+        // ORDERING: Acquire; pairs with the Release RMW that clears `bit` (`Folio::unlock_bit`,
+        // `FolioRef::end_writeback`, `FolioRef::end_latch`) and the wait table's re-load: a
+        // waiter that returns sees the work of whoever held the bit.
+        if self.folio.flags.load(Ordering::Acquire) & bit != 0 {
+            self.arena.waits().wait_bit(self.folio, bit, false);
+        }
+    }
+
+    /// The task form of [`FolioRef::wait_clear`]: `Ready` once `bit` is clear (the task's
+    /// registration in `slot` taken out), else registered and `Pending`.
+    #[inline]
+    fn poll_clear(
+        &self,
+        bit: u64,
+        cx: &mut std::task::Context<'_>,
+        slot: &mut Option<super::wait::TaskWait>,
+    ) -> std::task::Poll<()> {
+        // ORDERING: Acquire, as in `wait_clear`.
+        if self.folio.flags.load(Ordering::Acquire) & bit == 0 {
             self.arena.waits().cancel(slot);
             return std::task::Poll::Ready(());
         }
-        self.arena
-            .waits()
-            .poll_bit(self.folio, super::flags::PG_LATCHED, cx, slot)
+        self.arena.waits().poll_bit(self.folio, bit, cx, slot)
     }
 
     /// Ends an exclusive latch's in-place update ([`FrozenFolio::set_latched`]): clears
