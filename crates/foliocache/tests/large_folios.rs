@@ -259,7 +259,7 @@ fn rw() -> OpenOptions {
 }
 
 #[test]
-fn a_write_into_a_large_folio_splits_it_and_a_pinned_reader_keeps_its_bytes() {
+fn a_write_into_a_large_folio_goes_into_it_and_a_pinned_reader_keeps_its_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
     let data = content(64, 5);
@@ -269,19 +269,62 @@ fn a_write_into_a_large_folio_splits_it_and_a_pinned_reader_keeps_its_bytes() {
     let pinned = f.get_range(0, 65536).unwrap();
     assert_eq!(pinned.nr_folios(), 1, "one order-4 folio");
     f.write_all_at(b"hello", 5 * PAGE + 3).unwrap();
-    // The reader's pin still sees the old bytes; the file reads the new ones.
+    // The reader's pin still sees the old bytes (the write went into a copy of the whole
+    // folio, which replaced it); the file reads the new ones.
     assert_eq!(pinned.as_slice().unwrap(), &data[..65536]);
     let mut model = data.clone();
     model[5 * PAGE_SIZE + 3..][..5].copy_from_slice(b"hello");
     let mut back = vec![0u8; 65536];
     f.read_exact_at(&mut back, 0).unwrap();
     assert_eq!(back, &model[..65536]);
-    assert_eq!(c.stats().folio_splits, 1);
-    // Every page stayed cached (16 of them, now order 0).
+    let s = c.stats();
+    assert_eq!((s.folio_splits, s.writes_replaced), (0, 1), "{s:?}");
+    // Still one folio of 16 pages, dirty as a whole.
     assert_eq!(f.cached_pages(), 16);
+    assert_eq!(f.get_range(0, 65536).unwrap().nr_folios(), 1);
+    assert_eq!(f.dirty_pages(), 16);
     drop(pinned);
+    // No one holds it now: the next write goes into the folio itself.
+    f.write_all_at(b"world", 15 * PAGE + 100).unwrap();
+    model[15 * PAGE_SIZE + 100..][..5].copy_from_slice(b"world");
+    let s = c.stats();
+    assert_eq!((s.writes_replaced, s.writes_in_place), (1, 1), "{s:?}");
+    assert_eq!(f.dirty_pages(), 16);
     c.validate().unwrap();
     f.sync_all().unwrap();
+    assert_eq!(f.dirty_pages(), 0);
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    // A sync of a range that starts inside a dirty large folio writes the folio.
+    f.write_all_at(b"again", 2 * PAGE).unwrap();
+    model[2 * PAGE_SIZE..][..5].copy_from_slice(b"again");
+    f.sync_range(3 * PAGE as u64..4 * PAGE as u64).unwrap();
+    assert_eq!(f.dirty_pages(), 0);
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    c.validate().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_dirty_large_folio_split_by_a_truncation_keeps_its_pages_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = content(32, 9);
+    std::fs::write(&path, &data).unwrap();
+    let c = FolioCache::new(Config::block_cache(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    drop(f.get_range(0, 65536).unwrap());
+    f.write_all_at(&[0xaa; 3 * PAGE_SIZE], 3 * PAGE as u64)
+        .unwrap();
+    assert_eq!(f.dirty_pages(), 16);
+    // Cut inside the folio: it splits into 16 dirty pages and the 6 past the cut go.
+    f.set_len(10 * PAGE as u64).unwrap();
+    assert_eq!(c.stats().folio_splits, 1);
+    assert_eq!(f.dirty_pages(), 10);
+    c.validate().unwrap();
+    f.sync_all().unwrap();
+    let mut model = data[..10 * PAGE_SIZE].to_vec();
+    model[3 * PAGE_SIZE..6 * PAGE_SIZE].fill(0xaa);
     assert_eq!(std::fs::read(&path).unwrap(), model);
     drop(f);
     assert_baseline(&c);

@@ -105,6 +105,33 @@ impl Core {
         self.lru.add(&self.arena, folio.folio_ref());
     }
 
+    /// A change's freeze of `folio` failed: whether a per-CPU LRU batch may hold the
+    /// reference it did not expect, so that [`Core::drain_for_freeze`] and another try may
+    /// succeed. The first failure drains this CPU's batches (an add batch holds a page read
+    /// or written a moment ago, an activation batch one read twice); a second, for a folio not
+    /// on the LRU yet (still in another CPU's add batch), every CPU's, as the kernel does
+    /// before it counts a folio's references (`lru_add_drain`, `lru_add_drain_all`). `false`
+    /// once the other reference is someone's own: the change goes into a copy.
+    pub(crate) fn may_drain_for_freeze(
+        &self,
+        folio: &crate::mm::folio::Folio,
+        drained: u32,
+    ) -> bool {
+        use crate::mm::folio::flags::PG_LRU;
+        drained == 0 || (drained == 1 && !folio.test_flag(PG_LRU))
+    }
+
+    /// The drain [`Core::may_drain_for_freeze`] allowed, the `drained`-th; the caller holds no
+    /// folio lock.
+    pub(crate) fn drain_for_freeze(&self, drained: &mut u32) {
+        if *drained == 0 {
+            self.lru.drain(&self.arena);
+        } else {
+            self.lru.drain_all(&self.arena);
+        }
+        *drained += 1;
+    }
+
     /// `folio_mark_accessed` for a folio a read used after finding it (`filled` false) or
     /// after missing it and having it filled (`filled` true): the fill's own access counts only
     /// if [`LruConfig::reference_on_fill`](crate::mm::lru::LruConfig::reference_on_fill) says so.

@@ -186,16 +186,17 @@ pub(super) fn settled(snaps: &Snapshots, folio: &FolioLocked<'_>) -> bool {
     !snaps.any() || folio.private() == snaps.generation()
 }
 
-/// Stamps the locked page `folio`, just changed, with the file's snapshot generation: every
-/// live snapshot keeps what it needs of the page (its change captured first), so the next
-/// change needs no look at them until another snapshot is taken. The caller holds `i_rwsem`.
-#[inline]
 /// Whether the file has a live snapshot (a hint for a latch's commit, which then takes the
 /// slower path that stamps the page).
+#[inline]
 pub(super) fn any(snaps: &Snapshots) -> bool {
     snaps.any()
 }
 
+/// Stamps the locked page `folio`, just changed, with the file's snapshot generation: every
+/// live snapshot keeps what it needs of the page (its change captured first), so the next
+/// change needs no look at them until another snapshot is taken. The caller holds `i_rwsem`.
+#[inline]
 pub(super) fn stamp(snaps: &Snapshots, folio: &FolioLocked<'_>) {
     if snaps.any() {
         folio.set_private(snaps.generation());

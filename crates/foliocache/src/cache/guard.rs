@@ -221,8 +221,8 @@ impl<'f> PinnedFolio<'f> {
     /// starts from the folio this guard holds if it is still the page cached at its index.
     /// If a write replaced the page since it was pinned (the guard kept the old bytes), the
     /// latch starts from the current page, as `get_folio_mut` would: the bytes the latch
-    /// shows are always the file's now. A large folio is latched by its first page (the
-    /// write path splits it first). Fails as `get_folio_mut` does (a read-only handle, a page
+    /// shows are always the file's now. A large folio is latched by its first page (a page
+    /// latch splits it first). Fails as `get_folio_mut` does (a read-only handle, a page
     /// latched by this handle); the pin is released either way.
     ///
     /// ```
@@ -272,7 +272,7 @@ impl<'f> PinnedFolio<'f> {
     fn upgrade_with(self, in_place: bool) -> Result<crate::FolioMut<'f>, CacheError> {
         let (file, index, pages) = (self.file, self.index(), self.nr_pages());
         if pages > 1 {
-            // The latch is on one page, and the write path splits the large folio first:
+            // The latch is on one page, and a page latch splits the large folio first:
             // nothing to reuse.
             drop(self);
             file.cache.pin_charge(if in_place { 1 } else { 2 })?;
@@ -412,7 +412,7 @@ impl OwnedFolio {
             unsafe { this.pin.folio(&cache.arena) }.index()
         };
         if pages > 1 {
-            // As `PinnedFolio::upgrade`: the write path splits the large folio first.
+            // As `PinnedFolio::upgrade`: a page latch splits the large folio first.
             // SAFETY: the pin's reference is put once, here.
             unsafe { this.pin.release(&cache.arena) };
             cache.pin_uncharge(pages);

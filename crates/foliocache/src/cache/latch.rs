@@ -10,7 +10,7 @@ use super::sb::CacheInner;
 use super::stats::Event;
 use super::write::{lookup_stable, read_old_page, swap_in, write_end};
 use super::writeback::balance_dirty_pages;
-use crate::mm::folio::flags::{PG_DIRTY, PG_LRU};
+use crate::mm::folio::flags::PG_DIRTY;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
 use crate::mm::sync::Arc;
 use crate::mm::writeback;
@@ -397,19 +397,11 @@ impl CachedFile {
                         let page = unsafe { frozen.unfreeze(2) };
                         return Ok((std::ptr::NonNull::from(page.into_raw()), None));
                     }
-                    Err(old) if drained < 2 && !old.test_flag(PG_LRU) => {
-                        // Not on the LRU yet: a per-CPU add batch may hold the other
-                        // reference (a page read or written a moment ago). Drain this CPU's
-                        // batches, then every CPU's, as the kernel does before it counts a
-                        // folio's references (`lru_add_drain`, `lru_add_drain_all`), and try
-                        // again.
+                    Err(old) if c.may_drain_for_freeze(&old, drained) => {
+                        // A per-CPU LRU batch may hold the other reference (a page read or
+                        // written a moment ago): drain, try again.
                         drop(old);
-                        if drained == 0 {
-                            c.lru.drain(&c.arena);
-                        } else {
-                            c.lru.drain_all(&c.arena);
-                        }
-                        drained += 1;
+                        c.drain_for_freeze(&mut drained);
                         continue;
                     }
                     Err(old) => drop(old),

@@ -46,7 +46,7 @@
 //! | `file.rs` | the handle and the read path | `struct file`, `filemap_read`, `filemap_get_pages` |
 //! | `guard.rs`, `range.rs` | pinned folios, and pinned byte ranges over folios of any size | `folio_get`/`folio_put` |
 //! | `write.rs` | writes and appends, [`OpenOptions`] | `generic_perform_write` (`mm/filemap.c`) |
-//! | `truncate.rs`, `split.rs` | `set_len`; splitting a large folio before a write or a cut inside it | `mm/truncate.c`, `split_folio` |
+//! | `truncate.rs`, `split.rs` | `set_len`; splitting a large folio before a cut, a page latch or a snapshot capture inside it | `mm/truncate.c`, `split_folio` |
 //! | `sync.rs` | `sync_data`, `sync_all`, `sync_range`, [`FolioCache::sync_all`], error reporting | `fs/sync.c` |
 //! | `writeback.rs` | one writeback pass over an inode with its effects on the cache, and the cache as the dirty-file passes of `mm::writeback` see it (the throttle's entry and the flusher's passes live there) | `mm/page-writeback.c` |
 //! | `latch.rs` | the writable latch, [`FolioMut`] and [`OwnedFolioMut`] | a buffer manager's page latch |
@@ -727,24 +727,35 @@ impl FolioCache {
         self.inner.arena.validate()
     }
 
-    /// The dirty accounting recomputed from scratch: every page tagged dirty holds a dirty
+    /// The dirty accounting recomputed from scratch: every page tagged dirty starts a dirty
     /// folio and every dirty folio is tagged, and the cache's dirty count is the sum of the
-    /// files'.
+    /// files' dirty folios' pages.
     fn validate_dirty(&self) -> Result<(), String> {
         let c = &self.inner;
         let mut total = 0;
         for m in c.live_mappings() {
             let tagged = m.mapping.wb.dirty_indices();
+            let mut pages = 0;
             for &index in &tagged {
-                let ok = m.mapping.pages.lookup(index).is_some_and(|f| {
-                    f.index() == index && f.test_flag(crate::mm::folio::flags::PG_DIRTY)
+                // A dirty folio is tagged once, at its first page, and counts all its pages.
+                let nr = m.mapping.pages.lookup(index).and_then(|f| {
+                    (f.index() == index && f.test_flag(crate::mm::folio::flags::PG_DIRTY))
+                        .then(|| f.nr_pages() as u64)
                 });
-                if !ok {
+                let Some(nr) = nr else {
                     return Err(format!(
-                        "{}: page {index} is tagged dirty but its folio is not dirty or missing",
+                        "{}: page {index} is tagged dirty but its folio is not dirty, missing,                          or starts before it",
                         m.path.display()
                     ));
-                }
+                };
+                pages += nr;
+            }
+            if pages != m.mapping.wb.nr_dirty() {
+                return Err(format!(
+                    "{}: its dirty folios hold {pages} pages, its count says {}",
+                    m.path.display(),
+                    m.mapping.wb.nr_dirty()
+                ));
             }
             let flagged = m
                 .mapping
@@ -757,7 +768,7 @@ impl FolioCache {
                     tagged.len()
                 ));
             }
-            total += flagged;
+            total += pages;
         }
         if total != c.dirty.dirty() {
             return Err(format!(

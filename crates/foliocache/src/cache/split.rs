@@ -3,14 +3,14 @@
 //!
 //! # Splitting
 //!
-//! The write path changes bytes one page at a time, each page in a folio of its own (see
-//! `cache::write`): before it writes into a large folio it splits it into pages
-//! ([`split_folio_at`]), as the kernel's `write_begin` does for a filesystem without large
-//! folio writes, and a truncation that cuts a large folio in two splits it first, so the pages
+//! The write path writes into large folios (see `cache::write`), but some changes work one
+//! page at a time: a truncation that cuts a large folio in two splits it first, so the pages
 //! below the cut stay cached (an invalidation, which only drops clean pages, keeps a large
-//! folio it covers in part whole, as `invalidate_mapping_pages` does). Large folios are
-//! therefore never dirty: a dirty page is always
-//! an order-0 folio, which keeps writeback's per-page tags exact.
+//! folio it covers in part whole, as `invalidate_mapping_pages` does); a snapshot keeps pages,
+//! not folios, so a change to a large folio a live snapshot still needs splits it; and a page
+//! latch ([`FolioMut`](super::FolioMut)) latches one page. A dirty large folio splits into
+//! dirty pages: each takes the folio's tags and log numbers (`writeback::split_dirty`), after
+//! any write of the folio in flight has ended (stable pages).
 //!
 //! The split is a copy ([`Index::split_folio`](crate::mm::index::Index::split_folio)): new pages
 //! take the large folio's bytes and its index slots under one index-lock hold, so a reader
@@ -23,8 +23,9 @@ use super::error::CacheError;
 use super::inode::Inode;
 use super::sb::CacheInner;
 use super::stats::Event;
-use crate::mm::folio::flags::{PG_ACTIVE, PG_DIRTY, PG_WORKINGSET, PG_WRITEBACK};
+use crate::mm::folio::flags::{PG_ACTIVE, PG_DIRTY, PG_WORKINGSET};
 use crate::mm::folio::{FolioLocked, PAGE_SIZE};
+use crate::mm::writeback;
 
 /// Splits the large folio that holds page `cut` of `m` and starts before it, if there is one
 /// (`truncate_inode_partial_folio`): a truncation at `cut` then removes whole folios only.
@@ -67,11 +68,14 @@ pub(crate) fn split_folio_at(c: &CacheInner, m: &Inode, index: u64) -> Result<()
         // Evicted, truncated or replaced meanwhile: the caller looks again.
         return Ok(());
     }
-    debug_assert_eq!(
-        old.flags() & (PG_DIRTY | PG_WRITEBACK),
-        0,
-        "large folios are never written: writes split them first"
+    // Stable pages: a write of the folio in flight ends first, so the dirty pages made below
+    // are not under writeback (the folio lock keeps a new one from starting).
+    writeback::wait_stable(&old);
+    debug_assert!(
+        !old.is_latched(),
+        "a latched folio is split by no one: writers wait for the latch"
     );
+    let dirty = old.test_flag(PG_DIRTY);
     let data = old.data().expect("uptodate");
     for (i, f) in new.iter_mut().enumerate() {
         f.data_mut()
@@ -84,8 +88,17 @@ pub(crate) fn split_folio_at(c: &CacheInner, m: &Inode, index: u64) -> Result<()
         if keep != 0 {
             f.set_flag(keep);
         }
+        if dirty {
+            f.set_flag(PG_DIRTY);
+        }
     }
     if m.mapping.pages.split_folio(&old, &new) {
+        if dirty {
+            // The pages are dirty (set before they were published, their locks held): the
+            // tags follow, and the old folio, out of the index, is clean.
+            writeback::split_dirty(&m.mapping.wb, old.index(), nr as u64);
+            old.clear_flag(PG_DIRTY);
+        }
         for f in &new {
             c.folio_added(f, None);
         }

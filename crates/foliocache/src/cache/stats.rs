@@ -115,7 +115,8 @@ cache_counters! {
         /// Large folio allocations that failed, after which the rest of the window was read
         /// into single pages (`page_cache_ra_order`'s fallback).
         RaOrderFallbacks => readahead_order_fallbacks,
-        /// Large folios split into pages (by copy) before a write or a truncation inside them.
+        /// Large folios split into pages (by copy) before a truncation, a page latch or a
+        /// snapshot capture inside them.
         FolioSplits => folio_splits,
         /// Misses served by reading a single folio (readahead off, or the window was raced).
         SinglePageReads => single_page_reads,

@@ -11,7 +11,8 @@
 //!   for each page the range touches:
 //!     balance_dirty_pages       reserve the page's dirtiness under the dirty limit; if over
 //!                               it, write dirty folios back first (this file's, then others')
-//!     write_begin               the page's folio, locked: found, or created (not read if the
+//!     write_begin               the folio holding the page, locked: found (a large folio is
+//!                               written into whole), or created as a page (not read if the
 //!                               write covers it whole or it lies past EOF, else read first),
 //!                               and not under writeback (folio_wait_stable)
 //!     copy                      in place, or into a replacement (below)
@@ -32,14 +33,19 @@
 //!   removes one). The writer stores the new bytes, then unfreezes with a Release store that
 //!   the next reader's Acquire `try_get` pairs with. The freeze takes a few hundred
 //!   nanoseconds of a 4 KiB copy at most.
-//! - **Replaced.** Someone holds a reference (a pinned guard, a concurrent reader, the LRU's
-//!   per-CPU batch): the writer allocates a new folio, copies the old bytes and the new ones
-//!   into it, and puts it in the old one's index slot under one index-lock hold
+//! - **Replaced.** Someone holds a reference (a pinned guard, a concurrent reader; a per-CPU
+//!   LRU batch's is drained first): the writer allocates a new folio of the same size (a
+//!   large folio is copied whole), copies the old bytes and the new ones into it, and puts it in the old one's index slot under one index-lock hold
 //!   ([`Index::replace_folio`](crate::mm::index::Index::replace_folio),
 //!   `replace_page_cache_folio`). Holders of the old folio keep reading the old bytes, a
 //!   consistent snapshot of the page, and the old folio is freed with their last reference.
-//!   The dirty state moves with the page: the index's DIRTY and TOWRITE tags are keyed by
-//!   page, so a sync that tagged the page before the replacement writes the new folio.
+//!   The dirty state moves with the folio: the DIRTY and TOWRITE tags are keyed by the
+//!   folio's first page, which the copy shares, so a sync that tagged it before the
+//!   replacement writes the new folio.
+//!
+//! A dirty large folio is one unit for writeback (tagged at its first page, counted as all
+//! its pages, written whole: `mm::writeback`); the dirty limit charges its other pages when
+//! it becomes dirty.
 //!
 //! Either way a reader sees a page before or after a write to it, never half of it.
 //!
@@ -443,30 +449,52 @@ pub(super) fn modify_cached<'a>(
     within: usize,
     src: &[u8],
 ) -> Result<Option<FolioLocked<'a>>, CacheError> {
-    let Some(folio) = lookup_stable(c, m, index)? else {
-        return Ok(None);
-    };
-    // The page's bytes before the change, for the file's live snapshots: their mapping's
-    // reference makes the freeze below fail, so the change goes into a copy.
-    cow::capture(c, &m.snapshots, &m.path, &folio, false)?;
-    // SAFETY: the folio is in our index (checked under its lock: one reference for the page
-    // cache, order 0) and we hold one: 2 is exactly the references we know of.
-    match unsafe { folio.freeze(2) } {
-        Ok(frozen) => {
-            frozen.write_frozen(within, src);
-            c.counters.inc(Event::WritesInPlace);
-            // SAFETY: the same two references exist again.
-            Ok(Some(unsafe { frozen.unfreeze_locked(2) }))
-        }
-        Err(folio) => {
-            // Someone holds it: write a copy and replace it. Allocate unlocked (reclaim may
-            // need this folio's neighbours' locks), then look again.
-            drop(folio);
-            let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
-            let Some(old) = lookup_stable(c, m, index)? else {
-                return Ok(None);
-            };
-            Ok(Some(replace_page(c, m, old, within, src, new)))
+    // The change's place in the folio holding the page (a large folio holds pages before
+    // it).
+    let at = |f: &FolioLocked<'_>| (((index - f.index()) as usize) << PAGE_SHIFT) + within;
+    let mut drained = 0;
+    loop {
+        let Some(folio) = lookup_stable_folio(c, m, index)? else {
+            return Ok(None);
+        };
+        // The page's bytes before the change, for the file's live snapshots: their mapping's
+        // reference makes the freeze below fail, so the change goes into a copy.
+        cow::capture(c, &m.snapshots, &m.path, &folio, false)?;
+        let pos = at(&folio);
+        let expected = folio.nr_pages() as u32 + 1;
+        // SAFETY: the folio is in our index (checked under its lock: the page cache holds
+        // one reference per page) and we hold one: `expected` is exactly the references we
+        // know of.
+        match unsafe { folio.freeze(expected) } {
+            Ok(frozen) => {
+                frozen.write_frozen(pos, src);
+                c.counters.inc(Event::WritesInPlace);
+                // SAFETY: the same references exist again.
+                return Ok(Some(unsafe { frozen.unfreeze_locked(expected) }));
+            }
+            Err(folio) if c.may_drain_for_freeze(&folio, drained) => {
+                // A per-CPU LRU batch may hold the other reference: drain, try again.
+                drop(folio);
+                c.drain_for_freeze(&mut drained);
+            }
+            Err(folio) => {
+                // Someone holds it: write a copy (of the whole folio) and replace it.
+                // Allocate unlocked (reclaim may need this folio's neighbours' locks), then
+                // look again.
+                let order = folio.order();
+                drop(folio);
+                let new = c
+                    .alloc_folio(order)
+                    .map_err(|_| c.out_of_memory(1 << order))?;
+                let Some(old) = lookup_stable_folio(c, m, index)? else {
+                    return Ok(None);
+                };
+                if old.order() == order {
+                    let pos = at(&old);
+                    return Ok(Some(replace_page(c, m, old, pos, src, new)));
+                }
+                // Split meanwhile (a snapshot was taken): start again.
+            }
         }
     }
 }
@@ -508,25 +536,55 @@ fn modify_cached_nowait<'a>(
     }
 }
 
-/// `write_begin`'s lookup: page `index`, locked, still this file's, uptodate and not under
-/// writeback (`folio_wait_stable`), in a folio of its own (a large folio holding it is split
-/// first); `None` if it is not cached.
+/// `write_begin`'s lookup: the folio caching page `index`, locked, still this file's,
+/// uptodate and not under writeback (`folio_wait_stable`); `None` if the page is not cached.
+/// The folio may be large (a write goes into it whole), unless a live snapshot still needs
+/// the bytes of one of its pages: snapshots keep pages, so it is split first.
+pub(super) fn lookup_stable_folio<'a>(
+    c: &CacheInner,
+    m: &'a Inode,
+    index: u64,
+) -> Result<Option<FolioLocked<'a>>, CacheError> {
+    lookup_stable_inner(c, m, index, false)
+}
+
+/// [`lookup_stable_folio`] for a change made one page at a time (a snapshot's capture, a page
+/// latch, a truncation's partial page): a large folio holding page `index` is split first,
+/// so the page returned is in a folio of its own.
 pub(super) fn lookup_stable<'a>(
     c: &CacheInner,
     m: &'a Inode,
     index: u64,
 ) -> Result<Option<FolioLocked<'a>>, CacheError> {
+    lookup_stable_inner(c, m, index, true)
+}
+
+fn lookup_stable_inner<'a>(
+    c: &CacheInner,
+    m: &'a Inode,
+    index: u64,
+    split: bool,
+) -> Result<Option<FolioLocked<'a>>, CacheError> {
     loop {
         let Some(folio) = m.mapping.pages.lookup(index) else {
             return Ok(None);
         };
-        if folio.nr_pages() > 1 {
+        if folio.nr_pages() > 1 && split {
             drop(folio);
             split_folio_at(c, m, index)?;
             continue;
         }
         let folio = folio.lock();
-        if folio.mapping() == m.id && folio.index() == index && folio.is_uptodate() {
+        if folio.mapping() == m.id
+            && folio.is_uptodate()
+            && folio.index() <= index
+            && index < folio.index() + folio.nr_pages() as u64
+        {
+            if folio.nr_pages() > 1 && !cow::settled(&m.snapshots, &folio) {
+                drop(folio);
+                split_folio_at(c, m, index)?;
+                continue;
+            }
             writeback::wait_stable(&folio);
             return Ok(Some(folio));
         }
@@ -548,6 +606,7 @@ fn replace_page<'a>(
     let mut new = new
         .try_lock()
         .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    debug_assert_eq!(old.order(), new.order());
     {
         let bytes = old.data().expect("uptodate");
         let dst = new.data_mut().expect("a fresh folio is not uptodate");

@@ -167,9 +167,14 @@ impl AddressSpace {
 /// The page tags of one file (`PAGECACHE_TAG_*`) and its counts.
 #[derive(Debug, Default)]
 pub(crate) struct Tags {
+    /// The first page of each dirty folio (a large folio is tagged once).
     pub(crate) dirty: BTreeSet<u64>,
     pub(crate) towrite: BTreeSet<u64>,
+    /// The first page of each folio under writeback.
     pub(crate) writeback: BTreeSet<u64>,
+    /// The pages of the folios tagged DIRTY, and of those tagged WRITEBACK.
+    pub(crate) dirty_pages: u64,
+    pub(crate) writeback_pages: u64,
     /// `inode->dirtied_when`: when the file went from clean to dirty (the age the periodic
     /// flush compares with `dirty_expire`); `None` while clean.
     pub(crate) dirtied_when: Option<std::time::Instant>,
@@ -201,12 +206,12 @@ pub(crate) struct WbState {
 impl WbState {
     /// Dirty pages of this file now.
     pub(crate) fn nr_dirty(&self) -> u64 {
-        self.tags.lock().dirty.len() as u64
+        self.tags.lock().dirty_pages
     }
 
     /// Pages of this file under writeback now.
     pub(crate) fn nr_writeback(&self) -> u64 {
-        self.tags.lock().writeback.len() as u64
+        self.tags.lock().writeback_pages
     }
 
     /// Whether the file has dirty or writeback pages (it must not be dropped yet).

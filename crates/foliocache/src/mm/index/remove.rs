@@ -184,14 +184,16 @@ impl Index {
     /// that did would read the backing file, which may hold older bytes than `old`). `new`
     /// takes the cache's references and `old`'s mapping and index; `old` leaves the mapping
     /// and the cache's references on it are put (the caller's keeps it alive). Both must be
-    /// order-0 folios of this index's arena, `new` without a mapping. Returns false, changing
-    /// nothing, if `old` is not in this index or the folios do not qualify.
+    /// folios of one order of this index's arena, `new` without a mapping. Returns false,
+    /// changing nothing, if `old` is not in this index or the folios do not qualify.
+    ///
+    /// A large folio's entry is its canonical slot (the others are siblings naming it), so
+    /// one store replaces it whole, at any order.
     pub fn replace_folio(&self, old: &FolioLocked<'_>, new: &FolioLocked<'_>) -> bool {
         if old.mapping() != self.id
             || new.mapping() != 0
             || new.is_anon()
-            || old.order() != 0
-            || new.order() != 0
+            || old.order() != new.order()
             || !std::ptr::eq(old.arena(), &*self.arena)
             || !std::ptr::eq(new.arena(), &*self.arena)
         {
@@ -204,7 +206,8 @@ impl Index {
         };
         // `new`'s identity and the cache's reference before the publishing store, as in
         // `add_locked`; the caller holds a reference, so `add` is a plain increment.
-        new.refcount().add(self.arena.strategy(), 1);
+        let nr = old.nr_pages() as u32;
+        new.refcount().add(self.arena.strategy(), nr);
         new.set_mapping(self.id, index);
         // SAFETY: `node` is in the tree and we hold the index lock. The store is Release
         // (`Node::store`), pairing with lockless readers' Acquire slot loads; a reader that
@@ -214,7 +217,7 @@ impl Index {
         old.set_mapping(0, index);
         drop(g);
         // The caller's reference keeps `old` alive: this put is never the last one.
-        let last = old.refcount().sub_and_test(self.arena.strategy(), 1);
+        let last = old.refcount().sub_and_test(self.arena.strategy(), nr);
         debug_assert!(!last);
         if last {
             self.arena.free_won(old);

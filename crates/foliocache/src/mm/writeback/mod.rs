@@ -32,7 +32,9 @@
 //! The tags are ordered sets of page indices beside the index, under a mutex of their own
 //! (the kernel keeps them as XArray marks in the tree nodes, under the tree's lock; a set per
 //! tag gives the same ordered, range-bounded tagged lookups, and keeps the seed's index
-//! untouched). As in the kernel, the dirty flag and the DIRTY tag disagree only while the
+//! untouched). A dirty large folio is tagged once, at its first page (the kernel marks a
+//! multi-index entry once, at its canonical slot), and counts all its pages; a split hands
+//! the tags to each of its pages (`cache/split.rs`). As in the kernel, the dirty flag and the DIRTY tag disagree only while the
 //! folio is locked, and every transition of both happens with the folio lock held, the tags'
 //! mutex nested inside it. The counts of dirty and writeback pages, per file and for the
 //! whole cache (`DirtyAccount`), change under the same mutex.
@@ -409,9 +411,11 @@ impl DirtyAccount {
 }
 
 /// `folio_mark_dirty` (`filemap_dirty_folio` -> `__folio_mark_dirty`) for a writer that
-/// reserved the page's dirtiness ([`DirtyAccount::try_reserve`]): sets PG_dirty and, if it
-/// was clean, tags the page DIRTY, the reservation becoming its count; if the folio was dirty
-/// already the reservation is given back. A change logged at `lsn` (0: none) is noted for the
+/// reserved one page's dirtiness ([`DirtyAccount::try_reserve`]): sets PG_dirty and, if it
+/// was clean, tags the folio DIRTY at its first page, the reservation becoming its count (a
+/// large folio's other pages are charged past the limit here: the kernel's dirty throttle
+/// also counts a folio's pages only once it is dirty); if the folio was dirty already the
+/// reservation is given back. A change logged at `lsn` (0: none) is noted for the
 /// write-ahead rule ([`note_lsn`]) in the same hold of the tags. The caller holds the folio
 /// lock (the one that covered the change) and the folio is in its file's index.
 pub(crate) fn mark_dirty_reserved(
@@ -422,14 +426,16 @@ pub(crate) fn mark_dirty_reserved(
 ) {
     let was_dirty = folio.test_set_flag(PG_DIRTY);
     if was_dirty {
-        acct.unreserve(folio.nr_pages() as u64);
+        acct.unreserve(1);
         if lsn == 0 {
             return;
         }
+    } else if folio.nr_pages() > 1 {
+        acct.reserve_over(folio.nr_pages() as u64 - 1);
     }
     let mut t = wb.tags.lock();
     if !was_dirty {
-        tag_dirty(&mut t, folio.index(), wb, acct);
+        tag_dirty(&mut t, folio.index(), folio.nr_pages() as u64, wb, acct);
     }
     note_lsn(&mut t, folio.index(), lsn);
 }
@@ -445,15 +451,37 @@ pub(crate) fn note_change(folio: &Folio, wb: &WbState, lsn: u64) {
     }
 }
 
-/// Tags page `index` DIRTY; a file's first dirty page puts it on the dirty-file list
-/// (`__mark_inode_dirty`: its dirty age starts now). The caller holds the tag mutex.
-pub(crate) fn tag_dirty(t: &mut Tags, index: u64, wb: &WbState, acct: &DirtyAccount) {
+/// A dirty large folio at `index` split into its `nr` pages, each dirty now (`cache/split.rs`):
+/// every page gets the folio's DIRTY and TOWRITE tags and its log sequence numbers (the
+/// first page has them already). The counts do not change: they were the folio's pages. The
+/// caller holds the folio lock of the large folio and of each new page.
+pub(crate) fn split_dirty(wb: &WbState, index: u64, nr: u64) {
+    let mut t = wb.tags.lock();
+    let towrite = t.towrite.contains(&index);
+    let lsn = t.lsn.get(&index).copied();
+    for i in index + 1..index + nr {
+        t.dirty.insert(i);
+        if towrite {
+            t.towrite.insert(i);
+        }
+        if let Some(l) = lsn {
+            t.lsn.insert(i, l);
+        }
+    }
+}
+
+/// Tags the folio of `nr` pages at page `index` DIRTY; a file's first dirty folio puts it
+/// on the dirty-file list (`__mark_inode_dirty`: its dirty age starts now). The caller holds
+/// the tag mutex.
+pub(crate) fn tag_dirty(t: &mut Tags, index: u64, nr: u64, wb: &WbState, acct: &DirtyAccount) {
     if t.dirty.is_empty() {
         let now = std::time::Instant::now();
         t.dirtied_when = Some(now);
         acct.files.lock().insert((now, wb.id));
     }
-    t.dirty.insert(index);
+    if t.dirty.insert(index) {
+        t.dirty_pages += nr;
+    }
 }
 
 /// Records that dirty page `index` holds a change logged at `lsn` (kept as the page's
@@ -473,14 +501,17 @@ fn note_lsns(t: &mut Tags, index: u64, (oldest, newest): (u64, u64)) {
     }
 }
 
-/// Untags page `index` (DIRTY and TOWRITE); a file's last dirty page takes it off the
-/// dirty-file list. The caller holds the tag mutex.
-pub(crate) fn untag_dirty(t: &mut Tags, index: u64, wb: &WbState, acct: &DirtyAccount) {
+/// Untags the folio of `nr` pages at page `index` (DIRTY and TOWRITE); a file's last dirty
+/// folio takes it off the dirty-file list. The caller holds the tag mutex.
+pub(crate) fn untag_dirty(t: &mut Tags, index: u64, nr: u64, wb: &WbState, acct: &DirtyAccount) {
     t.towrite.remove(&index);
     t.lsn.remove(&index);
-    if t.dirty.remove(&index) && t.dirty.is_empty() {
-        if let Some(when) = t.dirtied_when.take() {
-            acct.files.lock().remove(&(when, wb.id));
+    if t.dirty.remove(&index) {
+        t.dirty_pages -= nr;
+        if t.dirty.is_empty() {
+            if let Some(when) = t.dirtied_when.take() {
+                acct.files.lock().remove(&(when, wb.id));
+            }
         }
     }
 }
@@ -510,7 +541,7 @@ pub(crate) fn cancel_dirty(folio: &FolioLocked<'_>, wb: &WbState, acct: &DirtyAc
         return false;
     }
     let mut t = wb.tags.lock();
-    untag_dirty(&mut t, folio.index(), wb, acct);
+    untag_dirty(&mut t, folio.index(), folio.nr_pages() as u64, wb, acct);
     drop(t);
     acct.sub_dirty(folio.nr_pages() as u64);
     true
@@ -636,6 +667,8 @@ pub(crate) const WB_BACKGROUND_CHUNK: u64 = 1024;
 /// A contiguous run of folios under writeback, waiting to be written with one call.
 struct Run<'a> {
     start: u64,
+    /// The page after the run's last folio.
+    next: u64,
     folios: Vec<(FolioRef<'a>, usize)>,
     /// Each folio's (oldest, newest) log sequence numbers ((0, 0): none), parallel to
     /// `folios`.
@@ -691,6 +724,9 @@ fn writepages_inner(
         seq: &m.wb_seq,
         disk_size: &m.disk_size,
     };
+    // A dirty large folio is tagged at its first page: a range starting inside one starts
+    // at its first page (`writeback_iter` rounds to the folio too).
+    let start = first_page_of(m, start);
     let mut out = WbOutcome::default();
     // `I_SYNC`: one pass per file. A sync waits for the pass in progress (it may be writing
     // pages this sync must see written); a background pass leaves a busy file, or one a sync
@@ -791,10 +827,11 @@ fn writepages_inner(
                 // land right after its last byte, not at its page. (The size can grow between
                 // two folios of one pass: a writer extended the file meanwhile.)
                 Some(r)
-                    if r.start + r.folios.len() as u64 == index
+                    if r.next == index
                         && r.folios.len() < WB_RUN_MAX
                         && r.folios.last().is_some_and(|(f, l)| *l == f.size()) =>
                 {
+                    r.next = index + folio.nr_pages() as u64;
                     r.folios.push((folio, len));
                     r.lsns.push(lsn);
                 }
@@ -804,6 +841,7 @@ fn writepages_inner(
                     }
                     run = Some(Run {
                         start: index,
+                        next: index + folio.nr_pages() as u64,
                         folios: vec![(folio, len)],
                         lsns: vec![lsn],
                     });
@@ -833,8 +871,8 @@ const WB_PLUG_PAGES: usize = 4096;
 /// Adds a finished run to the plug, writing the plug out when it is full.
 fn plug_run<'a>(t: &Wbc<'a>, plug: &mut Vec<Run<'a>>, run: Run<'a>, out: &mut WbOutcome) {
     plug.push(run);
-    let pages: usize = plug.iter().map(|r| r.folios.len()).sum();
-    if plug.len() >= WB_PLUG_RUNS || pages >= WB_PLUG_PAGES {
+    let pages: u64 = plug.iter().map(|r| r.next - r.start).sum();
+    if plug.len() >= WB_PLUG_RUNS || pages >= WB_PLUG_PAGES as u64 {
         submit(t, std::mem::take(plug), out);
     }
 }
@@ -901,11 +939,12 @@ fn lock_listed<'a>(
             return Some(f);
         }
         if f.mapping() == t.pages.mapping_id() && f.nr_pages() > 1 {
-            // A large folio caches the page now (it was written back or truncated since this
-            // pass listed it, and readahead filled the range): the page this pass listed is
-            // gone, and a large folio is never dirty (writes split it first). Looking again
-            // would find the same folio forever, holding this file's pass (`I_SYNC`) and,
-            // with it, every writer throttled on the file.
+            // A large folio starting before the page caches it now (the page was written
+            // back or truncated since this pass listed it, and readahead filled the range;
+            // or a block latch made the range one folio): the tag is stale, since a dirty
+            // large folio is tagged at its first page. Looking again would find the same
+            // folio forever, holding this file's pass (`I_SYNC`) and, with it, every writer
+            // throttled on the file.
             t.wb.tags.lock().towrite.remove(&index);
             return None;
         }
@@ -944,7 +983,7 @@ fn start_writeback<'a>(
         // Wholly past EOF (a truncation is cutting it): nothing of it belongs in the file.
         folio.clear_flag(PG_DIRTY);
         let mut tags = t.wb.tags.lock();
-        untag_dirty(&mut tags, index, t.wb, t.acct);
+        untag_dirty(&mut tags, index, nr, t.wb, t.acct);
         drop(tags);
         t.acct.sub_dirty(nr);
         return None;
@@ -956,8 +995,9 @@ fn start_writeback<'a>(
         // Read under the folio lock, as every change noted it: the bytes written below hold
         // no change logged past this number.
         let lsn = tags.lsn.get(&index).copied().unwrap_or((0, 0));
-        untag_dirty(&mut tags, index, t.wb, t.acct);
+        untag_dirty(&mut tags, index, nr, t.wb, t.acct);
         tags.writeback.insert(index);
+        tags.writeback_pages += nr;
         lsn
     };
     t.acct.start_writeback(nr);
@@ -1056,7 +1096,7 @@ fn submit_batch(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
 /// writeback of every folio of the run.
 fn end_run(t: &Wbc<'_>, run: &Run<'_>, written: usize, r: io::Result<()>, out: &mut WbOutcome) {
     let offset = run.start << PAGE_SHIFT;
-    out.pages += run.folios.len() as u64;
+    out.pages += run.next - run.start;
     // The bytes that reached the file count whether or not the rest of the run followed
     // them: a run cut short (`EFBIG` at a size limit, `ENOSPC`) leaves them in the file, and
     // a later fill must read them there, not take them for a hole of zeros.
@@ -1091,17 +1131,19 @@ fn hold_back<'a>(t: &Wbc<'a>, runs: Vec<Run<'a>>, durable: u64) -> Vec<Run<'a>> 
     let mut out = Vec::new();
     for run in runs {
         let mut cur: Option<Run<'a>> = None;
-        for (i, ((folio, len), lsn)) in run.folios.into_iter().zip(run.lsns).enumerate() {
+        for ((folio, len), lsn) in run.folios.into_iter().zip(run.lsns) {
             if lsn.1 > durable {
                 unwrite(t, &folio, lsn);
                 out.extend(cur.take());
                 continue;
             }
             let r = cur.get_or_insert_with(|| Run {
-                start: run.start + i as u64,
+                start: folio.index(),
+                next: folio.index(),
                 folios: Vec::new(),
                 lsns: Vec::new(),
             });
+            r.next = folio.index() + folio.nr_pages() as u64;
             r.folios.push((folio, len));
             r.lsns.push(lsn);
         }
@@ -1120,7 +1162,13 @@ fn unwrite(t: &Wbc<'_>, folio: &FolioRef<'_>, lsn: (u64, u64)) {
         // cancels this dirtiness if the page goes away meanwhile.
         let mut tags = t.wb.tags.lock();
         if folio.mapping() == t.pages.mapping_id() {
-            tag_dirty(&mut tags, folio.index(), t.wb, t.acct);
+            tag_dirty(
+                &mut tags,
+                folio.index(),
+                folio.nr_pages() as u64,
+                t.wb,
+                t.acct,
+            );
             note_lsns(&mut tags, folio.index(), lsn);
             drop(tags);
             t.acct.redirty_from_writeback(folio.nr_pages() as u64);
@@ -1136,8 +1184,13 @@ fn unwrite(t: &Wbc<'_>, folio: &FolioRef<'_>, lsn: (u64, u64)) {
 /// folio reclaim had picked loses PG_reclaim and moves to the inactive tail. `kept`: the
 /// folio was made dirty again by the failed write it ends, and keeps its charge.
 fn end_writeback(t: &Wbc<'_>, folio: &FolioRef<'_>, kept: bool) {
-    t.wb.tags.lock().writeback.remove(&folio.index());
     let nr = folio.nr_pages() as u64;
+    {
+        let mut tags = t.wb.tags.lock();
+        if tags.writeback.remove(&folio.index()) {
+            tags.writeback_pages -= nr;
+        }
+    }
     if kept {
         t.acct.end_writeback_kept(nr);
     } else {
@@ -1152,6 +1205,17 @@ fn end_writeback(t: &Wbc<'_>, folio: &FolioRef<'_>, kept: bool) {
         t.host.rotate_reclaimable(folio);
     }
     folio.end_writeback();
+}
+
+/// The first page of the folio caching page `index` of `m`, or `index` if none does: where
+/// the tags of the folio holding `index` are.
+fn first_page_of(m: &AddressSpace, index: u64) -> u64 {
+    if index == 0 {
+        return 0;
+    }
+    m.pages
+        .lookup(index)
+        .map_or(index, |f| f.index().min(index))
 }
 
 /// Writes every byte of `bufs` at `offset`, continuing after short writes; a write of zero
@@ -1204,6 +1268,7 @@ fn write_all_vectored(
 /// `__filemap_fdatawait_range`: waits for every folio of `start..=end` that is under
 /// writeback now (a snapshot of the WRITEBACK tag: later writebacks are not waited for).
 pub(crate) fn wait_writeback_range(m: &AddressSpace, start: u64, end: u64) {
+    let start = first_page_of(m, start);
     let under: Vec<u64> =
         m.wb.tags
             .lock()
@@ -1233,8 +1298,8 @@ mod tests {
             id: 2,
             ..WbState::default()
         };
-        let tag = |wb: &WbState, i| tag_dirty(&mut wb.tags.lock(), i, wb, &acct);
-        let untag = |wb: &WbState, i| untag_dirty(&mut wb.tags.lock(), i, wb, &acct);
+        let tag = |wb: &WbState, i| tag_dirty(&mut wb.tags.lock(), i, 1, wb, &acct);
+        let untag = |wb: &WbState, i| untag_dirty(&mut wb.tags.lock(), i, 1, wb, &acct);
         tag(&a, 5);
         std::thread::sleep(std::time::Duration::from_millis(2));
         tag(&b, 0);
