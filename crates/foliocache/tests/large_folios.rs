@@ -297,7 +297,7 @@ fn a_write_into_a_large_folio_goes_into_it_and_a_pinned_reader_keeps_its_bytes()
     // A sync of a range that starts inside a dirty large folio writes the folio.
     f.write_all_at(b"again", 2 * PAGE).unwrap();
     model[2 * PAGE_SIZE..][..5].copy_from_slice(b"again");
-    f.sync_range(3 * PAGE as u64..4 * PAGE as u64).unwrap();
+    f.sync_range(3 * PAGE..4 * PAGE).unwrap();
     assert_eq!(f.dirty_pages(), 0);
     assert_eq!(std::fs::read(&path).unwrap(), model);
     c.validate().unwrap();
@@ -314,11 +314,10 @@ fn a_dirty_large_folio_split_by_a_truncation_keeps_its_pages_dirty() {
     let c = FolioCache::new(Config::block_cache(4 << 20)).unwrap();
     let f = c.open_with(&path, &rw()).unwrap();
     drop(f.get_range(0, 65536).unwrap());
-    f.write_all_at(&[0xaa; 3 * PAGE_SIZE], 3 * PAGE as u64)
-        .unwrap();
+    f.write_all_at(&[0xaa; 3 * PAGE_SIZE], 3 * PAGE).unwrap();
     assert_eq!(f.dirty_pages(), 16);
     // Cut inside the folio: it splits into 16 dirty pages and the 6 past the cut go.
-    f.set_len(10 * PAGE as u64).unwrap();
+    f.set_len(10 * PAGE).unwrap();
     assert_eq!(c.stats().folio_splits, 1);
     assert_eq!(f.dirty_pages(), 10);
     c.validate().unwrap();
