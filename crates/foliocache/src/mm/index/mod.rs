@@ -249,6 +249,9 @@ pub struct IndexStats {
     pub shadow_nodes_reclaimed: u64,
     /// Large folios split into order-0 folios since creation ([`Index::split_folio`]).
     pub splits: u64,
+    /// Runs of folios collapsed into one large folio since creation
+    /// ([`Index::collapse_folios`]).
+    pub collapses: u64,
 }
 
 /// How much of the re-check a lookup does (only `Full` outside the loom models).

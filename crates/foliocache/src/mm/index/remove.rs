@@ -225,6 +225,88 @@ impl Index {
         true
     }
 
+    /// The page cache's side of `collapse_file` (khugepaged), by copy: puts the locked large
+    /// folio `new` (unmapped, holding their bytes) in place of the locked folios `old`, which
+    /// cache every page of `index..index + new.nr_pages()` between them (in page order),
+    /// under one lock hold, so every page stays cached throughout. `new` takes the cache's
+    /// references, this mapping and `index`; each of `old` leaves the mapping and the cache's
+    /// references on it are put (the caller's keep them alive; a reader holding one keeps
+    /// reading its bytes, which stay the file's bytes of that moment).
+    ///
+    /// The canonical slot is stored first, then the others from the last down: a reader of a
+    /// slot not yet rewritten still resolves to the old folio that holds its page (an old
+    /// folio's siblings are rewritten before its canonical slot, so a sibling never resolves
+    /// to another sibling), and one rewritten resolves to `new`; a reader that resolved a
+    /// rewritten sibling to the old first folio fails its re-check (`folio_contains`) and
+    /// looks again.
+    ///
+    /// Orders up to 5 (one leaf node's slots). Returns false, changing nothing, if the
+    /// folios do not qualify or are not all in this index.
+    pub fn collapse_folios(&self, old: &[FolioLocked<'_>], new: &FolioLocked<'_>) -> bool {
+        let order = new.order();
+        let nr = new.nr_pages() as u64;
+        let Some(first) = old.first() else {
+            return false;
+        };
+        let index = first.index();
+        let mut next = index;
+        for f in old {
+            if f.mapping() != self.id || f.index() != next || !std::ptr::eq(f.arena(), &*self.arena)
+            {
+                return false;
+            }
+            next += f.nr_pages() as u64;
+        }
+        if order == 0
+            || Self::target_shift(order) != 0
+            || index % nr != 0
+            || next != index + nr
+            || old.len() < 2
+            || new.mapping() != 0
+            || new.is_anon()
+            || !std::ptr::eq(new.arena(), &*self.arena)
+        {
+            return false;
+        }
+        let mut g = self.lock(Vec::new());
+        let mut slots = Vec::with_capacity(old.len());
+        for f in old {
+            match self.slot_of(f.index(), f.pfn()) {
+                Some(s) => slots.push(s),
+                None => return false,
+            }
+        }
+        let (node, off) = slots[0];
+        if slots.iter().any(|&(n, _)| !std::ptr::eq(n, node)) {
+            return false;
+        }
+        // `new`'s identity and the cache's references before the publishing store, as in
+        // `add_locked`; the caller holds a reference.
+        new.refcount().add(self.arena.strategy(), nr as u32);
+        new.set_mapping(self.id, index);
+        // SAFETY: under the index lock; `node` is in the tree.
+        let n = unsafe { &*node };
+        n.store(off, Entry::folio(new.pfn()));
+        for i in (1..nr as usize).rev() {
+            n.store(off + i, Entry::sibling(off));
+        }
+        g.stats.nr_folios -= old.len() as u64 - 1;
+        g.stats.collapses += 1;
+        drop(g);
+        for f in old {
+            f.set_mapping(0, f.index());
+            // The caller's reference keeps it alive: this put is never the last one.
+            let last = f
+                .refcount()
+                .sub_and_test(self.arena.strategy(), f.nr_pages() as u32);
+            debug_assert!(!last);
+            if last {
+                self.arena.free_won(f);
+            }
+        }
+        true
+    }
+
     /// `split_folio` for the page cache, by copy: puts the order-0 folios `new` (locked, one
     /// per page of the locked large folio `old`, holding its bytes) in `old`'s index slots
     /// under one lock hold, so every page stays cached throughout. `new[i]` takes the cache's

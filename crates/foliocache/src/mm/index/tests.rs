@@ -646,3 +646,46 @@ fn split_folio_gives_each_page_its_own_folio() {
         assert_eq!(arena.validate().unwrap().allocated_pages, 0);
     }
 }
+
+/// `collapse_folios` of two pages and an order-1 folio covering an aligned order-2 range: every page then resolves to the new
+/// folio, the old ones leave the mapping with only the holders' references, and the tree
+/// validates; ranges that are not whole, not aligned or not this index's are refused.
+#[test]
+fn collapse_folios_puts_one_large_folio_in_place_of_a_run() {
+    let (arena, idx) = setup(1024, RefStrategy::LockedBit);
+    let s = arena.strategy();
+    // Pages 8 and 9 alone, 10..12 in an order-1 folio.
+    let (a, b, c) = (locked(&arena, 0), locked(&arena, 0), locked(&arena, 1));
+    idx.add_folio(&a, 8).unwrap();
+    idx.add_folio(&b, 9).unwrap();
+    idx.add_folio(&c, 10).unwrap();
+    let pin = idx.lookup(11).unwrap();
+    let new = locked(&arena, 2);
+    let big = locked(&arena, 3);
+    // Not the whole range, or a folio of the wrong size: refused without a change.
+    assert!(!idx.collapse_folios(&[], &new));
+    assert!(!idx.collapse_folios(std::slice::from_ref(&a), &new));
+    let old = [a, b, c];
+    assert!(!idx.collapse_folios(&old[..2], &new));
+    assert!(!idx.collapse_folios(&old, &big));
+    assert_eq!(idx.validate().unwrap().nr_folios, 3);
+    assert!(idx.collapse_folios(&old, &new));
+    for i in 8..12 {
+        let f = idx.lookup(i).unwrap();
+        assert_eq!((f.pfn(), f.index(), f.nr_pages()), (new.pfn(), 8, 4));
+    }
+    for f in &old {
+        assert_eq!(f.mapping(), 0);
+    }
+    assert_eq!(old[2].ref_count(s), 2, "the caller and the pin");
+    assert_eq!(old[0].ref_count(s), 1, "the caller");
+    // Refused again: the old folios left the index.
+    assert!(!idx.collapse_folios(&old, &locked(&arena, 2)));
+    let st = idx.validate().unwrap();
+    assert_eq!((st.nr_pages, st.nr_folios, st.collapses), (4, 1, 1));
+    drop((old, pin, big));
+    drop(new);
+    assert_eq!(idx.truncate(0, u64::MAX).pages_freed, 4);
+    idx.validate().unwrap();
+    assert_eq!(arena.validate().unwrap().allocated_pages, 0);
+}
