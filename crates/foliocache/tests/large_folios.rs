@@ -1,7 +1,10 @@
-//! Large folios on the read path: readahead's orders (`page_cache_ra_order`), misses that
-//! read a whole request, zero-copy byte ranges (`get_range`), splitting before writes and
-//! truncations, and a differential test of reads, invalidations, truncations, writes and
-//! pins over mixed-order folios against a byte-vector model, `validate()` after every step.
+//! Large folios: readahead's orders (`page_cache_ra_order`), misses that read a whole
+//! request, zero-copy byte ranges (`get_range`), writes into large folios and their
+//! writeback, splitting before truncations, block latches (`get_block_mut_in_place`: in
+//! place, in a copy, over a block collapsed from pages or split from a larger folio, against
+//! readers, writers and snapshots), and a differential test of reads, invalidations,
+//! truncations, writes and pins over mixed-order folios against a byte-vector model,
+//! `validate()` after every step.
 
 use std::sync::Arc;
 
@@ -460,4 +463,257 @@ fn differential_reads_invalidations_truncations_and_writes_over_mixed_orders() {
         drop(f);
         assert_baseline(&c);
     }
+}
+
+const BLOCK: usize = 16 << 10;
+
+/// A file of `blocks` 16 KiB blocks of `content`, opened for writing in a buffer pool.
+fn block_file(blocks: usize) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nodes");
+    let data = content(blocks * BLOCK / PAGE_SIZE, 11);
+    std::fs::write(&path, &data).unwrap();
+    (dir, path, data)
+}
+
+#[test]
+fn a_block_latch_updates_one_folio_in_place_and_commits_it_whole() {
+    let (_dir, path, mut model) = block_file(8);
+    let c = FolioCache::new(Config::buffer_pool(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    let at = 3 * BLOCK as u64;
+    {
+        let mut node = f.get_block_mut_in_place(at, BLOCK).unwrap();
+        assert!(node.in_place());
+        assert_eq!((node.index(), node.len()), (at / PAGE, BLOCK));
+        assert_eq!(&node[..], &model[at as usize..][..BLOCK]);
+        node[..4].copy_from_slice(b"head");
+        node[BLOCK - 4..].copy_from_slice(b"tail");
+        node.set_lsn(3);
+        // The pinned share holds the block's four pages.
+        assert_eq!(c.stats().pinned_pages, 4);
+    }
+    model[at as usize..][..4].copy_from_slice(b"head");
+    model[at as usize + BLOCK - 4..][..4].copy_from_slice(b"tail");
+    let block = f.get_range(at, BLOCK).unwrap();
+    assert_eq!(
+        block.as_slice().expect("one folio"),
+        &model[at as usize..][..BLOCK]
+    );
+    drop(block);
+    // One dirty folio of four pages, one page write for the block.
+    assert_eq!(f.dirty_pages(), 4);
+    let s = c.stats();
+    assert_eq!((s.writes_in_place, s.folio_collapses), (1, 0), "{s:?}");
+    c.validate().unwrap();
+    // The write-ahead rule holds for the block: its change waits for log record 3.
+    assert!(f.sync_all().is_err());
+    c.log_durable(3);
+    f.sync_all().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    assert_eq!(c.stats().writeback_writes, 1);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_block_cached_in_pages_is_collapsed_keeping_their_changes_and_dirtiness() {
+    let (_dir, path, mut model) = block_file(4);
+    let c = FolioCache::new(Config::buffer_pool(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    // Page 5 written (cached alone, dirty), page 6 read alone (clean), 4 and 7 not cached.
+    f.write_all_at(b"written", 5 * PAGE + 10).unwrap();
+    model[5 * PAGE_SIZE + 10..][..7].copy_from_slice(b"written");
+    let mut one = [0u8; 1];
+    f.read_exact_at(&mut one, 6 * PAGE).unwrap();
+    assert_eq!(f.dirty_pages(), 1);
+    {
+        let mut node = f.get_block_mut_in_place(BLOCK as u64, BLOCK).unwrap();
+        assert!(node.in_place());
+        assert_eq!(&node[..], &model[BLOCK..][..BLOCK]);
+        node[PAGE_SIZE * 3] = 0xee;
+    }
+    model[BLOCK + 3 * PAGE_SIZE] = 0xee;
+    assert_eq!(c.stats().folio_collapses, 1);
+    assert_eq!(f.get_range(BLOCK as u64, BLOCK).unwrap().nr_folios(), 1);
+    assert_eq!(f.dirty_pages(), 4);
+    c.validate().unwrap();
+    f.sync_data().unwrap();
+    assert_eq!(f.dirty_pages(), 0);
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    // A block inside a larger folio is split out of it and collapsed: 64 KiB read as one.
+    f.invalidate(0..u64::MAX).unwrap();
+    drop(f.get_range(0, 4 * BLOCK).unwrap());
+    assert_eq!(f.get_range(0, 4 * BLOCK).unwrap().nr_folios(), 1);
+    f.get_block_mut_in_place(2 * BLOCK as u64, BLOCK).unwrap()[0] = 0x11;
+    model[2 * BLOCK] = 0x11;
+    let s = c.stats();
+    assert_eq!((s.folio_splits, s.folio_collapses), (1, 2), "{s:?}");
+    let mut back = vec![0u8; model.len()];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back == model);
+    c.validate().unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_pinned_block_is_latched_in_a_copy_and_readers_keep_the_old_bytes() {
+    let (_dir, path, mut model) = block_file(2);
+    let c = FolioCache::new(Config::buffer_pool(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    let old = f.get_range(0, BLOCK).unwrap();
+    {
+        let mut node = f.get_block_mut_in_place(0, BLOCK).unwrap();
+        assert!(!node.in_place(), "the pin holds the folio");
+        node.fill(0x5a);
+        // Until the commit, readers see the old block.
+        let mut page = vec![0u8; PAGE_SIZE];
+        f.read_exact_at(&mut page, 2 * PAGE).unwrap();
+        assert_eq!(page, &model[2 * PAGE_SIZE..][..PAGE_SIZE]);
+    }
+    assert_eq!(old.as_slice().unwrap(), &model[..BLOCK]);
+    model[..BLOCK].fill(0x5a);
+    let now = f.get_range(0, BLOCK).unwrap();
+    assert_eq!(now.as_slice().expect("one folio"), &model[..BLOCK]);
+    drop((old, now));
+    assert_eq!(f.dirty_pages(), 4);
+    c.validate().unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    drop(f);
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_block_latch_refuses_bad_blocks_and_its_holders_reads() {
+    let (_dir, path, _model) = block_file(2);
+    let c = FolioCache::new(Config::buffer_pool(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    for (offset, len) in [
+        (0, PAGE_SIZE),
+        (0, 3 * PAGE_SIZE),
+        (PAGE, BLOCK),
+        (0, 256 << 10),
+    ] {
+        let e = f.get_block_mut_in_place(offset, len).unwrap_err();
+        assert!(
+            matches!(e, foliocache::CacheError::InvalidArgument { .. }),
+            "{e}"
+        );
+    }
+    let e = f
+        .get_block_mut_in_place(2 * BLOCK as u64, BLOCK)
+        .unwrap_err();
+    assert!(e.to_string().contains("set_len"), "{e}");
+    let ro = c.open(&path).unwrap();
+    assert!(matches!(
+        ro.get_block_mut_in_place(0, BLOCK).unwrap_err(),
+        foliocache::CacheError::NotWritable { .. }
+    ));
+    let node = f.get_block_mut_in_place(BLOCK as u64, BLOCK).unwrap();
+    // The holder's own read of any page of the block, or write to it, would wait for
+    // itself: refused. Pages outside it are free.
+    let mut b = [0u8; 8];
+    assert!(f.read_at(&mut b, BLOCK as u64 + 3 * PAGE).is_err());
+    assert!(f.write_at(b"x", BLOCK as u64 + 2 * PAGE).is_err());
+    f.write_all_at(b"free", 0).unwrap();
+    drop(node);
+    f.read_exact_at(&mut b, BLOCK as u64 + 3 * PAGE).unwrap();
+    assert_eq!(c.stats().pinned_pages, 0);
+    f.sync_all().unwrap();
+    drop((f, ro));
+    assert_baseline(&c);
+}
+
+#[test]
+fn readers_and_writers_of_a_latched_block_wait_for_its_commit_and_see_it_whole() {
+    let (_dir, path, _model) = block_file(2);
+    let c = FolioCache::new(Config::buffer_pool(4 << 20)).unwrap();
+    let f = Arc::new(c.open_with(&path, &rw()).unwrap());
+    // Another handle writes: the guard's own handle would be refused (it would wait for
+    // itself), whatever the thread.
+    let other = Arc::new(c.open_with(&path, &rw()).unwrap());
+    for round in 0..20u8 {
+        let mut node = f.get_block_mut_in_place(BLOCK as u64, BLOCK).unwrap();
+        let readers: Vec<_> = (0..2)
+            .map(|i| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    if i == 0 {
+                        let r = f.get_range(BLOCK as u64, BLOCK).unwrap();
+                        r.to_vec()
+                    } else {
+                        let mut v = vec![0u8; BLOCK];
+                        f.read_exact_at(&mut v, BLOCK as u64).unwrap();
+                        v
+                    }
+                })
+            })
+            .collect();
+        let writer = {
+            let f = other.clone();
+            std::thread::spawn(move || f.write_all_at(&[round; 8], BLOCK as u64 + PAGE).unwrap())
+        };
+        // The block changes in two halves while the others wait.
+        node[..BLOCK / 2].fill(round);
+        std::thread::yield_now();
+        node[BLOCK / 2..].fill(round);
+        drop(node);
+        for r in readers {
+            let v = r.join().unwrap();
+            // Whole: the commit's bytes (the writer's bytes are the same).
+            assert!(
+                v == vec![round; BLOCK],
+                "round {round}: a reader saw part of the block"
+            );
+        }
+        writer.join().unwrap();
+    }
+    c.validate().unwrap();
+    f.sync_all().unwrap();
+    drop((f, other));
+    assert_baseline(&c);
+}
+
+#[test]
+fn a_snapshot_keeps_a_block_from_before_its_latch() {
+    let (_dir, path, model) = block_file(2);
+    let c = FolioCache::new(Config::buffer_pool(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    drop(f.get_range(0, 2 * BLOCK).unwrap());
+    let snap = f.snapshot().unwrap();
+    f.get_block_mut_in_place(BLOCK as u64, BLOCK)
+        .unwrap()
+        .fill(7);
+    let mut old = vec![0u8; BLOCK];
+    snap.read_exact_at(&mut old, BLOCK as u64).unwrap();
+    assert_eq!(old, &model[BLOCK..][..BLOCK]);
+    let mut now = vec![0u8; BLOCK];
+    f.read_exact_at(&mut now, BLOCK as u64).unwrap();
+    assert_eq!(now, vec![7u8; BLOCK]);
+    // Again, now that every snapshot has its copy: in place.
+    let mut node = f.get_block_mut_in_place(BLOCK as u64, BLOCK).unwrap();
+    assert!(node.in_place());
+    node.fill(8);
+    // A snapshot taken from another thread waits for the latch's commit.
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let snap2 = f.snapshot().unwrap();
+            let mut b = vec![0u8; BLOCK];
+            snap2.read_exact_at(&mut b, BLOCK as u64).unwrap();
+            b
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(node);
+        assert_eq!(t.join().unwrap(), vec![8u8; BLOCK]);
+    });
+    snap.read_exact_at(&mut old, BLOCK as u64).unwrap();
+    assert_eq!(old, &model[BLOCK..][..BLOCK]);
+    drop(snap);
+    c.validate().unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_baseline(&c);
 }

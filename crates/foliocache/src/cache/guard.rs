@@ -276,7 +276,7 @@ impl<'f> PinnedFolio<'f> {
             // nothing to reuse.
             drop(self);
             file.cache.pin_charge(if in_place { 1 } else { 2 })?;
-            return file.latch_charged(index, None, in_place);
+            return file.latch_charged(index, 1, None, in_place);
         }
         // The pin's charge (one page) becomes the latch's page's; a copying latch charges its
         // copy too.
@@ -291,7 +291,7 @@ impl<'f> PinnedFolio<'f> {
         // SAFETY: the guard owns one reference on this folio; it is handed over here, once
         // (the guard is not dropped).
         let folio = unsafe { FolioRef::from_raw(arena, this.pin.folio(arena)) };
-        file.latch_charged(index, Some(folio), in_place)
+        file.latch_charged(index, 1, Some(folio), in_place)
     }
 
     /// A guard that owns its file instead of borrowing the handle: it may outlive the handle
@@ -418,7 +418,7 @@ impl OwnedFolio {
             cache.pin_uncharge(pages);
             cache.pin_charge(if in_place { 1 } else { 2 })?;
             return file
-                .latch_charged(index, None, in_place)
+                .latch_charged(index, 1, None, in_place)
                 .map(crate::FolioMut::into_owned);
         }
         // As `PinnedFolio::upgrade`: the pin's charge becomes the latch's page's.
@@ -432,7 +432,7 @@ impl OwnedFolio {
         }
         // SAFETY: the guard owns one reference on this folio; it is handed over here, once.
         let folio = unsafe { FolioRef::from_raw(&cache.arena, this.pin.folio(&cache.arena)) };
-        file.latch_charged(index, Some(folio), in_place)
+        file.latch_charged(index, 1, Some(folio), in_place)
             .map(crate::FolioMut::into_owned)
     }
 }

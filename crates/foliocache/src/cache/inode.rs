@@ -494,7 +494,7 @@ impl Latches {
         let held = self.held.lock();
         let mut found = None;
         for l in held.iter() {
-            if !(first..=last).contains(&l.index) {
+            if !l.overlaps(first, last) {
                 continue;
             }
             let mine = l.handle == handle || l.thread == me;
@@ -512,12 +512,14 @@ impl Latches {
         self.nr.load(Ordering::Relaxed) != 0
     }
 
-    /// Latches `index` for a guard made through `handle` by the calling thread, updating the
-    /// cached page `in_place` or a copy; the caller holds `i_rwsem` and found it free.
-    pub(super) fn add(&self, index: u64, handle: u64, in_place: bool) {
+    /// Latches pages `index..=last` (one page, or a block) for a guard made through `handle`
+    /// by the calling thread, updating the cached folio `in_place` or a copy; the caller holds
+    /// `i_rwsem` and found them free.
+    pub(super) fn add(&self, index: u64, last: u64, handle: u64, in_place: bool) {
         let mut held = self.held.lock();
         held.push(Latch {
             index,
+            last,
             handle,
             thread: this_thread(),
             in_place,
@@ -536,14 +538,16 @@ impl Latches {
         self.held
             .lock()
             .iter()
-            .find(|l| l.in_place && (first..=last).contains(&l.index) && l.thread == me)
+            .find(|l| l.in_place && l.overlaps(first, last) && l.thread == me)
             .map(|l| l.index)
     }
 
-    /// Whether a page of the file is latched in place.
+    /// Whether a page of the file is latched in place, or a block latched at all: what a
+    /// snapshot waits for.
     pub(super) fn any_in_place(&self) -> bool {
         // ORDERING: Relaxed, as in `find` (the callers hold `i_rwsem`).
-        self.nr.load(Ordering::Relaxed) != 0 && self.held.lock().iter().any(|l| l.in_place)
+        self.nr.load(Ordering::Relaxed) != 0
+            && self.held.lock().iter().any(Latch::holds_off_snapshots)
     }
 
     /// Takes `i_rwsem` once no page of the file is latched in place, for a snapshot. The
@@ -564,10 +568,26 @@ impl Latches {
                 break w;
             }
             drop(w);
-            self.wait_while(|h| h.iter().any(|l| l.in_place));
+            self.wait_while(|h| h.iter().any(Latch::holds_off_snapshots));
         };
+        // Under the mutex block latches wait on (`wait_for_snapshots`), then a wake-up: a
+        // block latch that saw a snapshot waiting sleeps there until none does.
+        let held = self.held.lock();
         self.snapshots_waiting.fetch_sub(1, Ordering::Relaxed);
+        // ORDERING: Relaxed; `waiters` changes only under this mutex, which we hold.
+        let wake = self.waiters.load(Ordering::Relaxed) != 0;
+        drop(held);
+        if wake {
+            self.released.notify_all();
+        }
         w
+    }
+
+    /// Sleeps while a snapshot waits for the file's latches (a block latch, which the
+    /// snapshot waits for too, must not start meanwhile, or a stream of them could hold the
+    /// snapshot off). The caller holds no `i_rwsem`.
+    pub(super) fn wait_for_snapshots(&self) {
+        self.wait_while(|_| self.snapshots_waiting.load(Ordering::Relaxed) != 0);
     }
 
     /// Whether a snapshot waits for the file's in-place latches: a new latch then changes a
@@ -577,7 +597,7 @@ impl Latches {
         self.snapshots_waiting.load(Ordering::Relaxed) != 0
     }
 
-    /// Releases `index` and wakes the writers waiting for it.
+    /// Releases the latch starting at `index` and wakes the writers waiting for it.
     pub(super) fn remove(&self, index: u64) {
         let mut held = self.held.lock();
         if let Some(i) = held.iter().position(|l| l.index == index) {
@@ -592,9 +612,9 @@ impl Latches {
         }
     }
 
-    /// Sleeps until `index` is not latched (the caller holds no `i_rwsem`).
+    /// Sleeps until page `index` is not latched (the caller holds no `i_rwsem`).
     pub(super) fn wait_released(&self, index: u64) {
-        self.wait_while(|h| h.iter().any(|l| l.index == index));
+        self.wait_while(|h| h.iter().any(|l| l.overlaps(index, index)));
     }
 
     /// Sleeps on `released` while `cond` holds of the latches, counted in `waiters` (under
@@ -618,14 +638,29 @@ fn this_thread() -> std::thread::ThreadId {
     ME.with(|me| *me)
 }
 
-/// One latched page: its index, the handle its guard borrows (`CachedFile::id`), and the
-/// thread that made the guard.
+/// One latched page or block: its pages, the handle its guard borrows (`CachedFile::id`),
+/// and the thread that made the guard.
 struct Latch {
     index: u64,
+    last: u64,
     handle: u64,
     thread: std::thread::ThreadId,
     /// The guard updates the cached page itself (`PG_LATCHED`), not a copy.
     in_place: bool,
+}
+
+impl Latch {
+    fn overlaps(&self, first: u64, last: u64) -> bool {
+        self.index <= last && first <= self.last
+    }
+
+    /// A snapshot waits for this latch to commit: it updates the cached folio in place (the
+    /// bytes it overwrites exist nowhere else), or it is a block's (a snapshot keeps pages,
+    /// and could not capture the block's pages without splitting the folio the latch
+    /// holds).
+    fn holds_off_snapshots(&self) -> bool {
+        self.in_place || self.last > self.index
+    }
 }
 
 /// The budget's side of an inode: the eviction listener's record names the file.

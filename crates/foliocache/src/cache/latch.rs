@@ -8,7 +8,7 @@ use super::file::CachedFile;
 use super::inode::Inode;
 use super::sb::CacheInner;
 use super::stats::Event;
-use super::write::{lookup_stable, read_old_page, swap_in, write_end};
+use super::write::{lookup_stable, lookup_stable_folio, read_old_page, swap_in, write_end};
 use super::writeback::balance_dirty_pages;
 use crate::mm::folio::flags::PG_DIRTY;
 use crate::mm::folio::{FolioLocked, FolioRef, PAGE_SHIFT, PAGE_SIZE};
@@ -65,15 +65,18 @@ pub struct FolioMut<'f> {
     cache: Holder<'f>,
     /// The file; an owned guard also holds a use of it (`i_count`), put back on drop.
     mapping: Arc<Inode>,
-    /// The page latched.
+    /// The page latched (the block's first).
     index: u64,
+    /// Pages latched: 1, or a block's ([`CachedFile::get_block_mut_in_place`]), held in one
+    /// folio of exactly that size.
+    nr: u64,
     /// The cached page, unlocked, with a reference (latched in place, `PG_LATCHED`, if there
     /// is no copy).
     old: std::ptr::NonNull<crate::mm::folio::Folio>,
     /// The private copy, locked, not uptodate, not in any index, with a reference; `None`
     /// for a guard that updates the cached page in place ([`InPlaceFolioMut`]).
     new: Option<std::ptr::NonNull<crate::mm::folio::Folio>>,
-    /// The file's bytes in the page.
+    /// The file's bytes in the page (or block).
     valid: usize,
     /// The highest log sequence number of the changes made through the guard
     /// ([`FolioMut::set_lsn`]).
@@ -217,7 +220,7 @@ impl CachedFile {
         // The pin limit (`cache/budget.rs`): the guard holds the page and its copy. Charged
         // before `i_rwsem`, since it may wait for other pins to go.
         self.cache.pin_charge(2)?;
-        self.latch_charged(index, None, false)
+        self.latch_charged(index, 1, None, false)
     }
 
     /// Latches page `index` of the file for an update **in place** ([`InPlaceFolioMut`]): a
@@ -262,7 +265,72 @@ impl CachedFile {
     pub fn get_folio_mut_in_place(&self, index: u64) -> Result<InPlaceFolioMut<'_>, CacheError> {
         // The page; a copy, if one is needed, is charged when it is made.
         self.cache.pin_charge(1)?;
-        self.latch_charged(index, None, true).map(InPlaceFolioMut)
+        self.latch_charged(index, 1, None, true)
+            .map(InPlaceFolioMut)
+    }
+
+    /// Latches the block of the file at bytes `offset..offset + len` for an update **in
+    /// place**, as one unit: [`CachedFile::get_folio_mut_in_place`] for a buffer manager whose
+    /// pages are larger than 4 KiB (a 16 KiB B-tree node, a 64 KiB extent). The block is held
+    /// in one large folio of exactly its size: the guard dereferences to its `len` bytes,
+    /// readers of any of its pages wait for the commit, and the commit makes the whole block
+    /// dirty at once, so readers, writeback and a crash see the block before the latch or
+    /// after its commit, never part of it (a write reaches the file in one vectored write of
+    /// the folio; whether the device writes it atomically is the device's matter, as for any
+    /// write of more than its atomic unit).
+    ///
+    /// `len` must be a power of two from 8 KiB up to 128 KiB and at most the cache's largest
+    /// folio ([`Config::max_folio_order`](super::Config::max_folio_order)), `offset` a
+    /// multiple of it, and the block inside the file (grow it with
+    /// [`CachedFile::set_len`]). A block that is not cached is read in one folio; one cached
+    /// in smaller folios (written or read page by page) is copied into one
+    /// (`collapse_file`, counted in [`CacheStats::folio_collapses`](super::CacheStats)), and
+    /// one inside a larger folio is split out of it first, once. The block's pages count
+    /// against the pin limit while it is latched (twice if it is updated in a copy:
+    /// [`InPlaceFolioMut::in_place`]). A snapshot of the file waits for its block latches, and
+    /// block latches wait while a snapshot is being taken.
+    ///
+    /// ```
+    /// use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::buffer_pool(16 << 20))?;
+    /// let db = cache.open_with(dir.path().join("btree"), OpenOptions::new().write(true).create(true))?;
+    /// const NODE: usize = 16 << 10;                       // 16 KiB B-tree nodes
+    /// db.set_len(4 * NODE as u64)?;
+    /// {
+    ///     let mut node = db.get_block_mut_in_place(NODE as u64, NODE)?; // node 1, all of it
+    ///     assert_eq!(node.len(), NODE);
+    ///     node[..4].copy_from_slice(b"keys");
+    ///     node[NODE - 4..].copy_from_slice(b"tail");
+    ///     node.set_lsn(7);                                 // the change's log record
+    /// }                                                    // committed: one dirty 16 KiB folio
+    /// let block = db.get_range(NODE as u64, NODE)?;
+    /// let bytes = block.as_slice().expect("one folio holds the node");
+    /// assert_eq!((&bytes[..4], &bytes[NODE - 4..]), (&b"keys"[..], &b"tail"[..]));
+    /// # Ok(()) }
+    /// ```
+    pub fn get_block_mut_in_place(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Result<InPlaceFolioMut<'_>, CacheError> {
+        let max = (PAGE_SIZE << self.cache.config.max_folio_order).min(128 << 10);
+        if !len.is_power_of_two() || len < 2 * PAGE_SIZE || len > max || offset % len as u64 != 0 {
+            return Err(CacheError::InvalidArgument {
+                what: format!(
+                    "block latch of {len} bytes at offset {offset} of {}: the length must be a \
+                     power of two from 8 KiB to {} KiB (128 KiB, or the largest folio of \
+                     Config::max_folio_order), and the offset a multiple of it",
+                    self.mapping().path.display(),
+                    max >> 10
+                ),
+            });
+        }
+        let nr = (len / PAGE_SIZE) as u64;
+        self.cache.pin_charge(nr)?;
+        self.latch_charged(offset >> PAGE_SHIFT, nr, None, true)
+            .map(InPlaceFolioMut)
     }
 
     /// [`CachedFile::get_folio_mut`] (or, `in_place`, [`CachedFile::get_folio_mut_in_place`])
@@ -273,11 +341,12 @@ impl CachedFile {
     pub(super) fn latch_charged(
         &self,
         index: u64,
+        nr: u64,
         start: Option<FolioRef<'_>>,
         in_place: bool,
     ) -> Result<FolioMut<'_>, CacheError> {
         let c = &self.cache;
-        let charged = if in_place { 1 } else { 2 };
+        let charged = if in_place { nr } else { 2 * nr };
         let m = match self.writable_mapping() {
             Ok(m) => m,
             Err(e) => {
@@ -286,8 +355,31 @@ impl CachedFile {
                 return Err(e);
             }
         };
-        let latched = self.lock_for_write(&m, "get_folio_mut", |_| Some((index, index)));
+        let mut start = start;
+        let latched = loop {
+            let w = self.lock_for_write(&m, "get_folio_mut", |_| Some((index, index + nr - 1)));
+            match w {
+                Ok(w) if nr > 1 && m.latches.snapshot_waiting() => {
+                    // A snapshot waits for the file's block latches: this one waits for it.
+                    drop((w, start.take()));
+                    m.latches.wait_for_snapshots();
+                }
+                w => break w,
+            }
+        };
         let latched = latched.and_then(|w| {
+            if nr > 1 && (index + nr) << PAGE_SHIFT > m.size() {
+                return Err(CacheError::InvalidArgument {
+                    what: format!(
+                        "the block of {} bytes at offset {} is past the end of {} ({} bytes): \
+                         grow it with set_len",
+                        nr << PAGE_SHIFT,
+                        index << PAGE_SHIFT,
+                        m.path.display(),
+                        m.size()
+                    ),
+                });
+            }
             if index >= m.nr_pages() {
                 return Err(CacheError::InvalidArgument {
                     what: format!(
@@ -299,10 +391,10 @@ impl CachedFile {
             }
             // A snapshot waiting for the file's in-place latches gets its turn: copy.
             let in_place = in_place && !m.latches.snapshot_waiting();
-            let pages = self.latch(&m, index, start, in_place)?;
+            let pages = self.latch(&m, index, nr, start, in_place)?;
             // Under `i_rwsem`: no writer of the page is between its look at the latches and
             // its write.
-            m.latches.add(index, self.id, pages.1.is_none());
+            m.latches.add(index, index + nr - 1, self.id, pages.1.is_none());
             drop(w);
             Ok(pages)
         });
@@ -313,19 +405,20 @@ impl CachedFile {
                 return Err(e);
             }
         };
-        if new.is_some() && charged == 1 {
+        if new.is_some() && in_place {
             // Someone held the page: the guard holds a copy too (past the limit, as a large
             // pinned folio's extra pages are: the copy is made already).
-            c.budget.pins.charge_unchecked(1);
+            c.budget.pins.charge_unchecked(nr);
         }
         let valid = m
             .size()
             .saturating_sub(index << PAGE_SHIFT)
-            .min(PAGE_SIZE as u64) as usize;
+            .min(nr << PAGE_SHIFT) as usize;
         Ok(FolioMut {
             cache: Holder::Handle(self),
             mapping: m,
             index,
+            nr,
             old,
             new,
             valid,
@@ -342,6 +435,7 @@ impl CachedFile {
         &self,
         m: &Inode,
         index: u64,
+        nr: u64,
         mut start: Option<FolioRef<'_>>,
         in_place: bool,
     ) -> Result<
@@ -355,7 +449,9 @@ impl CachedFile {
         // The copy is allocated before any folio lock is held (reclaim may need to lock other
         // folios): at once for a copying guard, after a failed attempt in place otherwise.
         let alloc = || {
-            let new = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
+            let new = c
+                .alloc_folio(nr.trailing_zeros())
+                .map_err(|_| c.out_of_memory(nr as usize))?;
             Ok::<_, CacheError>(
                 new.try_lock()
                     .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked")),
@@ -363,18 +459,45 @@ impl CachedFile {
         };
         let mut new = if in_place { None } else { Some(alloc()?) };
         let mut drained = 0;
+        // A block held by several folios, or a larger one, is made one folio first; the
+        // attempts are bounded (under memory pressure reclaim may take the pieces as fast as
+        // they are read).
+        let mut reshaped = 0;
         let old = loop {
             let folio = match start.take() {
                 Some(f) => f,
-                None => self.get_page(m, index, 1)?.0,
+                None => self.get_page(m, index, nr as usize)?.0,
             };
-            if folio.nr_pages() > 1 {
+            if folio.index() != index || folio.nr_pages() as u64 != nr {
+                let larger = folio.nr_pages() as u64 > nr;
                 drop(folio);
-                super::split::split_folio_at(c, m, index)?;
+                reshaped += 1;
+                if reshaped > 16 {
+                    return Err(c.out_of_memory(nr as usize));
+                }
+                // A page latch splits the large folio holding the page; a block latch splits
+                // a larger one too, and collapses the pieces into one of its size.
+                if larger || nr == 1 {
+                    super::split::split_folio_at(c, m, index)?;
+                } else {
+                    super::split::collapse_block(c, m, index, nr)?;
+                }
                 continue;
             }
             let old = folio.lock();
             if !(old.mapping() == m.id && old.index() == index && old.is_uptodate()) {
+                continue;
+            }
+            if nr > 1 && !cow::settled(&m.snapshots, &old) {
+                // A live snapshot may still need pages of the block, and keeps pages: capture
+                // them (the split and the collapse do, and stamp the new folio).
+                drop(old);
+                reshaped += 1;
+                if reshaped > 16 {
+                    return Err(c.out_of_memory(nr as usize));
+                }
+                super::split::split_folio_at(c, m, index)?;
+                super::split::collapse_block(c, m, index, nr)?;
                 continue;
             }
             // Stable pages: the guard starts from a page no write is reading.
@@ -384,17 +507,19 @@ impl CachedFile {
             }
             // In place if a live snapshot does not still need the page's bytes (a capture
             // maps it, which the freeze would fail on anyway) and the freeze proves that no
-            // one else holds it: the page cache's reference and ours (the handed-over pin's,
-            // or the lookup's), order 0.
+            // one else holds it: the page cache's references (one per page) and ours (the
+            // handed-over pin's, or the lookup's).
             if cow::settled(&m.snapshots, &old) {
-                // SAFETY: 2 is exactly the references we know of, as in `modify_cached`.
-                match unsafe { old.freeze(2) } {
+                let expected = nr as u32 + 1;
+                // SAFETY: `expected` is exactly the references we know of, as in
+                // `modify_cached`.
+                match unsafe { old.freeze(expected) } {
                     Ok(frozen) => {
                         frozen.set_latched();
-                        // SAFETY: the same two references exist again; the unfreeze's Release
+                        // SAFETY: the same references exist again; the unfreeze's Release
                         // publishes PG_LATCHED to every later `try_get` (rule 6 of the folio
                         // docs), and unlocks.
-                        let page = unsafe { frozen.unfreeze(2) };
+                        let page = unsafe { frozen.unfreeze(expected) };
                         return Ok((std::ptr::NonNull::from(page.into_raw()), None));
                     }
                     Err(old) if c.may_drain_for_freeze(&old, drained) => {
@@ -495,6 +620,7 @@ impl FolioMut<'_> {
             cache: Holder::Owned(cache),
             mapping,
             index: this.index,
+            nr: this.nr,
             old: this.old,
             new: this.new,
             valid: this.valid,
@@ -534,13 +660,13 @@ impl FolioMut<'_> {
             return;
         }
         let (c, m) = (self.cache.cache(), &*self.mapping);
-        let (index, lsn) = (self.index, self.lsn);
+        let (index, nr, lsn) = (self.index, self.nr, self.lsn);
         let (old, new) = self.take();
         let Some(mut new) = new else {
             debug_assert!(commit, "an in-place latch has no discard");
             commit_in_place(c, m, index, old, lsn);
             m.latches.remove(index);
-            c.pin_uncharge(1);
+            c.pin_uncharge(nr);
             c.wake_flusher();
             return;
         };
@@ -549,7 +675,7 @@ impl FolioMut<'_> {
             drop(new);
             drop(old);
             m.latches.remove(index);
-            c.pin_uncharge(2);
+            c.pin_uncharge(2 * nr);
             return;
         }
         // Reserve the page's dirtiness as a write does (no folio lock held: the pass this may
@@ -568,7 +694,7 @@ impl FolioMut<'_> {
             write_end(c, m, new, 0, lsn);
         }
         m.latches.remove(index);
-        c.pin_uncharge(2);
+        c.pin_uncharge(2 * nr);
         c.wake_flusher();
     }
 }
@@ -616,7 +742,9 @@ fn commit_in_place(c: &Arc<CacheInner>, m: &Inode, index: u64, old: FolioRef<'_>
 /// The caller holds `i_rwsem`, so the page cannot change before the commit replaces it.
 fn keep_for_snapshots(c: &CacheInner, m: &Inode, index: u64) {
     loop {
-        match lookup_stable(c, m, index) {
+        // A block's folio was stamped when it was latched (no snapshot was taken since: they
+        // wait for block latches), so this finds it whole and captures nothing.
+        match lookup_stable_folio(c, m, index) {
             Ok(Some(cur)) => {
                 let r = cow::capture(c, &m.snapshots, &m.path, &cur, true);
                 debug_assert!(r.is_ok(), "a forced capture cannot fail");
@@ -650,16 +778,26 @@ fn publish_copy(
     let mut cur = Some(old);
     loop {
         if let Some(f) = cur.take() {
-            if f.mapping() == m.id && f.index() == index && f.nr_pages() == 1 {
+            if f.mapping() == m.id && f.index() == index && f.order() == new.order() {
                 swap_in(m, &f, new);
                 return;
+            }
+            if new.nr_pages() > 1 && f.nr_pages() != new.nr_pages() {
+                // A block cached in other folios now: make it one, then replace that.
+                drop(f);
+                let _ = super::split::split_folio_at(c, m, index);
+                let _ = super::split::collapse_block(c, m, index, new.nr_pages() as u64);
             }
         }
         if m.mapping.pages.add_folio(new, index).is_ok() {
             return;
         }
         // Something is cached there again (read back in): replace that.
-        cur = lookup_stable(c, m, index).ok().flatten();
+        cur = if new.nr_pages() > 1 {
+            lookup_stable_folio(c, m, index).ok().flatten()
+        } else {
+            lookup_stable(c, m, index).ok().flatten()
+        };
         if cur.is_none() {
             std::thread::yield_now();
         }

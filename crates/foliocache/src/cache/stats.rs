@@ -118,6 +118,9 @@ cache_counters! {
         /// Large folios split into pages (by copy) before a truncation, a page latch or a
         /// snapshot capture inside them.
         FolioSplits => folio_splits,
+        /// Runs of folios collapsed into one large folio (by copy) for a block latch
+        /// ([`CachedFile::get_block_mut_in_place`](crate::CachedFile::get_block_mut_in_place)).
+        FolioCollapses => folio_collapses,
         /// Misses served by reading a single folio (readahead off, or the window was raced).
         SinglePageReads => single_page_reads,
         /// Read calls issued to backing files.

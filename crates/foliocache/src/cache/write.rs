@@ -625,7 +625,7 @@ fn replace_page<'a>(
 /// written over them, inserted locked. The page is read from the backing first unless the
 /// write covers it whole or it lies past the end of the data. `None`: another thread inserted
 /// the page meanwhile.
-fn create_page<'a>(
+pub(super) fn create_page<'a>(
     c: &'a CacheInner,
     m: &'a Inode,
     index: u64,

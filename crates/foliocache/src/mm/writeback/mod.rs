@@ -470,6 +470,48 @@ pub(crate) fn split_dirty(wb: &WbState, index: u64, nr: u64) {
     }
 }
 
+/// Folios collapsed into one of `nr` pages at `index` (`cache/split.rs`): the dirty ones
+/// among `pieces` ((first page, pages) each) hand their tags and log numbers to the new
+/// folio, dirty as a whole now, and its pages that were clean are charged (past the limit:
+/// the collapse cannot wait). Nothing happens if no piece was dirty. The caller holds the
+/// folio locks of the pieces and of the new folio, dirty already if any piece was.
+pub(crate) fn collapse_dirty(
+    wb: &WbState,
+    acct: &DirtyAccount,
+    pieces: &[(u64, u64)],
+    index: u64,
+    nr: u64,
+) {
+    let mut t = wb.tags.lock();
+    let (mut was_dirty, mut towrite, mut lsn) = (0, false, (u64::MAX, 0));
+    for &(i, n) in pieces {
+        if !t.dirty.remove(&i) {
+            continue;
+        }
+        t.dirty_pages -= n;
+        was_dirty += n;
+        towrite |= t.towrite.remove(&i);
+        if let Some((oldest, newest)) = t.lsn.remove(&i) {
+            lsn = (lsn.0.min(oldest), lsn.1.max(newest));
+        }
+    }
+    if was_dirty == 0 {
+        return;
+    }
+    // The file stays on the dirty-file list (the list entry goes only with `untag_dirty`),
+    // with its dirty age: the pages were dirty since then.
+    t.dirty.insert(index);
+    t.dirty_pages += nr;
+    if towrite {
+        t.towrite.insert(index);
+    }
+    if lsn.1 > 0 {
+        t.lsn.insert(index, lsn);
+    }
+    drop(t);
+    acct.reserve_over(nr - was_dirty);
+}
+
 /// Tags the folio of `nr` pages at page `index` DIRTY; a file's first dirty folio puts it
 /// on the dirty-file list (`__mark_inode_dirty`: its dirty age starts now). The caller holds
 /// the tag mutex.
