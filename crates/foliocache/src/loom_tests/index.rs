@@ -270,3 +270,66 @@ fn split_vs_lookup(split: fn(&Index, &FolioLocked<'_>, &[FolioLocked<'_>]) -> bo
         assert_eq!(w.arena.validate().unwrap().allocated_pages, 2);
     }
 }
+
+/// `collapse_folios` against a lockless lookup of the second page: two pages tagged SECOND
+/// (page 0) and SECOND + 1 (page 1) are replaced by an order-1 folio tagged FIRST under one
+/// lock hold. The page is cached throughout, so the lookup never misses; it returns the old
+/// page 1 (alive while held) or the new folio, and once the collapse is complete only the
+/// new folio. (The canonical slot is stored first: a lookup that followed the new sibling to
+/// the old page 0 fails `folio_contains` and looks again.)
+#[test]
+fn lookup_vs_collapse_folios() {
+    loom::model(|| collapse_vs_lookup(|i, old, new| i.collapse_folios(old, new)));
+}
+
+/// The collapse that empties the slots before it stores the new entry: loom must find the
+/// lookup that runs in between and misses a page that was cached all along.
+#[test]
+#[should_panic(expected = "a collapse never leaves a page uncached")]
+fn collapse_with_a_gap_is_caught() {
+    loom::model(|| collapse_vs_lookup(|i, old, new| i.collapse_folios_with_gap(old, new)));
+}
+
+fn collapse_vs_lookup(collapse: fn(&Index, &[FolioLocked<'_>], &FolioLocked<'_>) -> bool) {
+    let w = world(4, RefStrategy::LockedBit);
+    let mut pfns = Vec::new();
+    for i in 0..2u64 {
+        let p = w.arena.alloc(0).unwrap().lock();
+        p.set_private(SECOND + i);
+        w.index.add_folio(&p, i).unwrap();
+        pfns.push(p.unlock().into_raw().pfn());
+    }
+    let w2 = w.clone();
+    let r = thread::spawn(move || {
+        let done = w2.settled.load(Ordering::SeqCst);
+        let f = w2
+            .index
+            .lookup(1)
+            .expect("a collapse never leaves a page uncached");
+        let tag = f.private();
+        assert!(f.index() <= 1 && 1 < f.index() + f.nr_pages() as u64);
+        assert!(
+            tag == FIRST || tag == SECOND + 1,
+            "lookup(1) returned the folio tagged {tag}"
+        );
+        if done {
+            assert_eq!(tag, FIRST, "an old page after the collapse completed");
+        }
+        thread::yield_now();
+        assert_eq!(f.private(), tag, "folio freed or reused under a reader");
+    });
+    let new = w.arena.alloc(1).unwrap().lock();
+    new.set_private(FIRST);
+    // SAFETY: the references leaked above.
+    let old: Vec<FolioLocked<'_>> = pfns
+        .iter()
+        .map(|&pfn| unsafe { FolioRef::from_raw(&w.arena, w.arena.folio(pfn)) }.lock())
+        .collect();
+    assert!(collapse(&w.index, &old, &new));
+    w.settled.store(true, Ordering::SeqCst);
+    drop(old);
+    drop(new);
+    r.join().unwrap();
+    finish(&w);
+    assert_eq!(w.arena.validate().unwrap().allocated_pages, 2);
+}

@@ -243,6 +243,24 @@ impl Index {
     /// Orders up to 5 (one leaf node's slots). Returns false, changing nothing, if the
     /// folios do not qualify or are not all in this index.
     pub fn collapse_folios(&self, old: &[FolioLocked<'_>], new: &FolioLocked<'_>) -> bool {
+        self.collapse_folios_inner(old, new, false)
+    }
+
+    /// The collapse with a deliberately wrong order, for the loom model that must catch it:
+    /// the old folios' slots are emptied before the new entry is stored, so a lookup in
+    /// between misses a page that stays cached. Never use it elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn collapse_folios_with_gap(&self, old: &[FolioLocked<'_>], new: &FolioLocked<'_>) -> bool {
+        self.collapse_folios_inner(old, new, true)
+    }
+
+    fn collapse_folios_inner(
+        &self,
+        old: &[FolioLocked<'_>],
+        new: &FolioLocked<'_>,
+        gap: bool,
+    ) -> bool {
         let order = new.order();
         let nr = new.nr_pages() as u64;
         let Some(first) = old.first() else {
@@ -286,6 +304,11 @@ impl Index {
         new.set_mapping(self.id, index);
         // SAFETY: under the index lock; `node` is in the tree.
         let n = unsafe { &*node };
+        if gap {
+            for i in 0..nr as usize {
+                n.store(off + i, 0);
+            }
+        }
         n.store(off, Entry::folio(new.pfn()));
         for i in (1..nr as usize).rev() {
             n.store(off + i, Entry::sibling(off));
