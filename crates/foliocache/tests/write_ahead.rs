@@ -196,6 +196,22 @@ fn workload(with_lsn: bool, target_writes: u64) -> (u64, u64) {
                         in_place.fetch_add(g.in_place() as u64, Ordering::Relaxed);
                         continue;
                     }
+                    if t == 1 && x % 4 == 0 {
+                        // The same for a 16 KiB block (its four pages, one change, one
+                        // dirty folio: collapsed from the pages the others write, split
+                        // again by their page latches).
+                        let at = page / 4 * 4 * PAGE as u64;
+                        let mut g = own.get_block_mut_in_place(at, 4 * PAGE).unwrap();
+                        let lsn = next.fetch_add(1, Ordering::SeqCst) + 1;
+                        for p in g.chunks_mut(PAGE) {
+                            p.copy_from_slice(&page_of(lsn));
+                        }
+                        if with_lsn {
+                            g.set_lsn(lsn);
+                        }
+                        in_place.fetch_add(g.in_place() as u64, Ordering::Relaxed);
+                        continue;
+                    }
                     let lsn = next.fetch_add(1, Ordering::SeqCst) + 1;
                     let bytes = page_of(lsn);
                     let at = page * PAGE as u64;

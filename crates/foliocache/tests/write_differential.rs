@@ -173,6 +173,8 @@ fn random_writes_reads_truncations_and_syncs_match_a_model() {
     }
     let s = c.stats();
     assert!(s.writeback_pages > 0 && s.writes_in_place > 0, "{s:?}");
+    // Block latches met blocks cached in smaller folios and collapsed them.
+    assert!(s.folio_collapses > 0, "{s:?}");
     assert_eq!(s.bad_pages, 0);
     drop(files);
     c.drop_caches();
@@ -555,7 +557,7 @@ fn latch_step(f: &CachedFile, model: &mut [u8], rng: &mut StdRng) -> String {
     let pages = model.len().div_ceil(PAGE) as u64;
     let index = rng.random_range(0..pages);
     let b: u8 = rng.random();
-    let kind = rng.random_range(0..4);
+    let kind = rng.random_range(0..5);
     let change = |g: &mut [u8], at: u64, model: &mut [u8], rng: &mut StdRng| {
         let start = at as usize * PAGE;
         let valid = (model.len() - start).min(PAGE);
@@ -591,11 +593,26 @@ fn latch_step(f: &CachedFile, model: &mut [u8], rng: &mut StdRng) -> String {
             }
             (at, len, keep)
         }
-        _ => {
+        3 => {
             let mut g = f.get_folio(index).unwrap().upgrade().unwrap();
             let page = g.index();
             let (at, len) = change(&mut g, page, model, rng);
             (at, len, true)
+        }
+        _ => {
+            // A block latch over the 8 or 16 KiB block holding the page, if the file holds
+            // it whole: one folio (collapsed or split out as needed), one change across it.
+            let len = [2 * PAGE, 4 * PAGE][rng.random_range(0..2)];
+            let start = index as usize * PAGE / len * len;
+            if start + len > model.len() {
+                return format!("latch 4: no whole block of {len} at {start}");
+            }
+            let mut g = f.get_block_mut_in_place(start as u64, len).unwrap();
+            assert_same(&g, &model[start..start + len], "latch 4");
+            let from = rng.random_range(0..len);
+            let n = rng.random_range(1..=len - from);
+            g[from..from + n].fill(b);
+            (start + from, n, true)
         }
     };
     if kept {
