@@ -2,8 +2,10 @@
 //! SIGKILL at random moments: after each kill, reopening the store (which replays the log)
 //! finds every committed update. Its updates change cached pages before they commit, so
 //! this is the write-ahead rule's end-to-end test: a page that reached the data file ahead
-//! of its log record would hold a change the log does not (its page LSN past the log's end). The control reopens
-//! without the replay, and must find committed updates missing (the check bites).
+//! of its log record would hold a change the log does not (its page LSN past the log's end).
+//! Every other kill runs the store with 16 KiB pages, each updated under a block latch. The
+//! control reopens without the replay, and must find committed updates missing (the check
+//! bites).
 
 #[path = "../examples/wal_store/crash.rs"]
 mod crash;
@@ -20,6 +22,8 @@ use crash::{ahead_of_log, missing, update_of};
 use store::{Store, HEADER};
 
 const ENV: &str = "FOLIOCACHE_WAL_STORE_CHILD";
+/// The child's page size, if not 4 KiB.
+const PAGE_ENV: &str = "FOLIOCACHE_WAL_STORE_PAGE";
 const PAGES: u64 = 1024;
 const BUDGET: usize = 1 << 20;
 
@@ -30,7 +34,8 @@ fn wal_store_child() {
     let Ok(dir) = std::env::var(ENV) else {
         return;
     };
-    let (s, _) = Store::open(Path::new(&dir), PAGES, BUDGET).unwrap();
+    let page = std::env::var(PAGE_ENV).map_or(store::PAGE, |p| p.parse().unwrap());
+    let (s, _) = open(Path::new(&dir), page, true);
     let mut out = std::io::stdout().lock();
     for k in 1.. {
         let (page, bytes) = update_of(k, PAGES);
@@ -46,9 +51,15 @@ fn wal_store_child() {
     }
 }
 
-/// Runs the child until it has committed `min_commits` updates, then for `run_for` more,
-/// kills it, and returns the last update it committed.
-fn run_and_kill(dir: &Path, min_commits: u64, run_for: Duration) -> u64 {
+/// The store of pages of `page` bytes in `dir`, its log replayed if `replay`.
+fn open(dir: &Path, page: usize, replay: bool) -> (Store, u64) {
+    let config = foliocache::Config::buffer_pool(BUDGET);
+    Store::open_paged(dir, PAGES, page, config, replay).unwrap()
+}
+
+/// Runs the child (pages of `page` bytes) until it has committed `min_commits` updates, then
+/// for `run_for` more, kills it, and returns the last update it committed.
+fn run_and_kill(dir: &Path, page: usize, min_commits: u64, run_for: Duration) -> u64 {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "wal_store_child",
@@ -57,6 +68,7 @@ fn run_and_kill(dir: &Path, min_commits: u64, run_for: Duration) -> u64 {
             "--test-threads=1",
         ])
         .env(ENV, dir)
+        .env(PAGE_ENV, page.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -104,12 +116,13 @@ fn every_committed_update_survives_sigkill() {
     let (mut committed_total, mut replayed_total) = (0, 0);
     for i in 0..kills {
         let dir = tempfile::tempdir().unwrap();
-        let committed = run_and_kill(dir.path(), 500, Duration::from_millis(20 + 40 * i));
-        let (s, replayed) = Store::open(dir.path(), PAGES, BUDGET).unwrap();
+        let page = [store::PAGE, 16 << 10][i as usize % 2];
+        let committed = run_and_kill(dir.path(), page, 500, Duration::from_millis(20 + 40 * i));
+        let (s, replayed) = open(dir.path(), page, true);
         assert_eq!(
             missing(&s, PAGES, committed).unwrap(),
             0,
-            "kill {i}: after {committed} commits"
+            "kill {i} (pages of {page} bytes): after {committed} commits"
         );
         // The write-ahead rule itself: no page on disk holds a change the log does not.
         if let Some((page, lsn)) = ahead_of_log(&s, PAGES).unwrap() {
@@ -117,6 +130,10 @@ fn every_committed_update_survives_sigkill() {
                 "kill {i}: page {page} holds change {lsn}, the log ends at {}",
                 s.last_lsn()
             );
+        }
+        if page > store::PAGE {
+            let st = s.cache().stats();
+            assert_eq!(st.folio_collapses, 0, "blocks are read whole: {st:?}");
         }
         committed_total += committed;
         replayed_total += replayed;
@@ -136,8 +153,9 @@ fn without_the_replay_committed_updates_are_lost() {
     let mut lost = 0;
     for i in 0..4 {
         let dir = tempfile::tempdir().unwrap();
-        let committed = run_and_kill(dir.path(), 1_000, Duration::from_millis(50 * i));
-        let (s, _) = Store::open_replaying(dir.path(), PAGES, BUDGET, false).unwrap();
+        let page = [store::PAGE, 16 << 10][i as usize % 2];
+        let committed = run_and_kill(dir.path(), page, 1_000, Duration::from_millis(50 * i));
+        let (s, _) = open(dir.path(), page, false);
         lost += missing(&s, PAGES, committed).unwrap();
         if lost > 0 {
             break;

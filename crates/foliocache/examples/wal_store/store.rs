@@ -1,15 +1,17 @@
 //! A page store with a write-ahead log, on foliocache: the smallest engine that uses the
 //! cache as its buffer pool.
 //!
-//! - The data file is a fixed number of 4 KiB pages; each page's first 8 bytes hold the log
-//!   sequence number of the last change applied to it (the page LSN).
-//! - An update latches its page in place ([`CachedFile::get_folio_mut_in_place`]), appends a
-//!   log record (sequence number, page, offset, bytes, checksum) to the log's buffer, changes
-//!   the cached page itself (no copy) and tags it with the record's number
+//! - The data file is a fixed number of pages of 4 KiB (or, [`Store::open_paged`], 8 to 64
+//!   KiB); each page's first 8 bytes hold the log sequence number of the last change applied
+//!   to it (the page LSN).
+//! - An update latches its page in place ([`CachedFile::get_folio_mut_in_place`]; a larger
+//!   page as one block, [`CachedFile::get_block_mut_in_place`]), appends a log record
+//!   (sequence number, page, offset, bytes, checksum) to the log's buffer, changes the cached
+//!   page itself (no copy) and tags it with the record's number
 //!   ([`InPlaceFolioMut::set_lsn`](foliocache::InPlaceFolioMut::set_lsn)). The change is in
 //!   the cache before it is committed: the cache's write-ahead rule keeps the page out of
-//!   the file until the log holds the record durably. (Replay uses copying latches
-//!   ([`FolioMut`](foliocache::FolioMut)), which can discard.)
+//!   the file until the log holds the record durably, and a block reaches the file whole or
+//!   not at all as far as the cache is concerned (one folio, one write).
 //! - [`Store::commit`] writes the log's buffer and syncs the log (a group commit) and tells
 //!   the cache ([`FolioCache::log_durable`]). When the cache wants to write a page whose
 //!   record is not durable yet (a sync, the flusher, memory pressure), it calls the log's
@@ -30,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use foliocache::{CachedFile, Config, FolioCache, OpenOptions, WriteAheadLog};
 
-/// Bytes of a page.
+/// Bytes of a page (of [`Store::open`]'s stores).
 pub const PAGE: usize = foliocache::PAGE_SIZE;
 /// Bytes at the start of each page that hold its LSN.
 pub const HEADER: usize = 8;
@@ -140,6 +142,8 @@ pub struct Store {
     data: CachedFile,
     log: Arc<Log>,
     pages: u64,
+    /// Bytes of a page.
+    page: usize,
     dir: std::path::PathBuf,
 }
 
@@ -168,13 +172,31 @@ impl Store {
         config: Config,
         replay: bool,
     ) -> io::Result<(Store, u64)> {
+        Store::open_paged(dir, pages, PAGE, config, replay)
+    }
+
+    /// [`Store::open_with`] for pages of `page` bytes: 4 KiB, or a power of two from 8 to 64
+    /// KiB, each updated as one block.
+    pub fn open_paged(
+        dir: &Path,
+        pages: u64,
+        page: usize,
+        config: Config,
+        replay: bool,
+    ) -> io::Result<(Store, u64)> {
+        if !page.is_power_of_two() || !(PAGE..=64 << 10).contains(&page) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a page of {page} bytes: a power of two from 4 to 64 KiB"),
+            ));
+        }
         let cache = FolioCache::new(config)?;
         let data = cache.open_with(
             dir.join("data"),
             OpenOptions::new().write(true).create(true),
         )?;
-        if data.len() < pages * PAGE as u64 {
-            data.set_len(pages * PAGE as u64)?;
+        if data.len() < pages * page as u64 {
+            data.set_len(pages * page as u64)?;
             data.sync_data()?;
             foliocache::sync_dir(dir)?;
         }
@@ -203,7 +225,7 @@ impl Store {
             if r.page == CHECKPOINT {
                 continue;
             }
-            if r.page as u64 >= pages || r.offset as usize + r.bytes.len() > PAGE {
+            if r.page as u64 >= pages || r.offset as usize + r.bytes.len() > page {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!(
@@ -212,17 +234,21 @@ impl Store {
                     ),
                 ));
             }
-            let mut g = data.get_folio_mut(r.page as u64)?;
-            let page_lsn = u64::from_le_bytes(g[..HEADER].try_into().unwrap());
+            let at = r.page as u64 * page as u64;
+            // The page read whole (one folio: a block latch then finds it as it needs it).
+            let page_lsn = {
+                let whole = data.get_range(at, page)?;
+                let mut h = [0u8; HEADER];
+                h.copy_from_slice(&whole.slices().next().expect("a page")[..HEADER]);
+                u64::from_le_bytes(h)
+            };
             if r.lsn > page_lsn {
+                let mut g = latch(&data, at, page)?;
                 let o = r.offset as usize;
                 g[o..o + r.bytes.len()].copy_from_slice(&r.bytes);
                 g[..HEADER].copy_from_slice(&r.lsn.to_le_bytes());
                 g.set_lsn(r.lsn);
                 replayed += 1;
-                g.commit();
-            } else {
-                g.discard();
             }
         }
         // A torn tail is cut off, so new records follow the last whole one.
@@ -242,6 +268,7 @@ impl Store {
             data,
             log,
             pages,
+            page,
             dir: dir.to_path_buf(),
         };
         Ok((store, replayed))
@@ -251,13 +278,13 @@ impl Store {
     /// logged, applied in the cache at once, durable at the next [`Store::commit`]. Returns
     /// the change's sequence number.
     pub fn update(&self, page: u64, offset: usize, bytes: &[u8]) -> io::Result<u64> {
-        if page >= self.pages || offset < HEADER || offset + bytes.len() > PAGE {
+        if page >= self.pages || offset < HEADER || offset + bytes.len() > self.page {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("page {page}, bytes {offset}..{}", offset + bytes.len()),
             ));
         }
-        let mut g = self.data.get_folio_mut_in_place(page)?;
+        let mut g = latch(&self.data, page * self.page as u64, self.page)?;
         let lsn = {
             let mut log = self.log.inner.lock().unwrap();
             log.last += 1;
@@ -294,7 +321,7 @@ impl Store {
     /// committed or not).
     pub fn read(&self, page: u64, offset: usize, buf: &mut [u8]) -> io::Result<()> {
         self.data
-            .read_exact_at(buf, page * PAGE as u64 + offset as u64)?;
+            .read_exact_at(buf, page * self.page as u64 + offset as u64)?;
         Ok(())
     }
 
@@ -343,7 +370,17 @@ impl Store {
     /// The page LSN of page `page`: the sequence number of the last change applied to it.
     pub fn page_lsn(&self, page: u64) -> io::Result<u64> {
         let mut h = [0u8; HEADER];
-        self.data.read_exact_at(&mut h, page * PAGE as u64)?;
+        self.data.read_exact_at(&mut h, page * self.page as u64)?;
         Ok(u64::from_le_bytes(h))
     }
+}
+
+/// The in-place latch of the page of `len` bytes at byte `at` of `data`: a 4 KiB page's, or
+/// a larger page's as one block.
+fn latch(data: &CachedFile, at: u64, len: usize) -> io::Result<foliocache::InPlaceFolioMut<'_>> {
+    Ok(if len == PAGE {
+        data.get_folio_mut_in_place(at / PAGE as u64)?
+    } else {
+        data.get_block_mut_in_place(at, len)?
+    })
 }
