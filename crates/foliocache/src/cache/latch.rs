@@ -61,10 +61,10 @@ use crate::mm::writeback;
 /// # Ok(()) }
 /// ```
 pub struct FolioMut<'f> {
-    /// The cache, through the handle the guard borrows or owned ([`FolioMut::into_owned`]).
+    /// The cache and the file, through the handle the guard borrows or owned
+    /// ([`FolioMut::into_owned`]: the guard then also holds a use of the file, `i_count`, put
+    /// back on drop).
     cache: Holder<'f>,
-    /// The file; an owned guard also holds a use of it (`i_count`), put back on drop.
-    mapping: Arc<Inode>,
     /// The page latched (the block's first).
     index: u64,
     /// Pages latched: 1, or a block's ([`CachedFile::get_block_mut_in_place`]), held in one
@@ -178,19 +178,19 @@ impl std::ops::DerefMut for InPlaceFolioMut<'_> {
 impl std::fmt::Debug for InPlaceFolioMut<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InPlaceFolioMut")
-            .field("path", &self.0.mapping.path)
+            .field("path", &self.0.cache.mapping().path)
             .field("index", &self.index())
             .field("in_place", &self.in_place())
             .finish()
     }
 }
 
-/// Where a [`FolioMut`] reaches its cache.
+/// Where a [`FolioMut`] reaches its cache and its file.
 enum Holder<'f> {
-    /// Through the handle it was made from.
+    /// Through the handle it was made from (no reference counted: the borrow keeps both).
     Handle(&'f CachedFile),
     /// Its own (an owned guard, which also holds a use of the inode).
-    Owned(Arc<CacheInner>),
+    Owned(Arc<CacheInner>, Arc<Inode>),
 }
 
 impl Holder<'_> {
@@ -198,7 +198,15 @@ impl Holder<'_> {
     fn cache(&self) -> &Arc<CacheInner> {
         match self {
             Holder::Handle(f) => &f.cache,
-            Holder::Owned(c) => c,
+            Holder::Owned(c, _) => c,
+        }
+    }
+
+    #[inline]
+    fn mapping(&self) -> &Inode {
+        match self {
+            Holder::Handle(f) => f.mapping_ref(),
+            Holder::Owned(_, m) => m,
         }
     }
 }
@@ -347,14 +355,15 @@ impl CachedFile {
     ) -> Result<FolioMut<'_>, CacheError> {
         let c = &self.cache;
         let charged = if in_place { nr } else { 2 * nr };
-        let m = match self.writable_mapping() {
-            Ok(m) => m,
-            Err(e) => {
-                drop(start);
-                c.pin_uncharge(charged);
-                return Err(e);
-            }
-        };
+        if !self.writable {
+            drop(start);
+            c.pin_uncharge(charged);
+            return Err(CacheError::NotWritable {
+                path: self.mapping_ref().path.clone(),
+            });
+        }
+        // Borrowed: the guard borrows the handle, which holds the inode.
+        let m = self.mapping_ref();
         let mut start = start;
         let latched = loop {
             let w = self.lock_for_write(&m, "get_folio_mut", |_| Some((index, index + nr - 1)));
@@ -416,7 +425,6 @@ impl CachedFile {
             .min(nr << PAGE_SHIFT) as usize;
         Ok(FolioMut {
             cache: Holder::Handle(self),
-            mapping: m,
             index,
             nr,
             old,
@@ -602,23 +610,22 @@ impl FolioMut<'_> {
     /// ```
     pub fn into_owned(self) -> OwnedFolioMut {
         let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped: its two owning fields move out here, once; the
-        // rest are plain values.
-        let (holder, mapping) =
-            unsafe { (std::ptr::read(&this.cache), std::ptr::read(&this.mapping)) };
+        // SAFETY: `this` is never dropped: its owning field moves out here, once; the rest
+        // are plain values.
+        let holder = unsafe { std::ptr::read(&this.cache) };
         let cache = match holder {
             Holder::Handle(f) => {
+                let mapping = f.mapping();
                 // ORDERING: Relaxed; the handle holds a use, so the count cannot reach zero.
                 mapping
                     .users
                     .fetch_add(1, crate::mm::sync::Ordering::Relaxed);
-                f.cache.clone()
+                Holder::Owned(f.cache.clone(), mapping)
             }
-            Holder::Owned(c) => c,
+            Holder::Owned(c, m) => Holder::Owned(c, m),
         };
         FolioMut {
-            cache: Holder::Owned(cache),
-            mapping,
+            cache,
             index: this.index,
             nr: this.nr,
             old: this.old,
@@ -659,7 +666,7 @@ impl FolioMut<'_> {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        let (c, m) = (self.cache.cache(), &*self.mapping);
+        let (c, m) = (self.cache.cache(), self.cache.mapping());
         let (index, nr, lsn) = (self.index, self.nr, self.lsn);
         let (old, new) = self.take();
         let Some(mut new) = new else {
@@ -827,8 +834,8 @@ impl Drop for FolioMut<'_> {
     /// Commits; an owned guard then puts its use of the file (`iput`).
     fn drop(&mut self) {
         self.finish(true);
-        if let Holder::Owned(c) = &self.cache {
-            c.iput(self.mapping.clone());
+        if let Holder::Owned(c, m) = &self.cache {
+            c.iput(m.clone());
         }
     }
 }
@@ -836,7 +843,7 @@ impl Drop for FolioMut<'_> {
 impl std::fmt::Debug for FolioMut<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FolioMut")
-            .field("path", &self.mapping.path)
+            .field("path", &self.cache.mapping().path)
             .field("index", &self.index())
             .finish()
     }
