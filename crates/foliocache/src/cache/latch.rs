@@ -366,7 +366,7 @@ impl CachedFile {
         let m = self.mapping_ref();
         let mut start = start;
         let latched = loop {
-            let w = self.lock_for_write(&m, "get_folio_mut", |_| Some((index, index + nr - 1)));
+            let w = self.lock_for_write(m, "get_folio_mut", |_| Some((index, index + nr - 1)));
             match w {
                 Ok(w) if nr > 1 && m.latches.snapshot_waiting() => {
                     // A snapshot waits for the file's block latches: this one waits for it.
@@ -400,7 +400,7 @@ impl CachedFile {
             }
             // A snapshot waiting for the file's in-place latches gets its turn: copy.
             let in_place = in_place && !m.latches.snapshot_waiting();
-            let pages = self.latch(&m, index, nr, start, in_place)?;
+            let pages = self.latch(m, index, nr, start, in_place)?;
             // Under `i_rwsem`: no writer of the page is between its look at the latches and
             // its write.
             m.latches.add(index, index + nr - 1, self.id, pages.1.is_none());
