@@ -717,3 +717,48 @@ fn a_snapshot_keeps_a_block_from_before_its_latch() {
     drop(f);
     assert_baseline(&c);
 }
+
+#[test]
+fn a_pinned_block_upgrades_to_its_block_latch_without_a_second_lookup() {
+    let (_dir, path, mut model) = block_file(4);
+    let c = FolioCache::new(Config::buffer_pool(4 << 20)).unwrap();
+    let f = c.open_with(&path, &rw()).unwrap();
+    let at = 2 * BLOCK as u64;
+    let r = f.get_range(at, BLOCK).unwrap();
+    assert_eq!(r.nr_folios(), 1);
+    let hits = c.stats().hits;
+    let mut node = r.upgrade_in_place().unwrap();
+    assert!(node.in_place());
+    assert_eq!(c.stats().hits, hits, "the pin's folio, not a lookup");
+    assert_eq!(c.stats().pinned_pages, 4);
+    node[BLOCK / 2] = 0x77;
+    drop(node);
+    model[at as usize + BLOCK / 2] = 0x77;
+    assert_eq!(c.stats().pinned_pages, 0);
+    // A range that is not a block is refused (and its pin released); one over several
+    // folios is looked up and made one.
+    let e = f
+        .get_range(at + PAGE, BLOCK)
+        .unwrap()
+        .upgrade_in_place()
+        .unwrap_err();
+    assert!(
+        matches!(e, foliocache::CacheError::InvalidArgument { .. }),
+        "{e}"
+    );
+    f.invalidate(0..u64::MAX).unwrap();
+    let mut one = [0u8; 1];
+    f.read_exact_at(&mut one, PAGE).unwrap(); // page 1 cached alone
+    let r = f.get_range(0, BLOCK).unwrap();
+    assert!(r.nr_folios() > 1);
+    let mut node = r.upgrade_in_place().unwrap();
+    node[0] = 0x66;
+    drop(node);
+    model[0] = 0x66;
+    assert_eq!(c.stats().folio_collapses, 1);
+    assert_eq!(c.stats().pinned_pages, 0);
+    f.sync_all().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    drop(f);
+    assert_baseline(&c);
+}

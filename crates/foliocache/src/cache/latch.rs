@@ -323,6 +323,15 @@ impl CachedFile {
         offset: u64,
         len: usize,
     ) -> Result<InPlaceFolioMut<'_>, CacheError> {
+        let nr = self.block_pages(offset, len)?;
+        self.cache.pin_charge(nr)?;
+        self.latch_charged(offset >> PAGE_SHIFT, nr, None, true)
+            .map(InPlaceFolioMut)
+    }
+
+    /// The pages of the block `offset..offset + len` of a block latch
+    /// ([`CachedFile::get_block_mut_in_place`]), or why it is not one.
+    pub(super) fn block_pages(&self, offset: u64, len: usize) -> Result<u64, CacheError> {
         let max = (PAGE_SIZE << self.cache.config.max_folio_order).min(128 << 10);
         if !len.is_power_of_two() || len < 2 * PAGE_SIZE || len > max || offset % len as u64 != 0 {
             return Err(CacheError::InvalidArgument {
@@ -330,15 +339,12 @@ impl CachedFile {
                     "block latch of {len} bytes at offset {offset} of {}: the length must be a \
                      power of two from 8 KiB to {} KiB (128 KiB, or the largest folio of \
                      Config::max_folio_order), and the offset a multiple of it",
-                    self.mapping().path.display(),
+                    self.mapping_ref().path.display(),
                     max >> 10
                 ),
             });
         }
-        let nr = (len / PAGE_SIZE) as u64;
-        self.cache.pin_charge(nr)?;
-        self.latch_charged(offset >> PAGE_SHIFT, nr, None, true)
-            .map(InPlaceFolioMut)
+        Ok((len / PAGE_SIZE) as u64)
     }
 
     /// [`CachedFile::get_folio_mut`] (or, `in_place`, [`CachedFile::get_folio_mut_in_place`])

@@ -77,7 +77,7 @@ unsafe impl Send for PinnedRange<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for PinnedRange<'_> {}
 
-impl PinnedRange<'_> {
+impl<'f> PinnedRange<'f> {
     fn arena(&self) -> &Arena {
         &self.file.cache.arena
     }
@@ -148,6 +148,64 @@ impl PinnedRange<'_> {
         let mut v = vec![0; self.len];
         self.copy_to(&mut v);
         v
+    }
+
+    /// Latches the block this guard pins for an update in place, as
+    /// [`CachedFile::get_block_mut_in_place`] does for `offset()..offset() + len()`, without
+    /// looking it up again when one folio of exactly the block's size holds it (the guard's
+    /// reference and pin charge become the latch's). The range must be a block: a power of
+    /// two from 8 KiB, at an offset that is a multiple of it. The pin is released either
+    /// way; errors are `get_block_mut_in_place`'s.
+    ///
+    /// ```
+    /// use foliocache::{Config, FolioCache, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let cache = FolioCache::new(Config::buffer_pool(16 << 20))?;
+    /// let db = cache.open_with(dir.path().join("btree"), OpenOptions::new().write(true).create(true))?;
+    /// db.set_len(64 << 10)?;
+    /// let node = db.get_range(16 << 10, 16 << 10)?;        // read the node
+    /// if node.as_slice().is_some_and(|b| b[0] == 0) {      // it needs a change
+    ///     let mut node = node.upgrade_in_place()?;         // the same folio, latched
+    ///     node[0] = 1;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn upgrade_in_place(self) -> Result<crate::InPlaceFolioMut<'f>, CacheError> {
+        let (file, offset, len) = (self.file, self.offset, self.len);
+        let nr = match file.block_pages(offset, len) {
+            Ok(nr) => nr,
+            Err(e) => {
+                drop(self);
+                return Err(e);
+            }
+        };
+        let index = offset >> PAGE_SHIFT;
+        let whole = match &self.pins {
+            // SAFETY: the guard holds the pin's reference.
+            Pins::One(p) => {
+                let f = unsafe { p.folio(self.arena()) };
+                f.index() == index && f.nr_pages() as u64 == nr && self.charged == nr
+            }
+            Pins::Many(_) => false,
+        };
+        if !whole {
+            drop(self);
+            file.cache.pin_charge(nr)?;
+            return file
+                .latch_charged(index, nr, None, true)
+                .map(super::latch::InPlaceFolioMut);
+        }
+        let this = std::mem::ManuallyDrop::new(self);
+        let Pins::One(pin) = &this.pins else {
+            unreachable!("checked above")
+        };
+        let arena = this.arena();
+        // SAFETY: the guard owns one reference on this folio; it is handed over here, once
+        // (the guard is not dropped), with its pin charge of `nr` pages.
+        let folio = unsafe { crate::mm::folio::FolioRef::from_raw(arena, pin.folio(arena)) };
+        file.latch_charged(index, nr, Some(folio), true)
+            .map(super::latch::InPlaceFolioMut)
     }
 
     /// The range in a form that owns its file instead of borrowing the handle: `'static`,
