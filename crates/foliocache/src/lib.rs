@@ -56,7 +56,7 @@
 //! | [`PinnedRange`], [`OwnedRange`] | a byte range of a file, pinned, read in place (borrowed, or `'static`, `Clone`, `AsRef<[u8]>`) |
 //! | [`PinnedFolio`], [`OwnedFolio`] | the whole folio holding a byte, pinned, read in place |
 //! | [`FolioMut`], [`OwnedFolioMut`] | a cached page latched for an update of a private copy, committed when dropped (borrowed, or owning its file) |
-//! | [`InPlaceFolioMut`], [`OwnedInPlaceFolioMut`] | a buffer manager's exclusive latch: the cached page itself updated in place, no copy; readers of the page wait for the commit |
+//! | [`InPlaceFolioMut`], [`OwnedInPlaceFolioMut`] | a buffer manager's exclusive latch: the cached page itself updated in place, no copy; readers of the page wait for the commit. Over a whole block (8 to 128 KiB, one large folio) with [`CachedFile::get_block_mut_in_place`] or [`PinnedRange::upgrade_in_place`], committed as one unit |
 //! | [`Snapshot`] | a point-in-time, read-only view of a file, taken in O(1) while writers go on |
 //! | [`FileCursor`] | a file as an `io::Read + BufRead + Seek + Write` stream (zero-copy `BufRead`) |
 //! | [`CacheError`], [`ConfigError`] | what went wrong, and what to do; both convert into [`std::io::Error`] |
@@ -106,7 +106,11 @@
 //! - While an [`InPlaceFolioMut`] latches a page, reads and pins of that page wait for its
 //!   commit (they see the page before the latch or after its commit, never half of it), a
 //!   sync waits for it, and the background flusher leaves the page for later. A read, a
-//!   sync or a snapshot by the thread that made the latch is an error, not a hang.
+//!   sync or a snapshot by the thread that made the latch is an error, not a hang. A block
+//!   latch does the same for every page of its block: the block is one folio, made dirty at
+//!   its commit and written back whole, so no reader and no writeback sees part of a change.
+//! - Writes go into large folios too (the whole folio is dirty and written back as one);
+//!   a truncation, a page latch or a snapshot capture inside one splits it into pages.
 //!
 //! **The write-ahead rule.** An engine with a write-ahead log can put uncommitted changes
 //! into cached pages: write each change with its log sequence number
