@@ -476,6 +476,9 @@ fn pages_under_writeback_count_against_the_dirty_limit() {
     .unwrap();
     assert_eq!(c.stats().dirty_limit_pages, 16);
     let f = c.open_backing(&path, b).unwrap();
+    // Pages, not large folios: the writer fills the limit page by page (a large folio's
+    // pages are reserved together, all or none).
+    f.set_large_folios(false);
     let head = content(10 * PAGE, 5);
     f.write_all_at(&head, 0).unwrap();
     stall.store(true, Ordering::SeqCst);
@@ -1045,6 +1048,8 @@ fn a_pinned_page_upgrades_to_a_write_latch_without_a_second_lookup() {
     let path = dir.path().join("pages");
     let c = cache(1 << 20);
     let f = c.open_with(&path, &rw()).unwrap();
+    // Pages (a write of four would make one large folio, latched by its first page).
+    f.set_large_folios(false);
     let data = content(4 * PAGE, 5);
     f.write_all_at(&data, 0).unwrap();
 
@@ -1151,6 +1156,7 @@ fn an_owned_pin_upgrades_to_an_owned_latch_after_its_handle_closed() {
     let data = content(2 * PAGE, 3);
     let (pin, ro_pin) = {
         let f = c.open_with(&path, &rw()).unwrap();
+        f.set_large_folios(false);
         f.write_all_at(&data, 0).unwrap();
         let ro = c.open(&path).unwrap();
         (

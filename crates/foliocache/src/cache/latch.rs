@@ -494,7 +494,7 @@ impl CachedFile {
                 if larger || nr == 1 {
                     super::split::split_folio_at(c, m, index)?;
                 } else {
-                    super::split::collapse_block(c, m, index, nr)?;
+                    super::collapse::collapse_block(c, m, index, nr)?;
                 }
                 continue;
             }
@@ -511,7 +511,7 @@ impl CachedFile {
                     return Err(c.out_of_memory(nr as usize));
                 }
                 super::split::split_folio_at(c, m, index)?;
-                super::split::collapse_block(c, m, index, nr)?;
+                super::collapse::collapse_block(c, m, index, nr)?;
                 continue;
             }
             // Stable pages: the guard starts from a page no write is reading.
@@ -691,9 +691,9 @@ impl FolioMut<'_> {
             c.pin_uncharge(2 * nr);
             return;
         }
-        // Reserve the page's dirtiness as a write does (no folio lock held: the pass this may
-        // run writes the old page like any other).
-        balance_dirty_pages(c, m, || c.dirty_inodes());
+        // Reserve the page's (or block's) dirtiness as a write does (no folio lock held: the
+        // pass this may run writes the old page like any other).
+        balance_dirty_pages(c, m, nr, || c.dirty_inodes());
         {
             // `i_rwsem`, as a write's: revalidation must not miss a page being dirtied.
             let _w = m.i_rwsem.lock();
@@ -704,7 +704,7 @@ impl FolioMut<'_> {
             publish_copy(c, m, index, old, &new);
             c.folio_added(&new, None);
             c.counters.inc(Event::WritesReplaced);
-            write_end(c, m, new, 0, lsn);
+            write_end(c, m, new, 0, lsn, nr);
         }
         m.latches.remove(index);
         c.pin_uncharge(2 * nr);
@@ -742,12 +742,13 @@ fn commit_in_place(c: &Arc<CacheInner>, m: &Inode, index: u64, old: FolioRef<'_>
         }
         return;
     }
-    balance_dirty_pages(c, m, || c.dirty_inodes());
+    let nr = old.nr_pages() as u64;
+    balance_dirty_pages(c, m, nr, || c.dirty_inodes());
     let page = old.lock();
     debug_assert!(page.mapping() == m.id && page.index() == index);
     // SAFETY: as above.
     unsafe { page.folio_ref().end_latch() };
-    write_end(c, m, page, 0, lsn);
+    write_end(c, m, page, 0, lsn, nr);
 }
 
 /// Keeps the bytes page `index` has before a latch's commit for the file's live snapshots
@@ -799,7 +800,7 @@ fn publish_copy(
                 // A block cached in other folios now: make it one, then replace that.
                 drop(f);
                 let _ = super::split::split_folio_at(c, m, index);
-                let _ = super::split::collapse_block(c, m, index, new.nr_pages() as u64);
+                let _ = super::collapse::collapse_block(c, m, index, new.nr_pages() as u64);
             }
         }
         if m.mapping.pages.add_folio(new, index).is_ok() {

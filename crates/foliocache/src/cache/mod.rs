@@ -46,10 +46,10 @@
 //! | `file.rs` | the handle and the read path | `struct file`, `filemap_read`, `filemap_get_pages` |
 //! | `guard.rs`, `range.rs` | pinned folios, and pinned byte ranges over folios of any size | `folio_get`/`folio_put` |
 //! | `write.rs` | writes and appends, [`OpenOptions`] | `generic_perform_write` (`mm/filemap.c`) |
-//! | `truncate.rs`, `split.rs` | `set_len`; splitting a large folio before a cut, a page latch or a snapshot capture inside it | `mm/truncate.c`, `split_folio` |
+//! | `truncate.rs`, `split.rs`, `collapse.rs` | `set_len`; splitting a large folio before a cut, a page latch or a snapshot capture inside it; collapsing a block's folios into one for a block latch | `mm/truncate.c`, `split_folio`, `collapse_file` |
 //! | `sync.rs` | `sync_data`, `sync_all`, `sync_range`, [`FolioCache::sync_all`], error reporting | `fs/sync.c` |
 //! | `writeback.rs` | one writeback pass over an inode with its effects on the cache, and the cache as the dirty-file passes of `mm::writeback` see it (the throttle's entry and the flusher's passes live there) | `mm/page-writeback.c` |
-//! | `latch.rs` | the writable latch, [`FolioMut`] and [`OwnedFolioMut`] | a buffer manager's page latch |
+//! | `latch.rs` | the writable latches, [`FolioMut`], [`OwnedFolioMut`] and [`InPlaceFolioMut`] (a page's, or a block's) | a buffer manager's page latch |
 //! | `cow.rs`, `snapshot.rs` | snapshots: the copy-on-write half the write path calls (a file's live snapshots, keeping a page's old version before a change; imports only the core and leaves), and [`Snapshot`] with its reads | `wp_page_copy`, `finish_fault` |
 //! | `worker.rs`, `kswapd.rs`, `flusher.rs` | the background threads: one small thread type (a doorbell, a timed sleep, a round of work while the cache lives), the reclaimer and the flusher; none names the shared state (their rounds take the core, and what needs more is passed in by `sb.rs`) | `kswapd`, `wb_workfn` |
 //! | `budget.rs`, `balloon.rs`, `limits.rs` | the budget's state and the eviction listener's queue (a leaf); the budget at run time, the pin share, the uncached read; file size limits | `balloon`, `generic_write_check_limits` |
@@ -130,6 +130,7 @@ mod aio;
 mod async_ra;
 mod balloon;
 mod budget;
+mod collapse;
 mod config;
 mod core;
 mod cow;

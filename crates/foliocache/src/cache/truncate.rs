@@ -95,7 +95,7 @@ impl CachedFile {
 /// never written back, and the file is cut by `ftruncate`).
 fn zero_cached_tail(c: &CacheInner, m: &Inode, index: u64, tail: usize) -> Result<(), CacheError> {
     let zeros = [0u8; PAGE_SIZE];
-    drop(modify_cached(c, m, index, tail, &zeros[tail..])?);
+    drop(modify_cached(c, m, index, tail, &zeros[tail..], None)?);
     Ok(())
 }
 

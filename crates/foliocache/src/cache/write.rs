@@ -343,7 +343,7 @@ impl CachedFile {
                 c.dirty.unreserve(1);
                 break;
             };
-            write_end(c, &m, folio, at + n as u64, lsn);
+            write_end(c, &m, folio, at + n as u64, lsn, 1);
             at += n as u64;
         }
         if at > offset {
@@ -387,13 +387,29 @@ impl CachedFile {
         while at < end {
             let index = at >> PAGE_SHIFT;
             let within = (at & (PAGE_SIZE as u64 - 1)) as usize;
+            // `write_begin` with `fgf_set_order(len)`: a run of uncached pages the write
+            // covers whole goes into one new large folio, its pages reserved together.
+            let order = new_folio_order(c, m, index, within, end - at);
+            let mut reserved = 1 << order;
+            balance_dirty_pages(c, m, reserved, || c.dirty_inodes());
+            if order > 0 {
+                let len = PAGE_SIZE << order;
+                let src = &buf[(at - pos) as usize..][..len];
+                if let Some(folio) = create_folio(c, m, index, order, src) {
+                    write_end(c, m, folio, at + len as u64, lsn, reserved);
+                    at += len as u64;
+                    continue;
+                }
+                // Cached meanwhile, or no large folio free: page by page.
+                c.dirty.unreserve(reserved - 1);
+                reserved = 1;
+            }
             let n = (PAGE_SIZE - within).min((end - at) as usize);
             let src = &buf[(at - pos) as usize..][..n];
-            balance_dirty_pages(c, m, || c.dirty_inodes());
-            match write_page(c, m, index, within, src, lsn) {
+            match write_page(c, m, index, within, src, lsn, &mut reserved) {
                 Ok(()) => at += n as u64,
                 Err(e) => {
-                    c.dirty.unreserve(1);
+                    c.dirty.unreserve(reserved);
                     // Some bytes are in: report them; the error comes with the next call.
                     if at > pos {
                         break;
@@ -409,7 +425,9 @@ impl CachedFile {
 }
 
 /// `write_begin` + copy + `write_end` for the part `src` of page `index` starting `within`
-/// bytes into it.
+/// bytes into it; `reserved` pages of dirtiness are reserved (one, or a clean large folio's
+/// once it is found: [`modify_cached`]), all of them used or given back when it returns
+/// `Ok`.
 fn write_page(
     c: &CacheInner,
     m: &Inode,
@@ -417,11 +435,12 @@ fn write_page(
     within: usize,
     src: &[u8],
     lsn: u64,
+    reserved: &mut u64,
 ) -> Result<(), CacheError> {
     let end = (index << PAGE_SHIFT) + (within + src.len()) as u64;
     loop {
-        if let Some(folio) = modify_cached(c, m, index, within, src)? {
-            write_end(c, m, folio, end, lsn);
+        if let Some(folio) = modify_cached(c, m, index, within, src, Some(reserved))? {
+            write_end(c, m, folio, end, lsn, *reserved);
             return Ok(());
         }
         if cow::needs_old_page(&m.snapshots, index) {
@@ -431,7 +450,7 @@ fn write_page(
             continue;
         }
         if let Some(folio) = create_page(c, m, index, within, src)? {
-            write_end(c, m, folio, end, lsn);
+            write_end(c, m, folio, end, lsn, *reserved);
             return Ok(());
         }
         // Raced with another insertion: look again.
@@ -442,12 +461,18 @@ fn write_page(
 /// docs (in place under a frozen refcount, else a replacement), and returns the folio that
 /// now holds the page, locked; `None` if the page is not cached. The caller ends the write
 /// (`write_end`) or just unlocks (the truncation's zeroed tail, which dirties nothing).
+///
+/// A write that dirties the page passes the pages of dirtiness it has reserved (`room`): a
+/// clean large folio needs all its pages reserved before it changes, so that the dirty limit
+/// holds; they are reserved here (throttled with the folio unlocked, if need be) and `room`
+/// says how many are reserved when it returns.
 pub(super) fn modify_cached<'a>(
     c: &'a CacheInner,
     m: &'a Inode,
     index: u64,
     within: usize,
     src: &[u8],
+    mut room: Option<&mut u64>,
 ) -> Result<Option<FolioLocked<'a>>, CacheError> {
     // The change's place in the folio holding the page (a large folio holds pages before
     // it).
@@ -457,6 +482,20 @@ pub(super) fn modify_cached<'a>(
         let Some(folio) = lookup_stable_folio(c, m, index)? else {
             return Ok(None);
         };
+        if let Some(room) = room.as_deref_mut() {
+            let nr = folio.nr_pages() as u64;
+            if *room < nr && !folio.test_flag(crate::mm::folio::flags::PG_DIRTY) {
+                let more = nr - *room;
+                if !c.dirty.try_reserve(more) {
+                    // Throttled with the folio unlocked (writeback may need its lock).
+                    drop(folio);
+                    balance_dirty_pages(c, m, more, || c.dirty_inodes());
+                    *room = nr;
+                    continue;
+                }
+                *room = nr;
+            }
+        }
         // The page's bytes before the change, for the file's live snapshots: their mapping's
         // reference makes the freeze below fail, so the change goes into a copy.
         cow::capture(c, &m.snapshots, &m.path, &folio, false)?;
@@ -673,9 +712,73 @@ pub(super) fn create_page<'a>(
     }
 }
 
-/// `write_end` (`generic_write_end`): marks the folio dirty, publishes a grown `i_size`
-/// while the folio is still locked, unlocks.
-pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: u64, lsn: u64) {
+/// The order of a new folio for a write of `left` bytes from byte `within` of page `index`
+/// (`fgf_set_order` in `generic_perform_write`): the largest run of pages the write covers
+/// whole, aligned to its size, within the file's largest folio order, none of them cached
+/// (a page already cached is written where it is); 0 for a page alone. Large folios are made
+/// only when no live snapshot could need the pages' old bytes (a snapshot keeps pages).
+fn new_folio_order(c: &CacheInner, m: &Inode, index: u64, within: usize, left: u64) -> u32 {
+    if within != 0 || left < 2 * PAGE_SIZE as u64 || cow::any(&m.snapshots) {
+        return 0;
+    }
+    let whole = (left >> PAGE_SHIFT).ilog2();
+    // At most an eighth of the dirty limit, so that the throttle's steps stay small beside it.
+    let limit = (c.dirty.limit() / 8).max(1).ilog2();
+    let mut order = m
+        .mapping
+        .max_folio_order()
+        .min(whole)
+        .min(index.trailing_zeros())
+        .min(limit);
+    // The largest order whose pages are all uncached (a look at each slot, no reference).
+    while order > 0 {
+        if (index..index + (1 << order)).all(|i| !m.mapping.pages.contains(i)) {
+            break;
+        }
+        order -= 1;
+    }
+    order
+}
+
+/// A new folio of `2^order` pages at page `index` holding `src` (all of its bytes),
+/// inserted locked; `None` if no folio of that size is free or a page of the range was cached
+/// meanwhile (the caller writes page by page).
+fn create_folio<'a>(
+    c: &'a CacheInner,
+    m: &'a Inode,
+    index: u64,
+    order: u32,
+    src: &[u8],
+) -> Option<FolioLocked<'a>> {
+    let folio = c.alloc_folio(order).ok()?;
+    let mut folio = folio
+        .try_lock()
+        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    folio
+        .data_mut()
+        .expect("a fresh folio is not uptodate")
+        .copy_from_slice(src);
+    folio.mark_uptodate();
+    match m.mapping.pages.add_folio_shadow(&folio, index) {
+        Ok(shadow) => {
+            c.folio_added(&folio, shadow);
+            Some(folio)
+        }
+        Err(_) => None,
+    }
+}
+
+/// `write_end` (`generic_write_end`): marks the folio dirty (with `reserved` pages of
+/// dirtiness reserved: [`writeback::mark_dirty_reserved`]), publishes a grown `i_size` while
+/// the folio is still locked, unlocks.
+pub(super) fn write_end(
+    c: &CacheInner,
+    m: &Inode,
+    folio: FolioLocked<'_>,
+    end: u64,
+    lsn: u64,
+    reserved: u64,
+) {
     if folio.test_flag(crate::mm::folio::flags::PG_DIRTY) {
         // A write to a dirty page (or a replacement that inherited one): its tags and counts
         // are in place, and the reservation goes back (below).
@@ -684,7 +787,7 @@ pub(super) fn write_end(c: &CacheInner, m: &Inode, folio: FolioLocked<'_>, end: 
     // The write-ahead rule (`cache/wal.rs`): the change's log number is noted under the folio
     // lock that covered the change, so the writeback that takes the page next (under the
     // same lock) sees both.
-    writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty, lsn);
+    writeback::mark_dirty_reserved(&folio, &m.mapping.wb, &c.dirty, lsn, reserved);
     // Every live snapshot keeps this page's old bytes now (`cache/snapshot.rs`).
     cow::stamp(&m.snapshots, &folio);
     if end > m.mapping.size.load(Ordering::Relaxed) {

@@ -91,6 +91,6 @@ impl<L: Fn() -> Vec<Arc<Inode>>> DirtyFiles for DirtyHost<'_, L> {
 
 /// `balance_dirty_pages` for a writer of `m` ([`balance::balance_dirty_pages`]), with `live`
 /// listing the cache's dirty files.
-pub(super) fn balance_dirty_pages(c: &Core, m: &Inode, live: impl Fn() -> Vec<Arc<Inode>>) {
-    balance::balance_dirty_pages(&DirtyHost { core: c, live }, m);
+pub(super) fn balance_dirty_pages(c: &Core, m: &Inode, n: u64, live: impl Fn() -> Vec<Arc<Inode>>) {
+    balance::balance_dirty_pages(&DirtyHost { core: c, live }, m, n);
 }

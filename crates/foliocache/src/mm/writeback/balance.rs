@@ -40,16 +40,24 @@ pub(crate) trait DirtyFiles {
 /// The longest a throttled writer sleeps before it looks for dirty files to write back again.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(1);
 
-/// `balance_dirty_pages`, before a page of `this` is dirtied: reserves one page of dirtiness
-/// under the dirty limit (given back by the caller if nothing was dirtied). At the limit,
+/// `balance_dirty_pages`, before `n` pages of `this` are dirtied (a page, or a large folio's):
+/// reserves their dirtiness under the dirty limit (given back by the caller if nothing was
+/// dirtied). At the limit,
 /// writes dirty folios back in this thread, this file's first, then the other dirty files',
 /// oldest dirtied first, until the count is under the background threshold, and tries
 /// again. A file another pass is writing back already is left to it; if every dirty file is,
 /// the writer sleeps until those passes have made room (the flusher's I/O then overlaps this
 /// writer's copies).
-pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
+pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File, n: u64) {
     let acct = h.account();
-    if acct.try_reserve(1) {
+    // A folio larger than the limit itself (a 2 MiB folio in a small cache) waits for the
+    // limit's worth of room, and the rest of it goes over: waiting for more could not end.
+    let over = n.saturating_sub(acct.limit());
+    let n = n - over;
+    if over > 0 {
+        acct.reserve_over(over);
+    }
+    if acct.try_reserve(n) {
         return;
     }
     h.throttled();
@@ -67,7 +75,7 @@ pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
                 held |= out.log_error.is_some() || out.latched > 0;
             }
         }
-        if acct.try_reserve(1) {
+        if acct.try_reserve(n) {
             return;
         }
         if wrote == 0 && held {
@@ -75,7 +83,7 @@ pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
             // there is none to ask), or for exclusive latches to commit: waiting for room
             // could wait for this very thread's next commit. Go over the limit instead; the
             // budget still bounds the pages.
-            acct.reserve_over(1);
+            acct.reserve_over(n);
             return;
         }
         if wrote == 0 {
@@ -87,7 +95,7 @@ pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File) {
             // Other writers took the room first, or their pages are under writeback now.
             std::thread::yield_now();
         }
-        if acct.try_reserve(1) {
+        if acct.try_reserve(n) {
             return;
         }
     }

@@ -411,11 +411,10 @@ impl DirtyAccount {
 }
 
 /// `folio_mark_dirty` (`filemap_dirty_folio` -> `__folio_mark_dirty`) for a writer that
-/// reserved one page's dirtiness ([`DirtyAccount::try_reserve`]): sets PG_dirty and, if it
-/// was clean, tags the folio DIRTY at its first page, the reservation becoming its count (a
-/// large folio's other pages are charged past the limit here: the kernel's dirty throttle
-/// also counts a folio's pages only once it is dirty); if the folio was dirty already the
-/// reservation is given back. A change logged at `lsn` (0: none) is noted for the
+/// reserved `reserved` pages of dirtiness ([`DirtyAccount::try_reserve`]: the folio's pages
+/// if it was clean, or one): sets PG_dirty and, if it was clean, tags the folio DIRTY at its
+/// first page, the reservation becoming its count (pages of it not reserved are charged past
+/// the limit); if the folio was dirty already the reservation is given back. A change logged at `lsn` (0: none) is noted for the
 /// write-ahead rule ([`note_lsn`]) in the same hold of the tags. The caller holds the folio
 /// lock (the one that covered the change) and the folio is in its file's index.
 pub(crate) fn mark_dirty_reserved(
@@ -423,15 +422,19 @@ pub(crate) fn mark_dirty_reserved(
     wb: &WbState,
     acct: &DirtyAccount,
     lsn: u64,
+    reserved: u64,
 ) {
     let was_dirty = folio.test_set_flag(PG_DIRTY);
+    let nr = folio.nr_pages() as u64;
     if was_dirty {
-        acct.unreserve(1);
+        acct.unreserve(reserved);
         if lsn == 0 {
             return;
         }
-    } else if folio.nr_pages() > 1 {
-        acct.reserve_over(folio.nr_pages() as u64 - 1);
+    } else if nr > reserved {
+        acct.reserve_over(nr - reserved);
+    } else if reserved > nr {
+        acct.unreserve(reserved - nr);
     }
     let mut t = wb.tags.lock();
     if !was_dirty {
