@@ -182,8 +182,8 @@ impl<'f> PinnedRange<'f> {
         };
         let index = offset >> PAGE_SHIFT;
         let whole = match &self.pins {
-            // SAFETY: the guard holds the pin's reference.
             Pins::One(p) => {
+                // SAFETY: the guard holds the pin's reference.
                 let f = unsafe { p.folio(self.arena()) };
                 f.index() == index && f.nr_pages() as u64 == nr && self.charged == nr
             }
