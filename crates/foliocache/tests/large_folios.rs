@@ -768,3 +768,34 @@ fn a_pinned_block_upgrades_to_its_block_latch_without_a_second_lookup() {
     drop(f);
     assert_baseline(&c);
 }
+
+/// A write into a clean large folio of more pages than the dirty limit (a 128 KiB folio,
+/// a limit of 25 pages) reserves what the limit allows and goes over by the rest, rather
+/// than wait for room that cannot come; a write making a new folio is kept well under it.
+#[test]
+fn a_write_into_a_folio_larger_than_the_dirty_limit_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let data = content(128, 4);
+    std::fs::write(&path, &data).unwrap();
+    let c = FolioCache::new(Config::new(128 * PAGE_SIZE).readahead_pages(64)).unwrap();
+    assert_eq!(c.stats().dirty_limit_pages, 25);
+    let f = c.open_with(&path, &rw()).unwrap();
+    let r = f.get_range(0, 32 * PAGE_SIZE).unwrap();
+    assert_eq!(r.nr_folios(), 1, "one 128 KiB folio");
+    drop(r);
+    f.write_all_at(b"x", 3).unwrap();
+    assert_eq!(f.dirty_pages(), 32);
+    f.sync_data().unwrap();
+    // A new file written whole: folios of at most an eighth of the limit (2 pages here).
+    let g = c.open_with(dir.path().join("g"), &rw()).unwrap();
+    g.write_all_at(&data, 0).unwrap();
+    assert!(c.stats().dirty_high_water <= 32 + 1, "{:?}", c.stats());
+    g.sync_data().unwrap();
+    let mut model = data.clone();
+    model[3] = b'x';
+    assert_eq!(std::fs::read(&path).unwrap(), model);
+    assert_eq!(std::fs::read(dir.path().join("g")).unwrap(), data);
+    drop((f, g));
+    assert_baseline(&c);
+}

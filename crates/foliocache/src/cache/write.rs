@@ -487,9 +487,12 @@ pub(super) fn modify_cached<'a>(
             if *room < nr && !folio.test_flag(crate::mm::folio::flags::PG_DIRTY) {
                 let more = nr - *room;
                 if !c.dirty.try_reserve(more) {
-                    // Throttled with the folio unlocked (writeback may need its lock).
+                    // Throttled with the folio unlocked (writeback may need its lock), for
+                    // the whole folio: what this write holds is given back first, so that
+                    // the wait needs only room others can leave.
                     drop(folio);
-                    balance_dirty_pages(c, m, more, || c.dirty_inodes());
+                    c.dirty.unreserve(*room);
+                    balance_dirty_pages(c, m, nr, || c.dirty_inodes());
                     *room = nr;
                     continue;
                 }

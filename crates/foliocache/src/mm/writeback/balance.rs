@@ -50,13 +50,19 @@ const THROTTLE_PAUSE: Duration = Duration::from_millis(1);
 /// writer's copies).
 pub(crate) fn balance_dirty_pages<H: DirtyFiles>(h: &H, this: &H::File, n: u64) {
     let acct = h.account();
-    // A folio larger than the limit itself (a 2 MiB folio in a small cache) waits for the
-    // limit's worth of room, and the rest of it goes over: waiting for more could not end.
-    let over = n.saturating_sub(acct.limit());
-    let n = n - over;
+    // A folio larger than half the limit (a 2 MiB folio in a small cache) waits for half the
+    // limit's worth of room, and the rest of it goes over once that is reserved: waiting for
+    // room the other writers' reservations may never leave could not end.
+    let over = n.saturating_sub((acct.limit() / 2).max(1));
+    reserve(h, this, n - over);
     if over > 0 {
         acct.reserve_over(over);
     }
+}
+
+/// [`balance_dirty_pages`] for `n` pages, at most half the limit.
+fn reserve<H: DirtyFiles>(h: &H, this: &H::File, n: u64) {
+    let acct = h.account();
     if acct.try_reserve(n) {
         return;
     }
