@@ -785,7 +785,10 @@ fn a_write_into_a_folio_larger_than_the_dirty_limit_completes() {
     assert_eq!(r.nr_folios(), 1, "one 128 KiB folio");
     drop(r);
     f.write_all_at(b"x", 3).unwrap();
-    assert_eq!(f.dirty_pages(), 32);
+    // The whole folio became dirty at once (the flusher, woken over the background
+    // threshold, may already have cleaned it: the high-water mark is what cannot race).
+    assert!(c.stats().dirty_high_water >= 32, "{:?}", c.stats());
+    assert!(matches!(f.dirty_pages(), 0 | 32), "{}", f.dirty_pages());
     f.sync_data().unwrap();
     // A new file written whole: folios of at most an eighth of the limit (2 pages here).
     let g = c.open_with(dir.path().join("g"), &rw()).unwrap();

@@ -306,7 +306,7 @@ fn async_tasks_each_with_a_file_match_their_models() {
                 tokio::spawn(async move {
                     let mut rng = StdRng::seed_from_u64(100 + t);
                     let (mut model, mut slot) = (Vec::new(), None);
-                    let mut trail = Trail(std::collections::VecDeque::new());
+                    let mut trail = Trail(std::collections::VecDeque::new(), c.clone());
                     for i in 0..steps {
                         let what = async_step(&c, &path, &mut slot, &mut model, &mut rng).await;
                         trail.0.push_back(format!("task {t} step {i}: {what}"));
@@ -337,14 +337,25 @@ fn async_tasks_each_with_a_file_match_their_models() {
     assert_eq!((a.allocated_pages, a.bad_pages), (0, 0));
 }
 
-/// The last steps, printed if a check fails (and the readers told to stop).
-struct Trail(std::collections::VecDeque<String>);
+/// The last steps, and the cache's counters, printed if a check fails.
+struct Trail(std::collections::VecDeque<String>, FolioCache);
 
 impl Drop for Trail {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("the steps before the failure: {:?}", self.0);
+            eprintln!("the cache then: {:?}", self.1.stats());
         }
+    }
+}
+
+/// Tells the reader threads to stop when dropped, so that a failing check in the main
+/// thread ends the test (with its message) instead of leaving the scope waiting on readers.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -395,13 +406,14 @@ fn handles_renames_drops_and_concurrent_readers_match_an_inode_model() {
                 }
             });
         }
+        let _stop_readers = StopOnDrop(&stop);
         let mut rng = StdRng::seed_from_u64(0xD1FF_2222);
         let mut inodes: Vec<Inode> = Vec::new();
         // The inode each name leads to.
         let mut paths: [Option<usize>; NAMES] = [None; NAMES];
         // Open handles and the inode each keeps.
         let mut handles: Vec<(CachedFile, usize)> = Vec::new();
-        let mut recent = Trail(std::collections::VecDeque::new());
+        let mut recent = Trail(std::collections::VecDeque::new(), c.clone());
         for i in 0..steps {
             let what = match rng.random_range(0..100) {
                 // Open a name (creating its file if it has none).
@@ -463,7 +475,7 @@ fn handles_renames_drops_and_concurrent_readers_match_an_inode_model() {
                 recent.0.pop_front();
             }
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(_stop_readers);
         for (f, ino) in &handles {
             let mut all = vec![0u8; f.len() as usize];
             f.read_exact_at(&mut all, 0).unwrap();

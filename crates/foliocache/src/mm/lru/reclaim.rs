@@ -42,6 +42,13 @@
 //! per inactive one it is worth 2.3 points of hit ratio (86.2% against 83.9%); at the
 //! kernel's ratio of 1 below 1 GiB, 0.2 (84.3% against 84.1%).
 //!
+//! Both second chances are for a pass that has not yet failed: once an allocation's pass
+//! frees nothing, its retries give none (`fruitless` passes scan with `second_chances` off),
+//! as the kernel gives none to unmapped file folios. Readers that keep reading every cached
+//! folio faster than a pass spends their counts would otherwise protect the whole budget and
+//! fail an allocation with nothing pinned (a 64-page cache with two readers of three files
+//! and a writer did, once in five runs).
+//!
 //! The allocation slow path ([`Lru::alloc`]) keeps the kernel's order: try this CPU's free
 //! list and the buddy, reclaim, and only when the allocation after a reclaim pass still finds
 //! nothing, drain every CPU's free list and try once more. An earlier version drained before
@@ -206,7 +213,7 @@ impl Lru {
         let mut budget = u64::MAX;
         let mut looked_at = 0u64;
         while total.reclaimed < nr_pages as u64 && looked_at < budget {
-            let (step, aged, on_lists) = self.shrink_step(arena, evict);
+            let (step, aged, on_lists) = self.shrink_step(arena, evict, scan_shift == 0);
             if budget == u64::MAX {
                 budget = ((2 * on_lists + SWAP_CLUSTER_MAX as u64) >> scan_shift.min(63))
                     .max(SWAP_CLUSTER_MAX as u64);
@@ -371,18 +378,25 @@ impl Lru {
     /// (`shrink_active_list`), isolate from the inactive tail (`isolate_lru_folios`), and try
     /// to free what was isolated (`shrink_folio_list`). Returns the step's result, the number
     /// of active folios aging looked at, and the folios on both lists when it started.
-    fn shrink_step(&self, arena: &Arena, evict: &dyn Evict) -> (ReclaimResult, u64, u64) {
+    /// `second_chances` off (a retry after a fruitless pass): referenced folios go down and
+    /// out like the others.
+    fn shrink_step(
+        &self,
+        arena: &Arena,
+        evict: &dyn Evict,
+        second_chances: bool,
+    ) -> (ReclaimResult, u64, u64) {
         let mut isolated: Vec<FolioRef<'_>> = Vec::with_capacity(SWAP_CLUSTER_MAX);
         let mut skipped: Vec<FolioRef<'_>> = Vec::new();
         let (scanned, aged, on_lists) = {
             let mut v = self.vec.lock();
             let on_lists = v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active);
             let aged = if v.inactive_is_low() {
-                deactivate(&mut v, arena, SWAP_CLUSTER_MAX)
+                deactivate(&mut v, arena, SWAP_CLUSTER_MAX, second_chances)
             } else {
                 0
             };
-            let scanned = isolate(&mut v, arena, &mut isolated, &mut skipped);
+            let scanned = isolate(&mut v, arena, &mut isolated, &mut skipped, second_chances);
             (scanned, aged as u64, on_lists as u64)
         };
         // Outside the lock: a put of a skipped folio may be final, and the final put takes it.
@@ -473,8 +487,13 @@ impl Lru {
 /// reads are the only access signal there is, and a block read four times since the last
 /// pass survives four passes (a GCLOCK: frequency, not just recency, decides). Every folio
 /// looked at counts against `nr`, rotated or not, so a step is bounded. Returns the number
-/// looked at.
-fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) -> usize {
+/// looked at. With `second_chance` false (a retry after a fruitless pass) nothing rotates.
+fn deactivate(
+    v: &mut MutexGuard<'_, LruVec>,
+    arena: &Arena,
+    nr: usize,
+    second_chance: bool,
+) -> usize {
     let mut looked_at = 0;
     while looked_at < nr {
         let Some(pfn) = v.lists.tail(LruList::Active) else {
@@ -489,7 +508,8 @@ fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) -> usize
         }
         // A chance per read since aging last looked: the counted ones first, then the one
         // that set `PG_referenced`.
-        if v.active_second_chance
+        if second_chance
+            && v.active_second_chance
             && (folio.dec_lru_refs()
                 || (folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED)))
         {
@@ -509,12 +529,14 @@ fn deactivate(v: &mut MutexGuard<'_, LruVec>, arena: &Arena, nr: usize) -> usize
 /// a referenced one gets its second chance right here (flag cleared, rotated to the head,
 /// no reference taken); the others leave the list with a reference and `PG_lru` cleared.
 /// Folios being freed, or isolated by someone else, are rotated to the head. Returns the
-/// number scanned.
+/// number scanned. With `second_chance` false a referenced folio is isolated like the rest
+/// (`folio_check_references` for an unmapped file folio).
 fn isolate<'a>(
     v: &mut MutexGuard<'_, LruVec>,
     arena: &'a Arena,
     isolated: &mut Vec<FolioRef<'a>>,
     skipped: &mut Vec<FolioRef<'a>>,
+    second_chance: bool,
 ) -> usize {
     let mut scanned = 0;
     while scanned < SWAP_CLUSTER_MAX {
@@ -526,7 +548,10 @@ fn isolate<'a>(
         // Second chance. Only list position and an LRU flag change, both ours under the lock,
         // so no reference is needed (a dying folio rotated here is unlinked by its final put
         // wherever it sits).
-        if folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED) {
+        if second_chance
+            && folio.flags() & PG_REFERENCED != 0
+            && folio.test_clear_flag(PG_REFERENCED)
+        {
             v.lists.move_head(pfn, LruList::Inactive);
             v.counts.rotated += 1;
             continue;

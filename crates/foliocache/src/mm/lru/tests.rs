@@ -471,6 +471,60 @@ fn reclaim_frees_when_every_active_folio_is_referenced() {
     c.truncate_all_and_check(&l);
 }
 
+/// Regression: readers that keep reading every cached folio renew the second chances
+/// (counted reads, `PG_referenced`) faster than reclaim's passes spend them, and an
+/// allocation with nothing pinned failed. Its retries give no second chances, so it cannot.
+#[test]
+fn an_allocation_succeeds_while_readers_keep_every_folio_referenced() {
+    const PAGES: u64 = 64;
+    let a = arena(PAGES as usize, RefStrategy::LockedBit);
+    let l = lru_add_as_active(&a, true);
+    let c = Cache::new(&a);
+    for i in 0..PAGES {
+        drop(c.add(&l, i));
+    }
+    l.drain_all(&a);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (a, l, c, stop) = (&a, &l, &c, &stop);
+        s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let pfns: Vec<u32> = c.pages.lock().values().copied().collect();
+                for pfn in pfns {
+                    // Read it (a reference for the access, dropped at once).
+                    if let Some(f) = a.try_get(a.folio(pfn)) {
+                        for _ in 0..4 {
+                            l.mark_accessed(a, &f);
+                        }
+                    }
+                }
+                l.drain(a);
+            }
+        });
+        let _stop = StopOnDrop(stop);
+        for i in PAGES..PAGES + 2000 {
+            let f = l
+                .alloc(a, c, 0)
+                .expect("nothing is pinned: reclaim must find a folio");
+            f.set_mapping(c.id, i);
+            c.pages.lock().insert(i, f.clone().into_raw().pfn());
+            l.add(a, &f);
+        }
+    });
+    assert_eq!(l.stats().oom, 0);
+    l.drain_all(&a);
+    c.truncate_all_and_check(&l);
+}
+
+/// Sets its flag when dropped (a failing assertion stops the helper threads too).
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn alloc_reclaims_when_the_budget_is_used_up_and_fails_only_when_all_is_pinned() {
     let a = arena(32, RefStrategy::LockedBit);
