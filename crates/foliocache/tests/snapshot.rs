@@ -358,6 +358,62 @@ fn zero_copy_guards_of_a_snapshot_with_large_folios() {
     assert_baseline(&cache);
 }
 
+/// Behind a snapshot's release point a write goes into a large folio whole, as it would with
+/// no snapshot: nothing to keep, so nothing to split. Where the snapshot still needs a page
+/// of the folio, the folio is split and only the written page kept.
+#[test]
+fn a_large_folio_behind_the_release_point_is_written_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let old = pattern(29, 64 * PAGE);
+    std::fs::write(&path, &old).unwrap();
+    let cache = FolioCache::new(Config::new(8 << 20).max_folio_order(5)).unwrap();
+    {
+        let f = cache.open_with(&path, &rw()).unwrap();
+        f.readahead(0..old.len() as u64).unwrap();
+        let folios = |first: usize| {
+            f.get_range((first * PAGE) as u64, 32 * PAGE)
+                .unwrap()
+                .nr_folios()
+        };
+        assert_eq!(
+            f.get_range(0, 64 * PAGE).unwrap().nr_folios(),
+            2,
+            "two 128 KiB folios"
+        );
+        let snap = f.snapshot().unwrap();
+        assert_eq!(snap.release(0..32 * PAGE as u64).unwrap(), 0);
+        let before = cache.stats();
+        f.write_all_at(b"a", 3 * PAGE as u64 + 5).unwrap();
+        let after = cache.stats();
+        assert_eq!(
+            after.folio_splits, before.folio_splits,
+            "nothing to keep: no split"
+        );
+        assert_eq!(after.snapshot_captures, before.snapshot_captures);
+        assert_eq!(folios(0), 1);
+        // The second folio: the snapshot needs its pages.
+        f.write_all_at(b"b", 40 * PAGE as u64 + 5).unwrap();
+        let after = cache.stats();
+        assert!(after.folio_splits > before.folio_splits, "{after:?}");
+        assert_eq!(after.snapshot_captures, before.snapshot_captures + 1);
+        assert_eq!(snap.held_pages(), 1);
+        let mut kept = vec![0u8; 32 * PAGE];
+        snap.read_exact_at(&mut kept, 32 * PAGE as u64).unwrap();
+        assert_eq!(kept, &old[32 * PAGE..]);
+        let mut model = old.clone();
+        model[3 * PAGE + 5] = b'a';
+        model[40 * PAGE + 5] = b'b';
+        let mut now = vec![0u8; 64 * PAGE];
+        f.read_exact_at(&mut now, 0).unwrap();
+        assert_eq!(now, model);
+        f.sync_data().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), model);
+        cache.validate().unwrap();
+    }
+    assert_baseline(&cache);
+}
+
 /// The model: the file's bytes, and each live snapshot with a copy of its bytes.
 #[derive(Default)]
 struct Model {

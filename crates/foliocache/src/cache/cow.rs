@@ -131,6 +131,18 @@ impl SnapInner {
             && !self.space.any_mapped(self.addr(index), PAGE_SIZE)
     }
 
+    /// Whether the snapshot still needs one of `pages` kept ([`SnapInner::needs`] of each).
+    fn needs_any(&self, pages: Range<u64>) -> bool {
+        let pages = pages.start..pages.end.min(self.pages);
+        if pages.is_empty() {
+            return false;
+        }
+        let released = self.released.lock();
+        pages
+            .into_iter()
+            .any(|i| !in_ranges(&released, i) && !self.space.any_mapped(self.addr(i), PAGE_SIZE))
+    }
+
     /// Maps page `page` of `folio` (locked by the caller: the page `index` about to change)
     /// if the snapshot needs it.
     fn capture(
@@ -235,6 +247,17 @@ pub(super) fn capture(
 /// holds the file's `i_rwsem`.
 pub(super) fn needs_old_page(snaps: &Snapshots, index: u64) -> bool {
     snaps.any() && snaps.list.lock().iter().any(|s| s.needs(index))
+}
+
+/// Whether a change of the locked large folio `folio`, not [`settled`], must split it first:
+/// a live snapshot still needs one of its pages kept, and keeps pages, not the whole folio (a
+/// 4 KiB change must not copy it all). Behind a snapshot's release point, or with every page
+/// already kept, nothing is needed and the change goes into the folio whole, as with no
+/// snapshot. The caller holds `i_rwsem`, so no snapshot is taken meanwhile, and the folio
+/// lock, so none of its pages is captured meanwhile.
+pub(super) fn must_split(snaps: &Snapshots, folio: &FolioLocked<'_>) -> bool {
+    let pages = folio.index()..folio.index() + folio.nr_pages() as u64;
+    snaps.list.lock().iter().any(|s| s.needs_any(pages.clone()))
 }
 
 /// Releases page `index` from every live snapshot in `snaps` that needs it: its old bytes could

@@ -46,6 +46,22 @@
 //! folio carrying the current generation skips the snapshots (`cow::settled`). Taking a
 //! snapshot bumps the generation.
 //!
+//! A snapshot keeps pages, not folios: a change of a large folio a live snapshot still needs
+//! a page of splits it first (`cow::must_split`), so a 4 KiB write keeps and copies 4 KiB,
+//! not the whole folio (the THP fork problem of Redis-style snapshots). A large folio no
+//! live snapshot needs a page of (behind a release point, or every page kept already) is
+//! changed whole, as with no snapshot.
+//!
+//! Which sharer tracking the cache uses does not decide a change here. The live file holds
+//! its folios through its index, not through a mapping in a space, so a change asks whether
+//! any snapshot maps the folio or still needs its bytes, never whether the live file maps
+//! it exclusively, and the capture's look at each snapshot's table and released ranges
+//! answers that exactly under every strategy. Seed 002's case, a large folio once mapped
+//! shared that `none` must copy and `rmap-id` may reuse (part 1 of the lab's `cow`), does not
+//! arise: once every snapshot is released, a change finds nothing mapped and writes in place
+//! under any strategy. The strategies differ only in what the snapshots' own mapping and
+//! unmapping costs.
+//!
 //! Taking a snapshot holds `i_rwsem` for a moment (the size and a reservation of entries),
 //! so it falls between two writes; it never waits for I/O.
 //!

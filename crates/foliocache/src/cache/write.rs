@@ -581,7 +581,8 @@ fn modify_cached_nowait<'a>(
 /// `write_begin`'s lookup: the folio caching page `index`, locked, still this file's,
 /// uptodate and not under writeback (`folio_wait_stable`); `None` if the page is not cached.
 /// The folio may be large (a write goes into it whole), unless a live snapshot still needs
-/// the bytes of one of its pages: snapshots keep pages, so it is split first.
+/// the bytes of one of its pages: snapshots keep pages, so it is split first
+/// ([`cow::must_split`]; behind a release point it is not).
 pub(super) fn lookup_stable_folio<'a>(
     c: &CacheInner,
     m: &'a Inode,
@@ -622,7 +623,10 @@ fn lookup_stable_inner<'a>(
             && folio.index() <= index
             && index < folio.index() + folio.nr_pages() as u64
         {
-            if folio.nr_pages() > 1 && !cow::settled(&m.snapshots, &folio) {
+            if folio.nr_pages() > 1
+                && !cow::settled(&m.snapshots, &folio)
+                && cow::must_split(&m.snapshots, &folio)
+            {
                 drop(folio);
                 split_folio_at(c, m, index)?;
                 continue;

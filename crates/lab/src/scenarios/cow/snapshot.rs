@@ -24,9 +24,13 @@
 //! included, after the part: 0 errors). Stats: per tracking, pages captured per churn write,
 //! the most pages the churn snapshots held, snapshot-limit hits.
 //!
-//! The write path splits a large folio into pages before it writes, so a 2 MiB-folio
-//! overwrite is 512 page writes here and the tracking strategies cannot differ on it: the
-//! whole-folio reuse of part 1 is not reached from snapshots until writes keep large folios.
+//! The file is written in 1 MiB chunks, so it is cached in large folios. A write goes into
+//! a large folio whole unless a live snapshot still needs one of its pages (then the folio
+//! is split and the page kept: `snapshot-captured` and `snapshot-churn` split what they
+//! touch). The tracking strategies run the same write path: the live file holds its folios
+//! through its index, not a mapping, so a write asks whether a snapshot maps the folio,
+//! which every strategy answers exactly, never whether the live file maps it exclusively
+//! (part 1's `cow-reuse` question; the crate's `cache/snapshot.rs` docs say why).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
