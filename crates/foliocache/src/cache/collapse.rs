@@ -42,9 +42,7 @@ pub(crate) fn collapse_block(
     let new = c
         .alloc_folio(order)
         .map_err(|_| c.out_of_memory(nr as usize))?;
-    let mut new = new
-        .try_lock()
-        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    let mut new = new.lock_new();
     // Every page cached first (no folio lock held while reading).
     for i in index..index + nr {
         if !m.mapping.pages.contains(i) {

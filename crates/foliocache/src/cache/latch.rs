@@ -466,10 +466,7 @@ impl CachedFile {
             let new = c
                 .alloc_folio(nr.trailing_zeros())
                 .map_err(|_| c.out_of_memory(nr as usize))?;
-            Ok::<_, CacheError>(
-                new.try_lock()
-                    .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked")),
-            )
+            Ok::<_, CacheError>(new.lock_new())
         };
         let mut new = if in_place { None } else { Some(alloc()?) };
         let mut drained = 0;

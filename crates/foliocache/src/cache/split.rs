@@ -55,10 +55,7 @@ pub(crate) fn split_folio_at(c: &CacheInner, m: &Inode, index: u64) -> Result<()
     let mut new: Vec<FolioLocked<'_>> = Vec::with_capacity(nr);
     for _ in 0..nr {
         let f = c.alloc_folio(0).map_err(|_| c.out_of_memory(nr))?;
-        new.push(
-            f.try_lock()
-                .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked")),
-        );
+        new.push(f.lock_new());
     }
     let Some(old) = m.mapping.pages.lookup(index) else {
         return Ok(());

@@ -649,9 +649,7 @@ fn replace_page<'a>(
     src: &[u8],
     new: FolioRef<'a>,
 ) -> FolioLocked<'a> {
-    let mut new = new
-        .try_lock()
-        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    let mut new = new.lock_new();
     debug_assert_eq!(old.order(), new.order());
     {
         let bytes = old.data().expect("uptodate");
@@ -679,9 +677,7 @@ pub(super) fn create_page<'a>(
     src: &[u8],
 ) -> Result<Option<FolioLocked<'a>>, CacheError> {
     let folio = c.alloc_folio(0).map_err(|_| c.out_of_memory(1))?;
-    let mut folio = folio
-        .try_lock()
-        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    let mut folio = folio.lock_new();
     let start = index << PAGE_SHIFT;
     {
         let data = folio.data_mut().expect("a fresh folio is not uptodate");
@@ -758,9 +754,7 @@ fn create_folio<'a>(
     src: &[u8],
 ) -> Option<FolioLocked<'a>> {
     let folio = c.alloc_folio(order).ok()?;
-    let mut folio = folio
-        .try_lock()
-        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"));
+    let mut folio = folio.lock_new();
     folio
         .data_mut()
         .expect("a fresh folio is not uptodate")

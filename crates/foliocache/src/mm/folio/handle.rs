@@ -114,6 +114,16 @@ impl<'a> FolioRef<'a> {
         }
     }
 
+    /// `__folio_set_locked`: locks a folio just allocated, which nobody else can see yet.
+    ///
+    /// # Panics
+    /// If the folio is locked (it was not just allocated).
+    #[inline]
+    pub(crate) fn lock_new(self) -> FolioLocked<'a> {
+        self.try_lock()
+            .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"))
+    }
+
     /// `folio_wait_locked`: sleeps until the folio is unlocked, without taking the lock.
     /// Afterwards the holder's writes are visible (e.g. check [`Folio::is_uptodate`]).
     #[inline]

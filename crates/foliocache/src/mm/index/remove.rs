@@ -216,12 +216,7 @@ impl Index {
         unsafe { (*node).store(off, Entry::folio(new.pfn())) };
         old.set_mapping(0, index);
         drop(g);
-        // The caller's reference keeps `old` alive: this put is never the last one.
-        let last = old.refcount().sub_and_test(self.arena.strategy(), nr);
-        debug_assert!(!last);
-        if last {
-            self.arena.free_won(old);
-        }
+        self.put_detached(old);
         true
     }
 
@@ -318,14 +313,7 @@ impl Index {
         drop(g);
         for f in old {
             f.set_mapping(0, f.index());
-            // The caller's reference keeps it alive: this put is never the last one.
-            let last = f
-                .refcount()
-                .sub_and_test(self.arena.strategy(), f.nr_pages() as u32);
-            debug_assert!(!last);
-            if last {
-                self.arena.free_won(f);
-            }
+            self.put_detached(f);
         }
         true
     }
@@ -426,15 +414,21 @@ impl Index {
         g.stats.nr_folios += nr as u64 - 1;
         g.stats.splits += 1;
         drop(g);
-        // The caller's reference keeps `old` alive: this put is never the last one.
+        self.put_detached(old);
+        true
+    }
+
+    /// Puts the cache's references (one per page) on `old`, which has just left this index
+    /// (replaced, split or collapsed). The caller's own reference keeps it alive, so the put
+    /// is never the last one; were it, the folio is freed rather than leaked.
+    fn put_detached(&self, old: &FolioLocked<'_>) {
         let last = old
             .refcount()
-            .sub_and_test(self.arena.strategy(), nr as u32);
-        debug_assert!(!last);
+            .sub_and_test(self.arena.strategy(), old.nr_pages() as u32);
+        debug_assert!(!last, "the caller holds a reference");
         if last {
             self.arena.free_won(old);
         }
-        true
     }
 
     /// `__remove_mapping` / `remove_mapping` (reclaim and invalidation): if the cache's

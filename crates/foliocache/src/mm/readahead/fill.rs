@@ -281,7 +281,7 @@ fn page_cache_ra_order<'a>(
             }
         };
         at.push(idx);
-        folios.push(lock_new(folio));
+        folios.push(folio.lock_new());
         idx += 1u64 << order;
     }
     // Insert; `runs` collects the inserted folios, guarded, in contiguous runs
@@ -359,17 +359,11 @@ fn preallocate<'a>(t: &Ractl<'a>, nr: usize) -> Option<Vec<FolioLocked<'a>>> {
     let mut folios = Vec::with_capacity(nr);
     for _ in 0..nr {
         match t.host.alloc_folio_noretry(0) {
-            Ok(f) => folios.push(lock_new(f)),
+            Ok(f) => folios.push(f.lock_new()),
             Err(_) => return None, // dropping `folios` unlocks and frees them
         }
     }
     Some(folios)
-}
-
-/// `__folio_set_locked` on a folio nobody else can see yet.
-fn lock_new(f: FolioRef<'_>) -> FolioLocked<'_> {
-    f.try_lock()
-        .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"))
 }
 
 /// A locked folio this fill inserted into the index and has not finished reading.
@@ -510,7 +504,7 @@ fn fill_single<'a>(t: &Ractl<'a>, req: RaRequest, mark: Option<usize>, out: &mut
             continue;
         }
         let folio = match t.host.alloc_folio_noretry(0) {
-            Ok(f) => lock_new(f),
+            Ok(f) => f.lock_new(),
             Err(_) => {
                 out.out_of_memory = true;
                 break;
@@ -699,7 +693,7 @@ pub(crate) fn read_one<'a>(
 ) -> Result<Option<FolioRef<'a>>, ReadOneError> {
     let t = &Ractl::new(m, host);
     let folio = match t.host.alloc_folio(0) {
-        Ok(f) => lock_new(f),
+        Ok(f) => f.lock_new(),
         Err(_) => return Err(ReadOneError::OutOfMemory),
     };
     // `filemap_create_folio` takes the invalidate lock shared around the insertion and the
