@@ -474,6 +474,13 @@ impl CachedFile {
         // attempts are bounded (under memory pressure reclaim may take the pieces as fast as
         // they are read).
         let mut reshaped = 0;
+        let mut reshape = || {
+            reshaped += 1;
+            if reshaped > 16 {
+                return Err(c.out_of_memory(nr as usize));
+            }
+            Ok(())
+        };
         let old = loop {
             let folio = match start.take() {
                 Some(f) => f,
@@ -482,10 +489,7 @@ impl CachedFile {
             if folio.index() != index || folio.nr_pages() as u64 != nr {
                 let larger = folio.nr_pages() as u64 > nr;
                 drop(folio);
-                reshaped += 1;
-                if reshaped > 16 {
-                    return Err(c.out_of_memory(nr as usize));
-                }
+                reshape()?;
                 // A page latch splits the large folio holding the page; a block latch splits
                 // a larger one too, and collapses the pieces into one of its size.
                 if larger || nr == 1 {
@@ -503,10 +507,7 @@ impl CachedFile {
                 // A live snapshot may still need pages of the block, and keeps pages: capture
                 // them (the split and the collapse do, and stamp the new folio).
                 drop(old);
-                reshaped += 1;
-                if reshaped > 16 {
-                    return Err(c.out_of_memory(nr as usize));
-                }
+                reshape()?;
                 super::split::split_folio_at(c, m, index)?;
                 super::collapse::collapse_block(c, m, index, nr)?;
                 continue;

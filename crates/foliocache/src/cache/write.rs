@@ -704,14 +704,25 @@ pub(super) fn create_page<'a>(
         }
         data[within..within + src.len()].copy_from_slice(src);
     }
+    Ok(insert_new(c, m, folio, index))
+}
+
+/// Marks the new folio `folio`, filled, uptodate and inserts it at page `index`, still
+/// locked (`filemap_add_folio`); `None` if a page of its range was cached meanwhile.
+fn insert_new<'a>(
+    c: &'a CacheInner,
+    m: &'a Inode,
+    mut folio: FolioLocked<'a>,
+    index: u64,
+) -> Option<FolioLocked<'a>> {
     folio.mark_uptodate();
     match m.mapping.pages.add_folio_shadow(&folio, index) {
         Ok(shadow) => {
             c.folio_added(&folio, shadow);
-            Ok(Some(folio))
+            Some(folio)
         }
-        Err(AddError::Exists { .. }) => Ok(None),
-        Err(e) => unreachable!("inserting a fresh order-0 folio: {e:?}"),
+        Err(AddError::Exists { .. }) => None,
+        Err(e) => unreachable!("inserting a fresh aligned folio inside the file: {e:?}"),
     }
 }
 
@@ -753,20 +764,12 @@ fn create_folio<'a>(
     order: u32,
     src: &[u8],
 ) -> Option<FolioLocked<'a>> {
-    let folio = c.alloc_folio(order).ok()?;
-    let mut folio = folio.lock_new();
+    let mut folio = c.alloc_folio(order).ok()?.lock_new();
     folio
         .data_mut()
         .expect("a fresh folio is not uptodate")
         .copy_from_slice(src);
-    folio.mark_uptodate();
-    match m.mapping.pages.add_folio_shadow(&folio, index) {
-        Ok(shadow) => {
-            c.folio_added(&folio, shadow);
-            Some(folio)
-        }
-        Err(_) => None,
-    }
+    insert_new(c, m, folio, index)
 }
 
 /// `write_end` (`generic_write_end`): marks the folio dirty (with `reserved` pages of
