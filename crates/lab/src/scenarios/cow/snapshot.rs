@@ -22,12 +22,14 @@
 //! copy made when it was taken: 0), `snapshot_charge_back_to_zero` (pages still charged after
 //! every snapshot dropped: 0), `snapshot_validate` (the cache's `validate`, sharer tracking
 //! included, after the part: 0 errors). Stats: per tracking, pages captured per churn write,
-//! the most pages the churn snapshots held, snapshot-limit hits.
+//! the most pages the churn snapshots held, snapshot-limit hits, the folios holding the file
+//! when a mode starts.
 //!
-//! The file is written in 1 MiB chunks, so it is cached in large folios. A write goes into
-//! a large folio whole unless a live snapshot still needs one of its pages (then the folio
-//! is split and the page kept: `snapshot-captured` and `snapshot-churn` split what they
-//! touch). The tracking strategies run the same write path: the live file holds its folios
+//! Each mode starts from the file cached in large folios again (written back, invalidated,
+//! read in by `CachedFile::readahead`; the stat `folios_at_start` says how many folios hold
+//! it). A write goes into a large folio whole unless a live snapshot still needs one of its
+//! pages (then the folio is split and the page kept: `snapshot-captured` and
+//! `snapshot-churn` split what they touch). The tracking strategies run the same write path: the live file holds its folios
 //! through its index, not a mapping, so a write asks whether a snapshot maps the folio,
 //! which every strategy answers exactly, never whether the live file maps it exclusively
 //! (part 1's `cow-reuse` question; the crate's `cache/snapshot.rs` docs say why).
@@ -170,6 +172,22 @@ fn overwrite(
     Ok(n as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// Writes `f` back and caches it again in large folios (`CachedFile::readahead` of the
+/// whole file, after an invalidation); returns the folios holding it.
+fn recache(f: &CachedFile) -> LabResult<usize> {
+    f.sync_data().map_err(lab)?;
+    f.invalidate(0..f.len()).map_err(lab)?;
+    f.readahead(0..f.len()).map_err(lab)?;
+    let mut folios = 0;
+    let mut at = 0;
+    while at < f.len() {
+        let n = (f.len() - at).min(8 << 20) as usize;
+        folios += f.get_range(at, n).map_err(lab)?.nr_folios();
+        at += n as u64;
+    }
+    Ok(folios)
+}
+
 fn read_all(f: impl Fn(&mut [u8], u64) -> Result<(), CacheError>, len: u64) -> LabResult<Vec<u8>> {
     let mut v = vec![0u8; len as usize];
     f(&mut v, 0).map_err(lab)?;
@@ -189,12 +207,17 @@ pub fn run(bench: &mut Bench, settings: &Settings, size: usize, dir: &Path) -> L
         let mut held_peak = 0u64;
         let mut captured_writes = (0u64, 0u64);
         let mut limit_hits = 0u64;
+        let mut folios_at_start = 0usize;
         bench.measure_at(
             &format!("snapshot-write {}", s.tracking.name()),
             &[1],
             &MODES,
             &extra_write(s.tracking),
             |il, &mode, _, _| {
+                // Every mode starts from the file cached in large folios (the captured and
+                // churn modes split what they touch).
+                let folios = recache(&s.snapped)?;
+                folios_at_start = folios_at_start.max(folios);
                 let ops = match mode {
                     "no-snapshot" => overwrite(&s.snapped, s.pages, d, &mut rng, || false, |_| Ok(()))?,
                     "snapshot-captured" | "snapshot-released" => {
@@ -267,6 +290,7 @@ pub fn run(bench: &mut Bench, settings: &Settings, size: usize, dir: &Path) -> L
                 "churn_captures_per_write": captured_writes.0 as f64 / captured_writes.1.max(1) as f64,
                 "churn_held_pages_peak": held_peak,
                 "churn_snapshot_limit_hits": limit_hits,
+                "folios_at_start": folios_at_start,
             }),
         );
     }
