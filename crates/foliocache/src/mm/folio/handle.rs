@@ -119,6 +119,7 @@ impl<'a> FolioRef<'a> {
     /// # Panics
     /// If the folio is locked (it was not just allocated).
     #[inline]
+    #[cfg_attr(loom, allow(dead_code))] // its callers (the cache) are not in the loom build
     pub(crate) fn lock_new(self) -> FolioLocked<'a> {
         self.try_lock()
             .unwrap_or_else(|_| unreachable!("a freshly allocated folio is unlocked"))
@@ -654,13 +655,22 @@ impl<'a> FrozenFolio<'a> {
 impl Drop for FrozenFolio<'_> {
     fn drop(&mut self) {
         if self.locked {
-            // No waiter can exist: it would hold a reference, and the freeze proved there is
-            // none besides ours. So no wake-up; a stale PG_waiters is sanitised by the free.
+            // A thread waiting for the lock holds a reference, which the freeze proved gone;
+            // but an async read's waker can be queued here by a readahead worker on the
+            // task's behalf, with no reference of the task's (`cache/aio/read.rs`,
+            // `MissShared::inserted`): it must be woken, or the task sleeps forever (the task
+            // then looks up its page again and finds it gone). Eviction locks a folio that
+            // is cached already, so a waker queued for the end of its read can meet it.
+            // ORDERING: Release, as `unlock_bit`'s (pairs with the wait table's re-load);
+            // same-word RMW order with the waiters' `fetch_or(PG_WAITERS)`: see wait.rs.
             let old = self
                 .folio
                 .flags
-                .fetch_and(!(PG_LOCKED | PG_WAITERS), Ordering::Relaxed);
+                .fetch_and(!(PG_LOCKED | PG_WAITERS), Ordering::Release);
             debug_assert!(old & PG_LOCKED != 0);
+            if old & PG_WAITERS != 0 {
+                self.arena.waits().wake_bit(self.folio);
+            }
         }
         self.arena.free_won(self.folio);
     }

@@ -363,3 +363,40 @@ fn concurrent_alloc_free_stress() {
     a.drain_per_cpu_lists();
     assert_eq!(a.alloc(MAX_ORDER).unwrap().nr_pages(), 512, "fully merged");
 }
+
+/// Regression: a waker queued on a folio's lock on a task's behalf, by a thread that then
+/// dropped its reference (an async read's readahead worker, `MissShared::inserted`), must be
+/// woken when the locked folio is frozen and freed (eviction), not silently dropped with the
+/// lock bit: the task would sleep forever (an async test's executor parked with every task
+/// pending, seen once in a debug CI run).
+#[test]
+fn freeing_a_locked_frozen_folio_wakes_a_waker_queued_on_its_lock() {
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl std::task::Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let a = arena(16, RefStrategy::LockedBit);
+    let f = a.alloc(0).unwrap();
+    let other = f.clone();
+    let locked = f.try_lock().unwrap(); // the evictor's lock
+    let flag = Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
+    let waker = std::task::Waker::from(flag.clone());
+    let mut slot = None;
+    // The worker queues the task's waker, then lets go of its reference.
+    assert!(other
+        .poll_unlocked(&mut std::task::Context::from_waker(&waker), &mut slot)
+        .is_pending());
+    drop(other);
+    // The entry now belongs to the wait table (`inserted` lets its registration go too).
+    let _ = slot;
+    // SAFETY: the only reference left is the lock holder's.
+    let frozen = unsafe { locked.freeze(1) }.unwrap_or_else(|_| panic!("one reference"));
+    frozen.free();
+    assert!(
+        flag.0.load(std::sync::atomic::Ordering::SeqCst),
+        "the queued waker was not woken"
+    );
+    assert_eq!(a.validate().unwrap().allocated_pages, 0);
+}
