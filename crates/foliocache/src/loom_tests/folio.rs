@@ -141,6 +141,68 @@ fn task_registered_without_waiters_bit_is_caught() {
     task_model(false);
 }
 
+/// An async read's waker queued on a folio's lock by a thread that then lets go of its
+/// reference (the readahead worker's `MissShared::inserted`), against the lock's holder,
+/// reclaim, which frees the folio if the freeze finds its reference the only one left, or
+/// else unlocks it. The task is always woken, by the free or by the unlock (loom's
+/// `block_on` parks until its waker runs: a lost wake-up is a deadlock), and no
+/// registration is left. `wake_on_free` false is the free that cleared the lock without a
+/// wake-up, which the model must catch.
+fn queued_waker_model(wake_on_free: bool) {
+    use std::task::Poll;
+    loom::model(move || {
+        let (arena, pfn) = setup();
+        let a2 = arena.clone();
+        let t = thread::spawn(move || {
+            // SAFETY: the locked reference leaked by `setup`.
+            let l = unsafe { FolioLocked::from_raw_locked(&a2, a2.folio(pfn)) };
+            // SAFETY: the lock holder's reference is the one we know of; another makes the
+            // freeze fail, and the folio is unlocked instead.
+            match unsafe { l.freeze(1) } {
+                Ok(frozen) if wake_on_free => frozen.free(),
+                Ok(frozen) => frozen.free_without_wake(),
+                Err(l) => drop(l),
+            }
+        });
+        {
+            // SAFETY: the extra reference leaked by `setup`: the worker's.
+            let mut worker = Some(unsafe { FolioRef::from_raw(&arena, arena.folio(pfn)) });
+            let mut queued = false;
+            loom::future::block_on(std::future::poll_fn(|cx| {
+                if queued {
+                    // Woken: the task looks at its page again (gone or unlocked).
+                    return Poll::Ready(());
+                }
+                let mut slot = None;
+                let r = worker.as_ref().expect("polled once before the wake");
+                if r.poll_unlocked(cx, &mut slot).is_ready() {
+                    return Poll::Ready(());
+                }
+                // The entry is the wait table's now; the worker lets go.
+                queued = true;
+                worker = None;
+                Poll::Pending
+            }));
+            drop(worker);
+        }
+        t.join().unwrap();
+        assert_eq!(arena.wait_table_sleepers(), 0, "a registration was left");
+        let st = arena.validate().unwrap();
+        assert_eq!((st.allocated_pages, st.bad_pages), (0, 0));
+    });
+}
+
+#[test]
+fn a_waker_queued_on_a_freed_folio_is_woken() {
+    queued_waker_model(true);
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn a_free_that_drops_queued_wakers_is_caught() {
+    queued_waker_model(false);
+}
+
 /// The access counter in the flags word (`Folio::inc_lru_refs`, `dec_lru_refs`): two readers
 /// count reads of a folio whose count is one short of full while aging spends one and
 /// another layer sets and clears a flag bit. Every interleaving must leave the count in its

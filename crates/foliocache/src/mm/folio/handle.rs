@@ -650,6 +650,19 @@ impl<'a> FrozenFolio<'a> {
     pub fn free(self) {
         drop(self)
     }
+
+    /// A deliberately broken free of a locked frozen folio that clears its lock without
+    /// waking the wakers queued on it (what the free did before), for the loom model that
+    /// must catch the lost wake-up (`src/loom_tests/folio.rs`). Never use it elsewhere.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn free_without_wake(self) {
+        let me = std::mem::ManuallyDrop::new(self);
+        me.folio
+            .flags
+            .fetch_and(!(PG_LOCKED | PG_WAITERS), Ordering::Release);
+        me.arena.free_won(me.folio);
+    }
 }
 
 impl Drop for FrozenFolio<'_> {
