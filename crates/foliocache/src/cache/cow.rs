@@ -123,15 +123,13 @@ impl SnapInner {
         freed
     }
 
-    /// Whether the snapshot still needs page `index` kept: it covers it, has not released it
-    /// and keeps nothing there yet.
+    /// Whether the snapshot still needs page `index` kept ([`SnapInner::needs_any`]).
     fn needs(&self, index: u64) -> bool {
-        index < self.pages
-            && !self.released(index..index + 1)
-            && !self.space.any_mapped(self.addr(index), PAGE_SIZE)
+        self.needs_any(index..index + 1)
     }
 
-    /// Whether the snapshot still needs one of `pages` kept ([`SnapInner::needs`] of each).
+    /// Whether the snapshot still needs one of `pages` kept: a page it covers, has not
+    /// released and keeps nothing for yet.
     fn needs_any(&self, pages: Range<u64>) -> bool {
         let pages = pages.start..pages.end.min(self.pages);
         if pages.is_empty() {

@@ -434,8 +434,8 @@ impl MissShared {
         if let Some(folio) = pages.lookup(index) {
             // The entry belongs to the wait table from here: the unlock takes it out and
             // wakes the task, which then finds its folio read (or, if the lock is reclaim's
-            // and it evicts the folio, the free wakes it: `FrozenFolio`'s drop). A task polled meanwhile
-            // registers again in its own name; a spare wake-up is harmless.
+            // and it evicts the folio, the free wakes it: `FrozenFolio`'s drop). A task
+            // polled meanwhile registers again in its own name; a spare wake-up is harmless.
             let mut slot = None;
             if folio
                 .poll_unlocked(&mut Context::from_waker(&w), &mut slot)

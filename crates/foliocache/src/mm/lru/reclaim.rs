@@ -195,7 +195,8 @@ impl Lru {
     ///
     /// Looks at up to twice the folios on the lists (plus one step), shifted right by
     /// `scan_shift` (at least one step): an allocation's retries after fruitless passes
-    /// scan less and less (see [`Lru::alloc`]).
+    /// scan less and less (see [`Lru::alloc`]). A retry (`scan_shift` above 0) also gives
+    /// no second chances (module docs).
     fn shrink(
         &self,
         arena: &Arena,

@@ -29,10 +29,11 @@
 //! read in by `CachedFile::readahead`; the stat `folios_at_start` says how many folios hold
 //! it). A write goes into a large folio whole unless a live snapshot still needs one of its
 //! pages (then the folio is split and the page kept: `snapshot-captured` and
-//! `snapshot-churn` split what they touch). The tracking strategies run the same write path: the live file holds its folios
-//! through its index, not a mapping, so a write asks whether a snapshot maps the folio,
-//! which every strategy answers exactly, never whether the live file maps it exclusively
-//! (part 1's `cow-reuse` question; the crate's `cache/snapshot.rs` docs say why).
+//! `snapshot-churn` split what they touch). The tracking strategies run the same write
+//! path: the live file holds its folios through its index, not a mapping, so a write asks
+//! whether a snapshot maps the folio, which every strategy answers exactly, never whether
+//! the live file maps it exclusively (part 1's `cow-reuse` question; the crate's
+//! `cache/snapshot.rs` docs say why).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
