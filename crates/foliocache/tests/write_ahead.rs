@@ -467,9 +467,78 @@ fn async_writes_with_log_numbers_wait_for_the_log() {
     });
 }
 
-/// A small buffer pool (256 pages, 5% of them clean at the dirty limit) updated in place
-/// over a file four times its size, each change logged and committed in groups: reclaim
-/// meets dirty pages, queues them for the flusher's pageout, and every update finds a page;
+/// Without a flusher, an allocation that finds every cached page dirty writes the coldest
+/// of them itself (the buffer pool's single-page flush), and only those whose changes the log
+/// already holds: a 64-page pool updated over a file four times its size, committed every 8
+/// updates, never fails an update and never writes a page ahead of its log. Once every page
+/// holds an uncommitted change, nothing may be written: the next update fails with
+/// `OutOfMemory`, at once, and succeeds after the commit.
+#[test]
+fn an_allocation_with_only_dirty_pages_writes_the_coldest_itself() {
+    const FILE_PAGES: u64 = 256;
+    let durable = Arc::new(AtomicU64::new(0));
+    let backing = Arc::new(Checked::new(FILE_PAGES as usize, durable.clone()));
+    let c = quiet(Config::buffer_pool(64 * PAGE));
+    let file = c.open_backing("pool", ArcBacking(backing.clone())).unwrap();
+    let commit = |lsn: u64| {
+        durable.fetch_max(lsn, Ordering::SeqCst);
+        c.log_durable(lsn);
+    };
+    let mut lsn = 0u64;
+    for round in 0..3u64 {
+        for page in 0..FILE_PAGES {
+            lsn += 1;
+            let at = (page * 0x9e37_79b9 + round * 17) % FILE_PAGES;
+            let mut g = file.get_folio_mut_in_place(at).unwrap_or_else(|e| {
+                panic!(
+                    "{e:?} lsn {lsn} dirty {} {:?}",
+                    file.dirty_pages(),
+                    c.stats()
+                )
+            });
+            g[..8].copy_from_slice(&lsn.to_le_bytes());
+            g.set_lsn(lsn);
+            drop(g);
+            if lsn % 8 == 0 {
+                commit(lsn);
+            }
+        }
+    }
+    let s = c.stats();
+    assert!(s.pageouts_direct > 0, "{s:?}");
+    assert_eq!(s.pageouts, s.pageouts_direct, "no flusher: {s:?}");
+    assert_eq!(backing.violations.load(Ordering::Relaxed), 0);
+    // Every cached page changed past the durable point: none may be written.
+    commit(lsn);
+    for page in 0..64 {
+        lsn += 1;
+        let mut g = file.get_folio_mut_in_place(page).unwrap();
+        g[..8].copy_from_slice(&lsn.to_le_bytes());
+        g.set_lsn(lsn);
+    }
+    assert_eq!(file.dirty_pages(), 64);
+    let t = std::time::Instant::now();
+    match file.get_folio_mut_in_place(100) {
+        Err(CacheError::OutOfMemory { .. }) => {}
+        other => panic!("expected OutOfMemory, got {:?}", other.map(|_| ())),
+    }
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(1),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(backing.violations.load(Ordering::Relaxed), 0);
+    commit(lsn);
+    drop(file.get_folio_mut_in_place(100).unwrap());
+    assert_eq!(backing.violations.load(Ordering::Relaxed), 0);
+    file.sync_data().unwrap();
+    drop(file);
+    assert_baseline(&c);
+}
+
+/// A small buffer pool (256 pages) updated in place over a file four times its size, each
+/// change logged and committed in groups: reclaim meets dirty pages, queues them for pageout
+/// (the flusher's, or the allocation's own), and every update finds a page;
 /// none reaches the file ahead of its log. (This memory backing writes at once, so it does
 /// not reproduce the allocation failure the throttle of `CacheInner::alloc_throttled`
 /// fixed; the `wal_store` kill test, whose log syncs a real file, did: `OutOfMemory` between

@@ -259,6 +259,7 @@ impl FolioCache {
                     spaces: std::sync::OnceLock::new(),
                     pageout: crate::mm::sync::Mutex::new(Vec::new()),
                     pageout_queued: AtomicU64::new(0),
+                    alloc_waiting: AtomicU64::new(0),
                 },
                 flusher: std::sync::OnceLock::new(),
                 shadow_shrinker: Mutex::new(()),

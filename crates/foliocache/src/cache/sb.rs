@@ -243,25 +243,85 @@ impl CacheInner {
 
     /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`, with [`Config::pageout`]: reclaim found
     /// no clean page but queued dirty ones for the flusher (or pages are under writeback), so
-    /// the allocation waits for writes to end (each rotates its page to the inactive tail,
-    /// clean) and tries again, for up to 100 ms, instead of failing at once. A caller holding
-    /// a folio lock the flusher needs only delays it by that much.
+    /// the allocation writes the coldest queued pages itself where it can do so without
+    /// waiting (`writeback::pageout_direct`), else waits for the flusher's writes to end
+    /// (each rotates its page to the inactive tail, clean), and tries again instead of
+    /// failing at once. It fails once a whole [`ALLOC_NO_PROGRESS`] passes with no page
+    /// written back by anyone, or after ten of them in all (the kernel's `should_reclaim_retry` gives up after
+    /// `MAX_RECLAIM_RETRIES` rounds without progress, each throttled for up to 100 ms), or at
+    /// once when nothing is queued or in flight that could free a page. A caller holding a
+    /// folio lock the flusher needs only delays it by that much. (A fixed 100 ms failed a
+    /// 256-page pool's allocation under CPU load: its flusher, which alone may flush the log,
+    /// was not scheduled in time.)
     #[cold]
     fn alloc_throttled(&self, order: u32, err: AllocError) -> Result<FolioRef<'_>, AllocError> {
         if !self.config.pageout {
             return Err(err);
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        // ORDERING: Relaxed, both; a hint for the flusher's pageout (`cache::writeback`).
+        self.alloc_waiting.fetch_add(1, Ordering::Relaxed);
+        let r = self.alloc_waiting_for_pageout(order, err);
+        self.alloc_waiting.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+
+    /// [`CacheInner::alloc_throttled`]'s loop.
+    fn alloc_waiting_for_pageout(
+        &self,
+        order: u32,
+        err: AllocError,
+    ) -> Result<FolioRef<'_>, AllocError> {
+        let written = || self.counters.sum(Event::WritebackPages);
+        let mut seen = written();
+        let start = std::time::Instant::now();
+        let mut deadline = start + ALLOC_NO_PROGRESS;
         let mut err = err;
+        let mut idle = 0;
         while std::time::Instant::now() < deadline {
-            // ORDERING: Relaxed; hints (the timeout bounds a stale answer).
-            let queued = self.pageout_queued.load(crate::mm::sync::Ordering::Relaxed) != 0;
-            if !queued && self.dirty.writeback() == 0 {
-                break; // nothing in flight that would free a page
+            let now = written();
+            if now != seen {
+                // Someone's writes ended since the last look: progress, so wait longer (but
+                // not forever: writes that keep failing count here too).
+                seen = now;
+                deadline = (std::time::Instant::now() + ALLOC_NO_PROGRESS)
+                    .min(start + ALLOC_NO_PROGRESS * 10);
             }
-            match self.flusher.get() {
-                Some(f) => f.kick(),
-                None => break,
+            // ORDERING: Relaxed; hints (the timeout bounds a stale answer).
+            let queued = self.pageout_queued.load(Ordering::Relaxed) != 0;
+            if !queued && self.dirty.writeback() == 0 && self.dirty.dirty() == 0 {
+                // Nothing dirty, queued or in flight: no write will free a page. Seen twice
+                // in a row, a wait apart, since a pass that has just ended its writes may
+                // still hold its folios for a moment (and one that has just taken the queue
+                // has not yet started its writes: dirty pages are never a reason to stop).
+                idle += 1;
+                if idle == 2 {
+                    break;
+                }
+            } else {
+                idle = 0;
+            }
+            let flusher = self.flusher.get();
+            if let Some(f) = flusher {
+                f.kick();
+            }
+            // The coldest queued pages, written by this thread if it can do so without waiting
+            // (a buffer pool's single-page flush); the allocation then finds them clean. What
+            // it cannot write (a page locked, or holding a change not yet logged durably) the
+            // flusher, kicked above, writes; without one, nothing else will.
+            let done = super::writeback::pageout_direct(self, &self.dirty_inodes());
+            if done.written > 0 || (done.taken && !done.held) {
+                // Pages written, or entries of pages someone else wrote since they were
+                // queued taken off the queue: try again at once (reclaim queues what it
+                // meets dirty again).
+                match self.lru.alloc(&self.arena, self, order) {
+                    Ok(f) => return Ok(f),
+                    Err(e) => err = e,
+                }
+                continue;
+            }
+            if flusher.is_none() && self.dirty.writeback() == 0 {
+                // Nothing this thread may write, and no one else to write it.
+                break;
             }
             // Woken when a writeback makes room under the dirty limit; already under it (the
             // pages reclaim cannot free are under writeback, pinned or latched) it returns at
@@ -382,6 +442,10 @@ impl crate::mm::readahead::RaHost for CacheInner {
         self.counters.add(ev, n);
     }
 }
+
+/// How long an allocation waiting for pageout goes on without any page written back before
+/// it fails ([`CacheInner::alloc_throttled`]).
+const ALLOC_NO_PROGRESS: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Evict for CacheInner {
     /// Reclaim's `__remove_mapping`: finds the folio's file by its mapping id and evicts the

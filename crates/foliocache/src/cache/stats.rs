@@ -182,6 +182,9 @@ cache_counters! {
         /// Pages the flusher wrote because reclaim met them dirty at the inactive tail
         /// ([`Config::pageout`](crate::Config::pageout)).
         Pageouts => pageouts,
+        /// Of [`pageouts`](Self::pageouts), the pages an allocation that found no clean page
+        /// wrote itself instead of waiting for the flusher.
+        PageoutsDirect => pageouts_direct,
         /// Old versions of pages kept for live snapshots (one per snapshot that needed it)
         /// before a write, a latch's commit or a truncation changed the page.
         SnapshotCaptures => snapshot_captures,

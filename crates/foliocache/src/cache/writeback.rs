@@ -8,7 +8,7 @@ use super::core::Core;
 use super::inode::Inode;
 use super::stats::Event;
 use crate::mm::filemap::AddressSpace;
-use crate::mm::sync::Arc;
+use crate::mm::sync::{Arc, Ordering};
 use crate::mm::writeback::balance::{self, DirtyFiles};
 use crate::mm::writeback::{self, DirtyAccount, SyncMode, WbOutcome};
 
@@ -30,15 +30,58 @@ pub(crate) fn writeback_mapping(
 /// written by the flusher before its other passes: each file of `files` (the dirty ones)
 /// that has queued pages, those pages.
 pub(crate) fn pageout(c: &Core, files: &[Arc<Inode>]) {
-    for (id, pages) in c.take_pageout() {
+    for (id, pages) in c.take_pageout(usize::MAX) {
         if let Some(m) = files.iter().find(|m| m.id == id) {
             crate::trace::span!("pageout", path = %m.path.display());
-            let out = writeback::pageout(c, &m.mapping, &pages);
+            // ORDERING: Relaxed; a hint (an allocation waits at most a few passes longer).
+            let urgent = c.alloc_waiting.load(Ordering::Relaxed) != 0;
+            let out = writeback::pageout(c, &m.mapping, &pages, urgent);
             c.counters.add(Event::Pageouts, out.pages);
             account(c, m, out);
         }
     }
 }
+
+/// The pageout of an allocation that found no clean page: the [`DIRECT_PAGEOUT_BATCH`]
+/// coldest queued pages of `files` (the dirty ones), written by this thread without waiting
+/// for anything ([`writeback::pageout_direct`]: a page it would have to wait for, or whose
+/// change is not yet logged durably, goes back at the head of the queue, for the flusher).
+/// Returns what it did.
+pub(crate) fn pageout_direct(c: &Core, files: &[Arc<Inode>]) -> DirectPageout {
+    let mut done = DirectPageout::default();
+    let queued = c.take_pageout(DIRECT_PAGEOUT_BATCH);
+    done.taken = !queued.is_empty();
+    for (id, pages) in queued {
+        if let Some(m) = files.iter().find(|m| m.id == id) {
+            crate::trace::span!("pageout_direct", path = %m.path.display());
+            let mut out = writeback::pageout_direct(c, &m.mapping, &pages);
+            done.held |= !out.held.is_empty();
+            c.requeue_pageout(id, &std::mem::take(&mut out.held));
+            c.counters.add(Event::Pageouts, out.pages);
+            c.counters.add(Event::PageoutsDirect, out.pages);
+            done.written += out.pages;
+            account(c, m, out);
+        }
+    }
+    done
+}
+
+/// What a [`pageout_direct`] did.
+#[derive(Debug, Default)]
+pub(crate) struct DirectPageout {
+    /// Pages written.
+    pub(crate) written: u64,
+    /// It took queued pages (written, held, or written by someone else since they were
+    /// queued).
+    pub(crate) taken: bool,
+    /// Some pages it took it could not write and queued again, for the flusher.
+    pub(crate) held: bool,
+}
+
+/// The most queued pages one allocation writes itself: enough for the allocation and a few
+/// after it (each written page is rotated to the inactive tail, where the next scans free it),
+/// few enough that one caller's stall stays a few writes long.
+pub(crate) const DIRECT_PAGEOUT_BATCH: usize = 32;
 
 /// A pass's effects on the cache.
 fn account(c: &Core, m: &Inode, out: WbOutcome) -> WbOutcome {

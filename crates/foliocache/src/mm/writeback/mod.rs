@@ -113,7 +113,7 @@ use std::io::{self, IoSlice};
 use crate::io::Backing;
 use crate::mm::errseq::ErrSeq;
 use crate::mm::filemap::{AddressSpace, Tags, WbState};
-use crate::mm::folio::flags::{PG_DIRTY, PG_RECLAIM, PG_WRITEBACK};
+use crate::mm::folio::flags::{PG_ACTIVE, PG_DIRTY, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK};
 use crate::mm::folio::{Folio, FolioLocked, FolioRef, PAGE_SHIFT};
 use crate::mm::index::Index;
 use crate::mm::sync::{fence, AtomicU32, AtomicU64, Condvar, Mutex, Ordering};
@@ -674,6 +674,9 @@ struct Wbc<'a> {
     /// The size the backing is known to hold, grown by each successful write before its
     /// folios end writeback (so a truncation that waited for them sets it last).
     disk_size: &'a AtomicU64,
+    /// What the pass is: a [`Pass::Direct`] one never waits for a folio lock and never calls
+    /// the log hook; a [`Pass::Pageout`] one skips folios used since reclaim queued them.
+    pass: Pass,
 }
 
 /// What a writeback pass did.
@@ -699,6 +702,9 @@ pub(crate) struct WbOutcome {
     /// Dirty pages a background pass skipped because an exclusive latch updates them in
     /// place (`PG_LATCHED`): they stay dirty until it commits.
     pub(crate) latched: u64,
+    /// Of the pages a [`pageout_direct`] was given, those still dirty after it (locked,
+    /// latched, holding a change the log does not yet hold durably, or the file busy).
+    pub(crate) held: Vec<u64>,
 }
 
 /// Folios taken per look at the tags (`PAGEVEC_SIZE`-like: the mutex is not held for long).
@@ -733,7 +739,7 @@ pub(crate) fn writepages(
     end: u64,
     mode: SyncMode,
 ) -> WbOutcome {
-    writepages_inner(host, m, start, end, mode, None)
+    writepages_inner(host, m, start, end, mode, None, Pass::Plain)
 }
 
 /// Reclaim's `pageout()` for the pages `listed` (sorted, each once): a background pass over
@@ -742,9 +748,74 @@ pub(crate) fn writepages(
 /// each is rotated back to the tail when its write ends (`folio_rotate_reclaimable`) and
 /// freed by the next scan: the pages written are the cold ones reclaim is about to evict,
 /// not the hot ones a pass in file order would write again and again.
-pub(crate) fn pageout(host: &dyn WbHost, m: &AddressSpace, listed: &[u64]) -> WbOutcome {
+///
+/// The flusher writes them a while after reclaim queued them: one used again meanwhile
+/// (referenced or activated) is skipped, as `shrink_folio_list` keeps a folio
+/// `folio_check_references` finds used instead of paging it out; it stays dirty, and reclaim
+/// queues it again if it comes back to the tail unused. Writing it would be wasted: it is
+/// about to be changed again, not evicted. Not while an allocation waits for pages
+/// (`urgent`): then every queued page is written, lest the skipped ones be all it has.
+pub(crate) fn pageout(
+    host: &dyn WbHost,
+    m: &AddressSpace,
+    listed: &[u64],
+    urgent: bool,
+) -> WbOutcome {
     debug_assert!(listed.windows(2).all(|w| w[0] < w[1]));
-    writepages_inner(host, m, 0, u64::MAX, SyncMode::Background, Some(listed))
+    let pass = if urgent { Pass::Plain } else { Pass::Pageout };
+    writepages_inner(
+        host,
+        m,
+        0,
+        u64::MAX,
+        SyncMode::Background,
+        Some(listed),
+        pass,
+    )
+}
+
+/// [`pageout`] by the thread whose allocation found no clean page (InnoDB's single-page
+/// flush from the LRU tail, `buf_LRU_get_free_block` -> `buf_flush_single_page_from_LRU`;
+/// the kernel leaves file pages to kswapd and the flusher, but its writers can wait on
+/// them, which a buffer pool's cannot afford). That thread may hold anything of its own
+/// (a folio lock, a latch, the engine's log lock around its call into the cache), so the
+/// pass never waits: it skips a page whose lock is taken, a file whose pass is running, and
+/// a page holding a change logged past the durable point (it does not call the log hook,
+/// which may need a lock its caller holds: the write-ahead rule holds by choosing another
+/// page). Pages it writes end their writeback before it returns, rotated to the inactive
+/// tail for the allocation's next scan. Unlike the flusher's [`pageout`], it writes a page
+/// used since reclaim queued it: the allocation needs a page now, and the queue's first are
+/// the coldest it has.
+pub(crate) fn pageout_direct(host: &dyn WbHost, m: &AddressSpace, listed: &[u64]) -> WbOutcome {
+    debug_assert!(listed.windows(2).all(|w| w[0] < w[1]));
+    let mut out = writepages_inner(
+        host,
+        m,
+        0,
+        u64::MAX,
+        SyncMode::Background,
+        Some(listed),
+        Pass::Direct,
+    );
+    let tags = m.wb.tags.lock();
+    out.held = listed
+        .iter()
+        .filter(|i| tags.dirty.contains(i))
+        .copied()
+        .collect();
+    out
+}
+
+/// Which kind of writeback pass a [`Wbc`] is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pass {
+    /// A pass over a range of the file ([`writepages`]), or an urgent [`pageout`]: every
+    /// dirty page it meets is written.
+    Plain,
+    /// The flusher's [`pageout`].
+    Pageout,
+    /// An allocation's [`pageout_direct`].
+    Direct,
 }
 
 fn writepages_inner(
@@ -754,6 +825,7 @@ fn writepages_inner(
     end: u64,
     mode: SyncMode,
     listed: Option<&[u64]>,
+    pass: Pass,
 ) -> WbOutcome {
     let Some(writer) = m.writer() else {
         return WbOutcome::default();
@@ -768,6 +840,7 @@ fn writepages_inner(
         policy: host.error_policy(),
         seq: &m.wb_seq,
         disk_size: &m.disk_size,
+        pass,
     };
     // A dirty large folio is tagged at its first page: a range starting inside one starts
     // at its first page (`writeback_iter` rounds to the folio too).
@@ -975,6 +1048,7 @@ fn lock_listed<'a>(
         // lock may be waiting for the writeback of a page this pass has not written yet.
         let f = match f.try_lock() {
             Ok(f) => f,
+            Err(_) if t.pass == Pass::Direct => return None,
             Err(f) => {
                 before_wait();
                 f.lock()
@@ -1010,7 +1084,9 @@ fn start_writeback<'a>(
         t.wb.tags.lock().towrite.remove(&index);
         return None;
     }
-    if folio.test_flag(PG_WRITEBACK) {
+    if folio.test_flag(PG_WRITEBACK)
+        || (t.pass == Pass::Pageout && folio.flags() & (PG_ACTIVE | PG_REFERENCED) != 0)
+    {
         if mode == SyncMode::Background {
             return None;
         }
@@ -1063,13 +1139,16 @@ fn submit(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
         .flat_map(|r| r.lsns.iter().map(|&(_, newest)| newest))
         .max()
         .unwrap_or(0);
-    let runs = match (lsn > 0).then(|| t.host.flush_log(lsn)) {
-        Some(Err(e)) => {
-            out.log_error.get_or_insert(e);
-            hold_back(t, runs, t.host.durable_lsn())
-        }
-        _ => runs,
-    };
+    let durable = t.host.durable_lsn();
+    let runs =
+        match (lsn > durable).then(|| (t.pass != Pass::Direct).then(|| t.host.flush_log(lsn))) {
+            Some(None) => hold_back(t, runs, durable),
+            Some(Some(Err(e))) => {
+                out.log_error.get_or_insert(e);
+                hold_back(t, runs, t.host.durable_lsn())
+            }
+            _ => runs,
+        };
     // A run that ends in a folio clamped at EOF writes a partial block: under direct I/O the
     // backing writes that block whole and then cuts the file back to its size
     // (`FileBacking`'s bounce write), which would cut off a write beyond it still in flight
