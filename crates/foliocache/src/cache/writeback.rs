@@ -137,3 +137,94 @@ impl<L: Fn() -> Vec<Arc<Inode>>> DirtyFiles for DirtyHost<'_, L> {
 pub(super) fn balance_dirty_pages(c: &Core, m: &Inode, n: u64, live: impl Fn() -> Vec<Arc<Inode>>) {
     balance::balance_dirty_pages(&DirtyHost { core: c, live }, m, n);
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::io;
+    use std::sync::Mutex;
+
+    use crate::io::Backing;
+    use crate::mm::folio::flags::{PG_ACTIVE, PG_REFERENCED};
+    use crate::mm::folio::PAGE_SIZE;
+    use crate::mm::sync::Ordering;
+    use crate::{Config, FolioCache};
+
+    /// A writable file in memory.
+    #[derive(Debug)]
+    struct Mem(Mutex<Vec<u8>>);
+
+    impl Backing for Mem {
+        fn size(&self) -> io::Result<u64> {
+            Ok(self.0.lock().unwrap().len() as u64)
+        }
+
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let v = self.0.lock().unwrap();
+            let at = (offset as usize).min(v.len());
+            let n = buf.len().min(v.len() - at);
+            buf[..n].copy_from_slice(&v[at..at + n]);
+            Ok(n)
+        }
+
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+            let mut v = self.0.lock().unwrap();
+            let end = offset as usize + buf.len();
+            if v.len() < end {
+                v.resize(end, 0);
+            }
+            v[offset as usize..end].copy_from_slice(buf);
+            Ok(buf.len())
+        }
+    }
+
+    /// The flusher's pageout writes a queued page still unused since reclaim queued it, and
+    /// leaves dirty one read or activated meanwhile (`folio_check_references` before
+    /// `pageout()`); while an allocation waits for pages, it writes that one too.
+    #[test]
+    fn the_flushers_pageout_skips_pages_used_since_they_were_queued() {
+        let c = FolioCache::new(Config::buffer_pool(64 * PAGE_SIZE).background_writeback(false))
+            .unwrap();
+        let f = c
+            .open_backing("mem", Mem(Mutex::new(vec![0; 16 * PAGE_SIZE])))
+            .unwrap();
+        for i in 0..3 {
+            f.get_folio_mut_in_place(i).unwrap()[0] = 1;
+        }
+        assert_eq!(f.dirty_pages(), 3);
+        let m = f.mapping_ref();
+        let flags = |i: u64, set: u64| {
+            let folio = m.mapping.pages.lookup(i).unwrap();
+            folio.clear_flag(PG_REFERENCED | PG_ACTIVE);
+            if set != 0 {
+                folio.set_flag(set);
+            }
+        };
+        flags(0, 0);
+        flags(1, PG_REFERENCED);
+        flags(2, PG_ACTIVE);
+        let core = &c.inner;
+        let queue = |pages: &[u64]| {
+            let mut q = core.pageout.lock();
+            q.extend(pages.iter().map(|&i| (m.id, i)));
+            core.pageout_queued.store(q.len() as u64, Ordering::Relaxed);
+        };
+        queue(&[0, 1, 2]);
+        super::pageout(core, &core.dirty_inodes());
+        assert_eq!(
+            f.dirty_pages(),
+            2,
+            "page 0 written, pages 1 and 2 used since"
+        );
+        assert_eq!(c.stats().pageouts, 1);
+        // An allocation waits: every queued page goes.
+        core.alloc_waiting.fetch_add(1, Ordering::Relaxed);
+        queue(&[1, 2]);
+        super::pageout(core, &core.dirty_inodes());
+        core.alloc_waiting.fetch_sub(1, Ordering::Relaxed);
+        assert_eq!(f.dirty_pages(), 0);
+        assert_eq!(c.stats().pageouts, 3);
+        drop(f);
+        c.drop_caches();
+        assert_eq!(c.validate().unwrap().allocated_pages, 0);
+    }
+}
