@@ -70,10 +70,17 @@ fn run_and_kill(dir: &Path, page: usize, min_commits: u64, run_for: Duration) ->
         .env(ENV, dir)
         .env(PAGE_ENV, page.to_string())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    // The child's stderr, shown if it dies by itself (its panic message).
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut committed = 0;
@@ -93,7 +100,11 @@ fn run_and_kill(dir: &Path, page: usize, min_commits: u64, run_for: Duration) ->
             Ok(_) => {}
             Err(e) => {
                 let _ = child.kill();
-                panic!("the child committed fewer than {min_commits} updates: {e}");
+                let _ = child.wait();
+                panic!(
+                    "the child committed fewer than {min_commits} updates: {e}; its stderr:\n{}",
+                    errors.join().unwrap()
+                );
             }
         }
     }
@@ -102,7 +113,8 @@ fn run_and_kill(dir: &Path, page: usize, min_commits: u64, run_for: Duration) ->
     let status = child.wait().unwrap();
     assert!(
         status.code().is_none(),
-        "the child died by itself: {status:?}"
+        "the child died by itself: {status:?}; its stderr:\n{}",
+        errors.join().unwrap()
     );
     reader.join().unwrap()
 }

@@ -1365,8 +1365,8 @@ fn reclaim_hands_the_cold_dirty_pages_to_the_flusher() {
     // pages at the inactive tail and queues them (`Config::pageout`); the flusher (or the
     // allocation itself) writes them, and they are evicted once clean. Every byte is right
     // at the end, in the cache and on disk. (Whole-page writes of uncached pages would not
-    // do: their writer reserves its dirty page before it allocates, so at the dirty limit,
-    // the whole pool here, the throttle writes the file back before reclaim meets a page.)
+    // do reliably: their writer reserves its dirty page before it allocates, so at the
+    // dirty limit the throttle may write the file back before reclaim meets a page.)
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pool");
     let data = content(256 * PAGE, 31);

@@ -478,7 +478,9 @@ fn an_allocation_with_only_dirty_pages_writes_the_coldest_itself() {
     const FILE_PAGES: u64 = 256;
     let durable = Arc::new(AtomicU64::new(0));
     let backing = Arc::new(Checked::new(FILE_PAGES as usize, durable.clone()));
-    let c = quiet(Config::buffer_pool(64 * PAGE));
+    // The dirty limit the whole pool, so that reclaim, not the writer's throttle, is what
+    // meets the dirty pages.
+    let c = quiet(Config::buffer_pool(64 * PAGE).dirty_ratios(100, 100));
     let file = c.open_backing("pool", ArcBacking(backing.clone())).unwrap();
     let commit = |lsn: u64| {
         durable.fetch_max(lsn, Ordering::SeqCst);

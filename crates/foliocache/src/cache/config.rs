@@ -179,19 +179,22 @@ impl Config {
     ///   latched, not one holding a change the log has not made durable (it never calls the
     ///   log hook; the flusher does). Otherwise it waits for the flusher's writes, and fails
     ///   with `OutOfMemory` only after a second in which no page was written back.
-    /// - So the dirty limit is the whole pool (`dirty_ratios(100, 100)`): no 10% threshold
-    ///   writes hot pages in file order. A page updated again and again stays dirty and is
-    ///   written once per checkpoint or eviction. The lab's `bufmgr` (Zipf 0.99 updates, a
-    ///   budget of a quarter of the file, a checkpoint every 10 s): with 4 KiB pages 0.40
-    ///   page writes per update with `dirty_ratios(80, 60)` and no pageout, 0.28 with
-    ///   pageout and `(95, 90)`, 0.25 now (0.24 misses per update, each evicting a dirty page:
-    ///   the floor); with 16 KiB pages 0.35 with pageout and `(95, 90)`, 0.29 now (0.27
-    ///   misses).
-    /// - A writer of pages that are not cached yet (`write_at` of new pages) reserves its
-    ///   dirty page before it allocates one: when the whole pool is dirty, it is throttled and
-    ///   writes its file back in file order, as with any limit. Update pages in place
-    ///   ([`CachedFile::get_folio_mut_in_place`](crate::CachedFile::get_folio_mut_in_place))
-    ///   to leave the choice to reclaim.
+    /// - So the dirty limit is only a backstop: 95% of the budget, with the flusher's
+    ///   background threshold at 90% (`dirty_ratios(95, 90)`). A page updated again and
+    ///   again stays dirty and is written once per checkpoint or eviction. The lab's
+    ///   `bufmgr` (Zipf 0.99 updates, a budget of a quarter of the file, a checkpoint every
+    ///   10 s): 0.40 page writes per update with `dirty_ratios(80, 60)` and no pageout, 0.29
+    ///   with pageout and `(95, 90)` (0.24 misses per update, each evicting a dirty page: the
+    ///   floor); with 16 KiB pages 0.35 (0.27 misses).
+    /// - `dirty_ratios(100, 100)` leaves writeback wholly to reclaim and checkpoints: the
+    ///   90% threshold's passes write hot pages in file order, and without them the same
+    ///   runs wrote 0.25 and 0.29 page writes per update. Not the default: with every page
+    ///   dirty, a read's allocation (one reclaim pass, as readahead allocates) often finds
+    ///   nothing clean, and larger folios fall back to pages (a 16 KiB block then read as
+    ///   four and collapsed under its latch; under CPU load, one in ten runs of the
+    ///   `wal_store` kill test). A writer of pages that are not cached yet (`write_at` of
+    ///   new pages) reserves its dirty page before it allocates one: at a 100% limit it is
+    ///   throttled once the whole pool is dirty and writes its file back in file order.
     /// - Pages expire after 10 minutes (`dirty_expire`), a backstop for an engine that stops
     ///   checkpointing; the engine's checkpoint interval should be well below it.
     ///
@@ -207,7 +210,7 @@ impl Config {
     /// ```
     pub fn buffer_pool(budget_bytes: usize) -> Config {
         Config::block_cache(budget_bytes)
-            .dirty_ratios(100, 100)
+            .dirty_ratios(95, 90)
             .dirty_expire(
                 std::time::Duration::from_secs(600),
                 std::time::Duration::from_secs(5),

@@ -343,10 +343,24 @@ impl CacheInner {
     /// The allocation hook for readahead (`readahead_gfp_mask`: `__GFP_NORETRY`): one reclaim
     /// pass at most, then failure, so that a window shrinks instead of a reader stalling
     /// while it holds the part of the window it already allocated.
+    ///
+    /// With [`Config::pageout`], a pass that met only dirty pages is followed by the
+    /// allocation's own pageout of the coldest queued ones (never waiting: see
+    /// `alloc_throttled`) and one more pass: in a buffer pool whose every page is dirty, a
+    /// read would otherwise always fall back to smaller folios (a 16 KiB block read as four
+    /// pages, then collapsed under its latch).
     pub(crate) fn alloc_folio_noretry(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
         let f = self.lru.alloc_noretry(&self.arena, self, order);
         self.shrink_slab();
-        let f = f?;
+        let f = match f {
+            Err(e) if self.config.pageout => {
+                if super::writeback::pageout_direct(self, &self.dirty_inodes()).written == 0 {
+                    return Err(e);
+                }
+                self.lru.alloc_noretry(&self.arena, self, order)?
+            }
+            f => f?,
+        };
         if let Some(k) = &self.kswapd {
             k.note_alloc(&self.arena);
         }

@@ -18,8 +18,8 @@
 //! foliocache's cache is `Config::buffer_pool` with a budget of a quarter of the file
 //! (`--budget-pct`), so pages reach the file at checkpoints, when reclaim evicts them (the
 //! cold dirty pages it meets are written by the flusher, or by an allocation that finds no
-//! clean page: `Config::pageout`; the dirty limit is the whole pool) and by the 10-minute
-//! expiry,
+//! clean page: `Config::pageout`; the dirty limit, 95% of the budget, is a backstop) and by
+//! the 10-minute expiry,
 //! never before the log holds their change (the write-ahead rule; `tests/write_ahead.rs`
 //! checks it). The kernel variant's page writes go to the kernel's page cache, which writes
 //! them back on its own schedule, unseen by the process.
@@ -372,7 +372,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "commit_every_updates": COMMIT_EVERY,
             "change_bytes": CHANGE,
             "skew": 0.99,
-            "foliocache_config": "Config::buffer_pool (pageout by the flusher and by allocations, the dirty limit the whole pool, 10-minute expiry), the write-ahead log hook",
+            "foliocache_config": "Config::buffer_pool (pageout by the flusher and by allocations, 95% dirty limit, 10-minute expiry), the write-ahead log hook",
         }),
         setup.params(),
     );
