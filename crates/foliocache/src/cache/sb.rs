@@ -308,7 +308,7 @@ impl CacheInner {
             // (a buffer pool's single-page flush); the allocation then finds them clean. What
             // it cannot write (a page locked, or holding a change not yet logged durably) the
             // flusher, kicked above, writes; without one, nothing else will.
-            let done = super::writeback::pageout_direct(self, &self.dirty_inodes());
+            let done = super::writeback::pageout_direct(self, || self.dirty_inodes());
             if done.written > 0 || (done.taken && !done.held) {
                 // Pages written, or entries of pages someone else wrote since they were
                 // queued taken off the queue: try again at once (reclaim queues what it
@@ -354,7 +354,7 @@ impl CacheInner {
         self.shrink_slab();
         let f = match f {
             Err(e) if self.config.pageout => {
-                if super::writeback::pageout_direct(self, &self.dirty_inodes()).written == 0 {
+                if super::writeback::pageout_direct(self, || self.dirty_inodes()).written == 0 {
                     return Err(e);
                 }
                 self.lru.alloc_noretry(&self.arena, self, order)?

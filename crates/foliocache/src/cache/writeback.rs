@@ -43,14 +43,19 @@ pub(crate) fn pageout(c: &Core, files: &[Arc<Inode>]) {
 }
 
 /// The pageout of an allocation that found no clean page: the [`DIRECT_PAGEOUT_BATCH`]
-/// coldest queued pages of `files` (the dirty ones), written by this thread without waiting
+/// coldest queued pages of the files `files` lists (the dirty ones; called only if a page is
+/// queued), written by this thread without waiting
 /// for anything ([`writeback::pageout_direct`]: a page it would have to wait for, or whose
 /// change is not yet logged durably, goes back at the head of the queue, for the flusher).
 /// Returns what it did.
-pub(crate) fn pageout_direct(c: &Core, files: &[Arc<Inode>]) -> DirectPageout {
+pub(crate) fn pageout_direct(c: &Core, files: impl FnOnce() -> Vec<Arc<Inode>>) -> DirectPageout {
     let mut done = DirectPageout::default();
     let queued = c.take_pageout(DIRECT_PAGEOUT_BATCH);
-    done.taken = !queued.is_empty();
+    if queued.is_empty() {
+        return done;
+    }
+    done.taken = true;
+    let files = files();
     for (id, pages) in queued {
         if let Some(m) = files.iter().find(|m| m.id == id) {
             crate::trace::span!("pageout_direct", path = %m.path.display());
@@ -140,42 +145,10 @@ pub(super) fn balance_dirty_pages(c: &Core, m: &Inode, n: u64, live: impl Fn() -
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use std::io;
-    use std::sync::Mutex;
-
-    use crate::io::Backing;
     use crate::mm::folio::flags::{PG_ACTIVE, PG_REFERENCED};
     use crate::mm::folio::PAGE_SIZE;
     use crate::mm::sync::Ordering;
-    use crate::{Config, FolioCache};
-
-    /// A writable file in memory.
-    #[derive(Debug)]
-    struct Mem(Mutex<Vec<u8>>);
-
-    impl Backing for Mem {
-        fn size(&self) -> io::Result<u64> {
-            Ok(self.0.lock().unwrap().len() as u64)
-        }
-
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-            let v = self.0.lock().unwrap();
-            let at = (offset as usize).min(v.len());
-            let n = buf.len().min(v.len() - at);
-            buf[..n].copy_from_slice(&v[at..at + n]);
-            Ok(n)
-        }
-
-        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-            let mut v = self.0.lock().unwrap();
-            let end = offset as usize + buf.len();
-            if v.len() < end {
-                v.resize(end, 0);
-            }
-            v[offset as usize..end].copy_from_slice(buf);
-            Ok(buf.len())
-        }
-    }
+    use crate::{Config, FolioCache, OpenOptions};
 
     /// The flusher's pageout writes a queued page still unused since reclaim queued it, and
     /// leaves dirty one read or activated meanwhile (`folio_check_references` before
@@ -184,9 +157,10 @@ mod tests {
     fn the_flushers_pageout_skips_pages_used_since_they_were_queued() {
         let c = FolioCache::new(Config::buffer_pool(64 * PAGE_SIZE).background_writeback(false))
             .unwrap();
-        let f = c
-            .open_backing("mem", Mem(Mutex::new(vec![0; 16 * PAGE_SIZE])))
-            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool");
+        std::fs::write(&path, vec![0; 16 * PAGE_SIZE]).unwrap();
+        let f = c.open_with(&path, OpenOptions::new().write(true)).unwrap();
         for i in 0..3 {
             f.get_folio_mut_in_place(i).unwrap()[0] = 1;
         }

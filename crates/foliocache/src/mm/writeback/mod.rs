@@ -1084,9 +1084,11 @@ fn start_writeback<'a>(
         t.wb.tags.lock().towrite.remove(&index);
         return None;
     }
-    if folio.test_flag(PG_WRITEBACK)
-        || (t.pass == Pass::Pageout && folio.flags() & (PG_ACTIVE | PG_REFERENCED) != 0)
-    {
+    if t.pass == Pass::Pageout && folio.flags() & (PG_ACTIVE | PG_REFERENCED) != 0 {
+        // Used since reclaim queued it: about to change again, not to be evicted.
+        return None;
+    }
+    if folio.test_flag(PG_WRITEBACK) {
         if mode == SyncMode::Background {
             return None;
         }
@@ -1140,15 +1142,20 @@ fn submit(t: &Wbc<'_>, runs: Vec<Run<'_>>, out: &mut WbOutcome) {
         .max()
         .unwrap_or(0);
     let durable = t.host.durable_lsn();
-    let runs =
-        match (lsn > durable).then(|| (t.pass != Pass::Direct).then(|| t.host.flush_log(lsn))) {
-            Some(None) => hold_back(t, runs, durable),
-            Some(Some(Err(e))) => {
+    let runs = if lsn <= durable {
+        runs
+    } else if t.pass == Pass::Direct {
+        // Never the log hook here: the pages past the durable point wait for the flusher.
+        hold_back(t, runs, durable)
+    } else {
+        match t.host.flush_log(lsn) {
+            Ok(()) => runs,
+            Err(e) => {
                 out.log_error.get_or_insert(e);
                 hold_back(t, runs, t.host.durable_lsn())
             }
-            _ => runs,
-        };
+        }
+    };
     // A run that ends in a folio clamped at EOF writes a partial block: under direct I/O the
     // backing writes that block whole and then cuts the file back to its size
     // (`FileBacking`'s bounce write), which would cut off a write beyond it still in flight
