@@ -1364,22 +1364,19 @@ fn the_holder_of_an_in_place_latch_writes_past_the_dirty_limit_and_cannot_wait_f
 
 #[test]
 fn reclaim_hands_the_cold_dirty_pages_to_the_flusher() {
-    // A buffer pool a quarter of its file, every page updated in place: reclaim meets dirty
-    // pages at the inactive tail and queues them (`Config::pageout`); the flusher (or the
-    // allocation itself) writes them, and they are evicted once clean. Every byte is right
-    // at the end, in the cache and on disk. (Whole-page writes of uncached pages would not
-    // do reliably: their writer reserves its dirty page before it allocates, so at the
-    // dirty limit the throttle may write the file back before reclaim meets a page.)
+    // A buffer pool a quarter of its file, every page written: reclaim meets dirty pages at
+    // the inactive tail and queues them (`Config::pageout`); the flusher writes them, and
+    // they are evicted once clean. Every byte is right at the end, in the cache and on disk.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pool");
-    let data = content(256 * PAGE, 31);
-    std::fs::write(&path, &data).unwrap();
     let c = FolioCache::new(Config::buffer_pool(64 * PAGE).panic_on_bad_page(true)).unwrap();
     let f = c.open_with(&path, &rw()).unwrap();
+    let data = content(256 * PAGE, 31);
     for round in 0..3 {
-        for i in 0..256u64 {
-            let mut g = f.get_folio_mut_in_place(i).unwrap();
-            g[0] = round;
+        for (i, page) in data.chunks(PAGE).enumerate() {
+            let mut p = page.to_vec();
+            p[0] = round;
+            f.write_all_at(&p, (i * PAGE) as u64).unwrap();
         }
     }
     // The flusher runs when kicked, on its own thread.
