@@ -467,8 +467,8 @@ fn async_writes_with_log_numbers_wait_for_the_log() {
     });
 }
 
-/// Without a flusher, an allocation that finds every cached page dirty writes the coldest
-/// of them itself (the buffer pool's single-page flush), and only those whose changes the log
+/// Without a flusher or the background reclaimer, an allocation that finds every cached
+/// page dirty writes the coldest of them itself (the buffer pool's single-page flush), and only those whose changes the log
 /// already holds: a 64-page pool updated over a file four times its size, committed every 8
 /// updates, never fails an update and never writes a page ahead of its log. Once every page
 /// holds an uncommitted change, nothing may be written: the next update fails with
@@ -478,9 +478,9 @@ fn an_allocation_with_only_dirty_pages_writes_the_coldest_itself() {
     const FILE_PAGES: u64 = 256;
     let durable = Arc::new(AtomicU64::new(0));
     let backing = Arc::new(Checked::new(FILE_PAGES as usize, durable.clone()));
-    // The dirty limit the whole pool, so that reclaim, not the writer's throttle, is what
-    // meets the dirty pages.
-    let c = quiet(Config::buffer_pool(64 * PAGE).dirty_ratios(100, 100));
+    // The pool's dirty limit is the whole pool, so reclaim, not the writer's throttle, is
+    // what meets the dirty pages; no reclaimer thread, so the allocation's own pageout is.
+    let c = quiet(Config::buffer_pool(64 * PAGE).background_reclaim(false));
     let file = c.open_backing("pool", ArcBacking(backing.clone())).unwrap();
     let commit = |lsn: u64| {
         durable.fetch_max(lsn, Ordering::SeqCst);
@@ -536,6 +536,59 @@ fn an_allocation_with_only_dirty_pages_writes_the_coldest_itself() {
     file.sync_data().unwrap();
     drop(file);
     assert_baseline(&c);
+}
+
+/// The background reclaimer keeps a few pages free in a pool whose every page is dirty
+/// (kswapd's own `pageout()`), so that a read's one-pass allocation finds a whole folio free:
+/// a 256-page `Config::buffer_pool` with no flusher, updated in place over a file four times
+/// its size and committed, has its free pages back at the reclaimer's low watermark (1/64 of
+/// the budget, at least 32 pages) soon after, its coldest pages written and none ahead of
+/// the log. Without the reclaimer the same pool is left with no more free pages than the
+/// last allocation left.
+#[test]
+fn the_background_reclaimer_keeps_free_pages_in_an_all_dirty_pool() {
+    const FILE_PAGES: u64 = 1024;
+    const LOW: u64 = 32;
+    for reclaimer in [true, false] {
+        let durable = Arc::new(AtomicU64::new(0));
+        let backing = Arc::new(Checked::new(FILE_PAGES as usize, durable.clone()));
+        let c = quiet(Config::buffer_pool(256 * PAGE).background_reclaim(reclaimer));
+        let file = c.open_backing("pool", ArcBacking(backing.clone())).unwrap();
+        let commit = |lsn: u64| {
+            durable.fetch_max(lsn, Ordering::SeqCst);
+            c.log_durable(lsn);
+        };
+        let mut lsn = 0u64;
+        for page in 0..FILE_PAGES {
+            lsn += 1;
+            let at = (page * 0x9e37_79b9) % FILE_PAGES;
+            let mut g = file.get_folio_mut_in_place(at).unwrap();
+            g[..8].copy_from_slice(&lsn.to_le_bytes());
+            g.set_lsn(lsn);
+            drop(g);
+            if lsn % 8 == 0 {
+                commit(lsn);
+            }
+        }
+        commit(lsn);
+        let s = c.stats();
+        if reclaimer {
+            // Woken by the allocations, or by its own timer (every 100 ms) once they stop.
+            let t = std::time::Instant::now();
+            while c.stats().free_pages < LOW && t.elapsed() < std::time::Duration::from_secs(20) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let s = c.stats();
+            assert!(s.free_pages >= LOW, "{s:?}");
+            assert!(s.pageouts_direct > 0, "{s:?}");
+        } else {
+            assert!(s.free_pages < LOW, "{s:?}");
+        }
+        assert_eq!(backing.violations.load(Ordering::Relaxed), 0);
+        file.sync_data().unwrap();
+        drop(file);
+        assert_baseline(&c);
+    }
 }
 
 /// A small buffer pool (256 pages) updated in place over a file four times its size, each

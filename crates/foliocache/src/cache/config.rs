@@ -179,22 +179,22 @@ impl Config {
     ///   latched, not one holding a change the log has not made durable (it never calls the
     ///   log hook; the flusher does). Otherwise it waits for the flusher's writes, and fails
     ///   with `OutOfMemory` only after a second in which no page was written back.
-    /// - So the dirty limit is only a backstop: 95% of the budget, with the flusher's
-    ///   background threshold at 90% (`dirty_ratios(95, 90)`). A page updated again and
-    ///   again stays dirty and is written once per checkpoint or eviction. The lab's
-    ///   `bufmgr` (Zipf 0.99 updates, a budget of a quarter of the file, a checkpoint every
-    ///   10 s): 0.40 page writes per update with `dirty_ratios(80, 60)` and no pageout, 0.29
-    ///   with pageout and `(95, 90)` (0.24 misses per update, each evicting a dirty page: the
-    ///   floor); with 16 KiB pages 0.35 (0.27 misses).
-    /// - `dirty_ratios(100, 100)` leaves writeback wholly to reclaim and checkpoints: the
-    ///   90% threshold's passes write hot pages in file order, and without them the same
-    ///   runs wrote 0.25 and 0.29 page writes per update. Not the default: with every page
-    ///   dirty, a read's allocation (one reclaim pass, as readahead allocates) often finds
-    ///   nothing clean, and larger folios fall back to pages (a 16 KiB block then read as
-    ///   four and collapsed under its latch; under CPU load, one in ten runs of the
-    ///   `wal_store` kill test). A writer of pages that are not cached yet (`write_at` of
-    ///   new pages) reserves its dirty page before it allocates one: at a 100% limit it is
-    ///   throttled once the whole pool is dirty and writes its file back in file order.
+    /// - The background reclaimer ([`Config::background_reclaim`]) keeps a few pages free
+    ///   ahead of the allocations (between 1/64 and 1/32 of the budget): when it meets only
+    ///   dirty pages it writes the coldest queued ones itself, as an allocation does, and
+    ///   frees them. So a read's allocation, which reclaims one pass at most (as readahead
+    ///   allocates), finds a whole large folio free in a pool whose every other page is
+    ///   dirty, and a 16 KiB block is read as one folio, not as four pages collapsed later.
+    /// - So no dirty threshold at all (`dirty_ratios(100, 100)`): writeback is the
+    ///   engine's checkpoints and eviction. The lab's `bufmgr` (Zipf 0.99 updates, a budget
+    ///   of a quarter of the file, a checkpoint every 10 s) wrote 0.25 page writes per
+    ///   update with 4 KiB pages and 0.29 with 16 KiB pages (0.24 and 0.27 misses per
+    ///   update, each evicting a dirty page: the floor). With the flusher's background
+    ///   threshold at 90% and the limit at 95% it wrote 0.29 and 0.35 (the threshold's
+    ///   passes write hot pages in file order), with `dirty_ratios(80, 60)` and no pageout
+    ///   0.40. A writer of pages that are not cached yet (`write_at` of new pages) reserves
+    ///   its dirty page before it allocates one: it is throttled once the whole pool is
+    ///   dirty and writes its file back in file order.
     /// - Pages expire after 10 minutes (`dirty_expire`), a backstop for an engine that stops
     ///   checkpointing; the engine's checkpoint interval should be well below it.
     ///
@@ -210,7 +210,8 @@ impl Config {
     /// ```
     pub fn buffer_pool(budget_bytes: usize) -> Config {
         Config::block_cache(budget_bytes)
-            .dirty_ratios(95, 90)
+            .dirty_ratios(100, 100)
+            .background_reclaim(true)
             .dirty_expire(
                 std::time::Duration::from_secs(600),
                 std::time::Duration::from_secs(5),
@@ -413,8 +414,11 @@ impl Config {
     /// (the coldest, about to be evicted) are handed to the background flusher, which writes
     /// them first; each is then rotated back to the tail when its write ends
     /// (`folio_rotate_reclaimable`) and freed by the next scan. The kernel's kswapd writes
-    /// such pages itself (`pageout()` in `shrink_folio_list`); here the flusher does, so no
-    /// allocating thread waits for a write. Without it (the default), reclaim only marks them
+    /// such pages itself (`pageout()` in `shrink_folio_list`); here the flusher does, and so
+    /// do the background reclaimer ([`Config::background_reclaim`]) and an allocation that
+    /// finds no clean page, for the queued pages they can write without waiting (not one
+    /// locked, nor one holding a change the log has not made durable: only the flusher
+    /// calls the log hook). Without it (the default), reclaim only marks them
     /// (`PG_reclaim`) and leaves their writeback to the dirty limit and the flusher's
     /// passes, which write a file's dirty pages in file order, hot ones included: a cache
     /// whose pages are almost all dirty (a buffer pool smaller than its working set) then

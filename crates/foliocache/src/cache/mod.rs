@@ -287,6 +287,7 @@ impl FolioCache {
                         |c, wm| {
                             c.lru.balance(&c.arena, c, wm);
                             c.shrink_slab();
+                            c.kswapd_pageout(wm);
                         },
                         |c| c.deliver(),
                     )

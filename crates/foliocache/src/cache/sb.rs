@@ -233,7 +233,7 @@ impl CacheInner {
         self.shrink_slab();
         let f = match f {
             Ok(f) => f,
-            Err(e) => self.alloc_throttled(order, e)?,
+            Err(e) => self.alloc_throttled(order, e, Patience::Retry)?,
         };
         if let Some(k) = &self.kswapd {
             k.note_alloc(&self.arena);
@@ -253,14 +253,22 @@ impl CacheInner {
     /// folio lock the flusher needs only delays it by that much. (A fixed 100 ms failed a
     /// 256-page pool's allocation under CPU load: its flusher, which alone may flush the log,
     /// was not scheduled in time.)
+    ///
+    /// A readahead allocation ([`Patience::NoRetry`]) waits the same way for at most
+    /// [`READAHEAD_PAGEOUT_WAIT`], and each of its tries is one reclaim pass.
     #[cold]
-    fn alloc_throttled(&self, order: u32, err: AllocError) -> Result<FolioRef<'_>, AllocError> {
+    fn alloc_throttled(
+        &self,
+        order: u32,
+        err: AllocError,
+        patience: Patience,
+    ) -> Result<FolioRef<'_>, AllocError> {
         if !self.config.pageout {
             return Err(err);
         }
         // ORDERING: Relaxed, both; a hint for the flusher's pageout (`cache::writeback`).
         self.alloc_waiting.fetch_add(1, Ordering::Relaxed);
-        let r = self.alloc_waiting_for_pageout(order, err);
+        let r = self.alloc_waiting_for_pageout(order, err, patience);
         self.alloc_waiting.fetch_sub(1, Ordering::Relaxed);
         r
     }
@@ -270,16 +278,25 @@ impl CacheInner {
         &self,
         order: u32,
         err: AllocError,
+        patience: Patience,
     ) -> Result<FolioRef<'_>, AllocError> {
+        let alloc = || match patience {
+            Patience::Retry => self.lru.alloc(&self.arena, self, order),
+            Patience::NoRetry => self.lru.alloc_noretry(&self.arena, self, order),
+        };
         let written = || self.counters.sum(Event::WritebackPages);
         let mut seen = written();
         let start = std::time::Instant::now();
-        let mut deadline = start + ALLOC_NO_PROGRESS;
+        let mut deadline = start
+            + match patience {
+                Patience::Retry => ALLOC_NO_PROGRESS,
+                Patience::NoRetry => READAHEAD_PAGEOUT_WAIT,
+            };
         let mut err = err;
         let mut idle = 0;
         while std::time::Instant::now() < deadline {
             let now = written();
-            if now != seen {
+            if now != seen && patience == Patience::Retry {
                 // Someone's writes ended since the last look: progress, so wait longer (but
                 // not forever: writes that keep failing count here too).
                 seen = now;
@@ -313,14 +330,15 @@ impl CacheInner {
                 // Pages written, or entries of pages someone else wrote since they were
                 // queued taken off the queue: try again at once (reclaim queues what it
                 // meets dirty again).
-                match self.lru.alloc(&self.arena, self, order) {
+                match alloc() {
                     Ok(f) => return Ok(f),
                     Err(e) => err = e,
                 }
                 continue;
             }
-            if flusher.is_none() && self.dirty.writeback() == 0 {
-                // Nothing this thread may write, and no one else to write it.
+            if flusher.is_none() && !self.kswapd_busy() && self.dirty.writeback() == 0 {
+                // Nothing this thread may write, and no one else to write it (the background
+                // reclaimer, in a pass now, may have taken the queue and be writing it).
                 break;
             }
             // Woken when a writeback makes room under the dirty limit; already under it (the
@@ -332,7 +350,7 @@ impl CacheInner {
             if t.elapsed() < std::time::Duration::from_micros(100) {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
-            match self.lru.alloc(&self.arena, self, order) {
+            match alloc() {
                 Ok(f) => return Ok(f),
                 Err(e) => err = e,
             }
@@ -340,26 +358,61 @@ impl CacheInner {
         Err(err)
     }
 
+    /// kswapd's own `pageout()` ([`Config::pageout`] with [`Config::background_reclaim`]):
+    /// after a balance that left free pages below the high watermark because reclaim met
+    /// only dirty pages, the reclaimer writes the coldest queued ones itself (as an
+    /// allocation does, never waiting: `writeback::pageout_direct`), kicks the flusher for
+    /// those it may not write (a change not yet logged durably), and balances again. So a
+    /// pool whose every page is dirty still keeps the watermarks' few free pages ahead of
+    /// its allocations, and a readahead allocation (one reclaim pass) finds a whole large
+    /// folio free instead of falling back to pages. A few rounds at most: the next
+    /// allocation's kick, or the reclaimer's timer, starts another.
+    pub(crate) fn kswapd_pageout(&self, wm: crate::mm::lru::Watermarks) {
+        if !self.config.pageout {
+            return;
+        }
+        for _ in 0..KSWAPD_PAGEOUT_ROUNDS {
+            // ORDERING: Relaxed; hints (the next round, or the next kick, sees newer ones).
+            if self.arena.stats().free_pages >= wm.high
+                || self.pageout_queued.load(Ordering::Relaxed) == 0
+            {
+                return;
+            }
+            let done = super::writeback::pageout_direct(self, || self.dirty_inodes());
+            if let Some(f) = self.flusher.get() {
+                f.kick();
+            }
+            if done.written == 0 {
+                return;
+            }
+            self.lru.balance(&self.arena, self, wm);
+        }
+    }
+
+    /// Whether the background reclaimer is in a pass now (its pageout may hold the pages an
+    /// allocation waits for).
+    fn kswapd_busy(&self) -> bool {
+        self.kswapd
+            .as_ref()
+            .is_some_and(|k| k.worker.busy.try_lock().is_none())
+    }
+
     /// The allocation hook for readahead (`readahead_gfp_mask`: `__GFP_NORETRY`): one reclaim
     /// pass at most, then failure, so that a window shrinks instead of a reader stalling
     /// while it holds the part of the window it already allocated.
     ///
     /// With [`Config::pageout`], a pass that met only dirty pages is followed by the
-    /// allocation's own pageout of the coldest queued ones (never waiting: see
-    /// `alloc_throttled`) and one more pass: in a buffer pool whose every page is dirty, a
-    /// read would otherwise always fall back to smaller folios (a 16 KiB block read as four
-    /// pages, then collapsed under its latch).
+    /// allocation's own pageout of the coldest queued ones and a short wait for the pageouts
+    /// of others (`alloc_throttled`, for at most [`READAHEAD_PAGEOUT_WAIT`]), each followed
+    /// by one more pass: in a buffer pool whose every page is dirty, a read would otherwise
+    /// fall back to smaller folios whenever the background reclaimer has not kept a few free
+    /// (a 16 KiB block read as four pages, then collapsed under its latch).
     pub(crate) fn alloc_folio_noretry(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
         let f = self.lru.alloc_noretry(&self.arena, self, order);
         self.shrink_slab();
         let f = match f {
-            Err(e) if self.config.pageout => {
-                if super::writeback::pageout_direct(self, || self.dirty_inodes()).written == 0 {
-                    return Err(e);
-                }
-                self.lru.alloc_noretry(&self.arena, self, order)?
-            }
-            f => f?,
+            Ok(f) => f,
+            Err(e) => self.alloc_throttled(order, e, Patience::NoRetry)?,
         };
         if let Some(k) = &self.kswapd {
             k.note_alloc(&self.arena);
@@ -456,6 +509,25 @@ impl crate::mm::readahead::RaHost for CacheInner {
         self.counters.add(ev, n);
     }
 }
+
+/// The most pageout-and-balance rounds one wake of the background reclaimer runs
+/// ([`CacheInner::kswapd_pageout`]); each writes up to `DIRECT_PAGEOUT_BATCH` pages.
+const KSWAPD_PAGEOUT_ROUNDS: usize = 4;
+
+/// How an allocation that found no clean page waits for pageout
+/// ([`CacheInner::alloc_throttled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Patience {
+    /// Full reclaim on each try; fails after [`ALLOC_NO_PROGRESS`] without a page written.
+    Retry,
+    /// Readahead's (`__GFP_NORETRY`): one reclaim pass a try, for at most
+    /// [`READAHEAD_PAGEOUT_WAIT`].
+    NoRetry,
+}
+
+/// The longest a readahead allocation waits for pageout before its window falls back to
+/// smaller folios (or shrinks): a few writes' time, and the background reclaimer's pass.
+const READAHEAD_PAGEOUT_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// How long an allocation waiting for pageout goes on without any page written back before
 /// it fails ([`CacheInner::alloc_throttled`]).

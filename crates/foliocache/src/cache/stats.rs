@@ -182,7 +182,8 @@ cache_counters! {
         /// Pages the flusher wrote because reclaim met them dirty at the inactive tail
         /// ([`Config::pageout`](crate::Config::pageout)).
         Pageouts => pageouts,
-        /// Of [`pageouts`](Self::pageouts), the pages an allocation that found no clean page
+        /// Of [`pageouts`](Self::pageouts), the pages an allocation that found no clean page,
+        /// or the background reclaimer ([`Config::background_reclaim`](crate::Config::background_reclaim)),
         /// wrote itself instead of waiting for the flusher.
         PageoutsDirect => pageouts_direct,
         /// Old versions of pages kept for live snapshots (one per snapshot that needed it)
