@@ -367,6 +367,14 @@ impl Store {
         self.log.inner.lock().unwrap().last
     }
 
+    /// How far the log is durable, read on any thread: for an auditor that compares the
+    /// page LSNs it finds in the data file with it (a page read first, then this: a page
+    /// holding more is one written ahead of its log).
+    pub fn durable_probe(&self) -> impl Fn() -> u64 + Send + 'static {
+        let log = self.log.clone();
+        move || log.inner.lock().unwrap().durable
+    }
+
     /// The page LSN of page `page`: the sequence number of the last change applied to it.
     pub fn page_lsn(&self, page: u64) -> io::Result<u64> {
         let mut h = [0u8; HEADER];

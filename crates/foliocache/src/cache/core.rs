@@ -71,7 +71,7 @@ pub(crate) struct Core {
 /// evict them, time in which a hot one is changed again and its write wasted: the lab's
 /// `bufmgr` with 16 KiB pages at `dirty_ratios(100, 100)` wrote 0.322 pages per update with
 /// 4,096, 0.286 with 64 (0.272 misses per update, each evicting a dirty page: the floor); at
-/// `Config::buffer_pool`'s 95/90 the threshold's passes dominate and it makes no difference.
+/// `dirty_ratios(95, 90)` the threshold's passes dominate and it makes no difference.
 pub(crate) const PAGEOUT_MAX: usize = 2 * crate::mm::lru::SWAP_CLUSTER_MAX;
 
 impl std::fmt::Debug for Core {
