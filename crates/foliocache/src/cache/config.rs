@@ -200,7 +200,11 @@ impl Config {
     ///
     /// The trade-off: more dirty pages means a longer checkpoint and more to lose on a crash
     /// before the log is replayed (the log covers it), and a writer that does reach the
-    /// limit writes back more at once. A read-mostly cache wants [`Config::block_cache`].
+    /// limit writes back more at once. The reclaimer's free pages are pages the pool does
+    /// not cache: 1/64 to 1/32 of a large budget, but at least 32 to 64 pages, so a pool of
+    /// 256 pages keeps up to a quarter free (`background_reclaim(false)` gives them back, and
+    /// a read then falls back to smaller folios when it meets only dirty pages). A
+    /// read-mostly cache wants [`Config::block_cache`].
     ///
     /// ```
     /// use foliocache::Config;
