@@ -224,14 +224,28 @@ pub enum AsyncKind {
     FoliocacheSync,
     /// `pread` in `spawn_blocking`, as `tokio::fs` reads.
     TokioFs,
+    /// foyer's in-memory cache (`foyer_memory::Cache::get_or_fetch`) of the blocks, each miss
+    /// a direct `pread` in `spawn_blocking` (cold only; with the lab's `foyer` feature).
+    #[cfg(feature = "foyer")]
+    Foyer,
 }
 
 impl AsyncKind {
     /// The cold measurement's contenders, interleaved in this order.
+    #[cfg(not(feature = "foyer"))]
     pub const COLD: [AsyncKind; 3] = [
         AsyncKind::FoliocacheAsync,
         AsyncKind::FoliocacheSyncBlocking,
         AsyncKind::TokioFs,
+    ];
+
+    /// The cold measurement's contenders, interleaved in this order.
+    #[cfg(feature = "foyer")]
+    pub const COLD: [AsyncKind; 4] = [
+        AsyncKind::FoliocacheAsync,
+        AsyncKind::FoliocacheSyncBlocking,
+        AsyncKind::TokioFs,
+        AsyncKind::Foyer,
     ];
 
     /// The resident measurement's contenders, interleaved in this order.
@@ -249,12 +263,17 @@ impl AsyncKind {
             AsyncKind::FoliocacheSyncBlocking => "foliocache-sync-blocking",
             AsyncKind::FoliocacheSync => "foliocache-sync",
             AsyncKind::TokioFs => "tokio-fs",
+            #[cfg(feature = "foyer")]
+            AsyncKind::Foyer => "foyer",
         }
     }
 
     /// The contender called `name`.
     pub fn parse(name: &str) -> Option<AsyncKind> {
-        AsyncKind::RESIDENT.into_iter().find(|k| k.name() == name)
+        AsyncKind::RESIDENT
+            .into_iter()
+            .chain(AsyncKind::COLD)
+            .find(|k| k.name() == name)
     }
 
     /// A task's handle on `file`, for a contender that reads through the cache in tasks.
@@ -331,7 +350,12 @@ impl Plan {
             .clamp(1, MAX_RUNS);
         for n in &args.contenders {
             if AsyncKind::parse(n).is_none() {
-                let names: Vec<&str> = AsyncKind::RESIDENT.iter().map(|k| k.name()).collect();
+                let mut names: Vec<&str> = AsyncKind::RESIDENT.iter().map(|k| k.name()).collect();
+                for k in AsyncKind::COLD {
+                    if !names.contains(&k.name()) {
+                        names.push(k.name());
+                    }
+                }
                 return Err(crate::lab_err!(
                     "unknown contender `{n}` for --async (have: {})",
                     names.join(", ")
@@ -793,6 +817,12 @@ fn compare(report: &mut Report, mix: workload::Mix, plan: &Plan) {
                 report.compare(peer.name(), me, n, metric, &cold);
             }
         }
+        #[cfg(feature = "foyer")]
+        if plan.cold.contains(&AsyncKind::Foyer) {
+            for metric in ["ops_per_sec", "ops_per_cpu_sec"] {
+                report.compare(AsyncKind::Foyer.name(), me, n, metric, &cold);
+            }
+        }
         for k in &plan.cold {
             report.compare(FIO, k.name(), n, "misses_per_sec", &cold);
         }
@@ -914,6 +944,10 @@ fn measure_cold(
     let rt = ctx.runtime(threads);
     if kind == AsyncKind::TokioFs {
         return measure_tokio_fs(ctx, rt, traces);
+    }
+    #[cfg(feature = "foyer")]
+    if kind == AsyncKind::Foyer {
+        return foyer::measure(ctx, rt, traces);
     }
     let cache = FolioCache::new(ctx.config(ctx.setup.budget_bytes()))
         .map_err(|e| crate::lab_err!("foliocache: {e}"))?;
@@ -1050,6 +1084,9 @@ enum Handle {
     SyncBlocking(Arc<CachedFile>),
     /// `pread` of the buffered file in `spawn_blocking`, as `tokio::fs` reads.
     TokioFs(Arc<File>),
+    /// foyer's cache of the blocks.
+    #[cfg(feature = "foyer")]
+    Foyer(Arc<foyer::Blocks>),
 }
 
 impl Handle {
@@ -1079,6 +1116,11 @@ impl Handle {
                         .map_err(|e| format!("pread of block {b} in spawn_blocking: {e}"))
                 })
                 .await
+            }
+            #[cfg(feature = "foyer")]
+            Handle::Foyer(f) => {
+                let r = f.read(b, &mut buf).await;
+                (buf, r)
             }
         }
     }
@@ -1271,7 +1313,7 @@ fn async_table(
 /// The targets for `mix`, at every runtime: (baseline, metric, minimum ratio of
 /// `foliocache-async` to it), cold then resident.
 fn target_table(report: &Report, mix: workload::Mix, threads: &[usize]) -> Table {
-    let targets: [(Part, &str, &str, f64); 6] = [
+    let targets: [(Part, &str, &str, f64); 8] = [
         (Part::Cold, FIO, "misses_per_sec", 0.8),
         (Part::Cold, "tokio-fs", "ops_per_sec", 1.0),
         (Part::Cold, "tokio-fs", "ops_per_cpu_sec", 1.5),
@@ -1283,6 +1325,10 @@ fn target_table(report: &Report, mix: workload::Mix, threads: &[usize]) -> Table
         ),
         (Part::Resident, "foliocache-sync", "ops_per_sec", 0.9),
         (Part::Resident, "tokio-fs", "ops_per_sec", 20.0),
+        // The same, per CPU-second: on the current-thread runtime tokio-fs's blocking pool
+        // runs on the other CPUs too, while the async reads stay on the executor's thread.
+        (Part::Resident, "tokio-fs", "ops_per_cpu_sec", 20.0),
+        (Part::Cold, "foyer", "ops_per_sec", 1.2),
     ];
     let mut t = Table::new([
         "#threads",
@@ -1316,6 +1362,94 @@ fn target_table(report: &Report, mix: workload::Mix, threads: &[usize]) -> Table
     t
 }
 
+/// The `foyer` contender: foyer's in-memory cache of the file's blocks, as a tokio service
+/// would use it (`get_or_fetch`, concurrent misses of one block read once), every miss a
+/// `pread` of the file opened with `O_DIRECT` (no second copy in the kernel's cache, as
+/// foliocache reads) in `spawn_blocking`; the cache's capacity is the same budget, counted
+/// in the blocks' bytes (its own entries' overhead is not).
+#[cfg(feature = "foyer")]
+mod foyer {
+    use super::*;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::AtomicU64;
+
+    /// The cache, the file and the misses counted by the fetches.
+    pub(super) struct Blocks {
+        cache: foyer_memory::Cache<u32, Arc<[u8]>>,
+        file: Arc<File>,
+        misses: Arc<AtomicU64>,
+    }
+
+    impl Blocks {
+        /// Block `b` copied into `buf` (one block long), from the cache or read into it.
+        pub(super) async fn read(&self, b: u32, buf: &mut [u8]) -> Result<(), String> {
+            let (file, misses) = (self.file.clone(), self.misses.clone());
+            let e = self
+                .cache
+                .get_or_fetch(&b, move || async move {
+                    misses.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::spawn_blocking(move || read_direct(&file, b))
+                        .await
+                        .map_err(std::io::Error::other)?
+                })
+                .await
+                .map_err(|e| format!("foyer get_or_fetch of block {b}: {e}"))?;
+            buf.copy_from_slice(e.value());
+            Ok(())
+        }
+    }
+
+    /// Block `b` read with direct I/O (an aligned bounce buffer).
+    fn read_direct(file: &File, b: u32) -> std::io::Result<Arc<[u8]>> {
+        const ALIGN: usize = 4096;
+        let mut raw = vec![0u8; block() + ALIGN];
+        let at = raw.as_ptr().align_offset(ALIGN);
+        let buf = &mut raw[at..at + block()];
+        file.read_exact_at(buf, u64::from(b) * block() as u64)?;
+        Ok(Arc::from(&buf[..]))
+    }
+
+    /// One cold measurement: a new cache of the budget, the file opened for direct reads.
+    pub(super) fn measure(ctx: &Ctx, rt: &Runtime, traces: &Arc<Traces>) -> LabResult<Sample> {
+        let path = &ctx.setup.path;
+        // A file system without direct I/O (tmpfs) refuses it: read through the kernel's
+        // cache there, as foliocache's `DirectIo::Auto` does.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .or_else(|_| File::open(path))
+            .map_err(|e| crate::lab_err!("opening {}: {e}", path.display()))?;
+        // Built inside the runtime: the cache may look for it.
+        let cache = rt.block_on(async {
+            foyer_memory::CacheBuilder::new(ctx.setup.budget_bytes())
+                .with_weighter(|_: &u32, v: &Arc<[u8]>| v.len())
+                .build()
+        });
+        let blocks = Arc::new(Blocks {
+            cache,
+            file: Arc::new(file),
+            misses: Arc::new(AtomicU64::new(0)),
+        });
+        let handles = (0..ctx.tasks).map(|_| Handle::Foyer(blocks.clone())).collect();
+        let m = blocks.misses.clone();
+        let (out, misses) = run_tasks(
+            rt,
+            handles,
+            traces,
+            ctx.content(),
+            ctx.duration,
+            move || m.load(Ordering::Relaxed),
+        );
+        Ok(Sample {
+            out,
+            misses: Some(misses),
+            stats: None,
+            bad_pages: 0,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1328,12 +1462,17 @@ mod tests {
         for bad in ["0", "x", "4097", ""] {
             assert!(parse_tasks(bad).is_err(), "{bad}");
         }
-        for k in AsyncKind::RESIDENT {
+        for k in AsyncKind::RESIDENT.into_iter().chain(AsyncKind::COLD) {
             assert_eq!(AsyncKind::parse(k.name()), Some(k));
         }
-        assert!(AsyncKind::COLD
-            .iter()
-            .all(|k| AsyncKind::RESIDENT.contains(k)));
+        // Every cold contender but the optional foyer is measured resident too.
+        assert_eq!(
+            AsyncKind::COLD
+                .iter()
+                .filter(|k| !AsyncKind::RESIDENT.contains(k))
+                .count(),
+            usize::from(cfg!(feature = "foyer"))
+        );
         assert_eq!(AsyncKind::parse("quick_cache"), None);
         assert_eq!(
             Flavor::ALL.map(Flavor::threads),
