@@ -9,7 +9,8 @@
 //! Columns: miss ratio in percent. `foliocache` is the real cache (`Config::block_cache`,
 //! `read_at` of 4 KiB blocks from a file in `/dev/shm`); `model` is
 //! [`TwoList::kernel`] at the block cache's ratio of 4, the model's fidelity is the gap
-//! between those two; `protected` is [`TwoList::protected`].
+//! between those two; `protected` is [`TwoList::protected`], `arc` the same with ARC's
+//! adaptation of the cold target ([`TwoList::protected_arc`]).
 
 use foliocache::{Config, FolioCache};
 use foliocache_lab::policy::lirs::Lirs;
@@ -49,8 +50,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         spec.capacity
     );
     println!(
-        "{:<18} {:>10} {:>8} {:>10} {:>8} {:>8}",
-        "trace", "foliocache", "model", "protected", "lru", "lirs"
+        "{:<18} {:>10} {:>8} {:>10} {:>8} {:>8} {:>8}",
+        "trace", "foliocache", "model", "protected", "arc", "lru", "lirs"
     );
     for t in Trace::ALL {
         let trace = t.generate(&spec, 42);
@@ -58,6 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut policies: Vec<Box<dyn Policy>> = vec![
             Box::new(TwoList::kernel(spec.capacity, 4)),
             Box::new(TwoList::protected(spec.capacity)),
+            Box::new(TwoList::protected_arc(spec.capacity)),
             Box::new(Lru::new(spec.capacity)),
             Box::new(Lirs::new(spec.capacity)),
         ];
@@ -65,13 +67,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             row.push(replay(p.as_mut(), &trace).miss_pct());
         }
         println!(
-            "{:<18} {:>10.2} {:>8.2} {:>10.2} {:>8.2} {:>8.2}",
+            "{:<18} {:>10.2} {:>8.2} {:>10.2} {:>8.2} {:>8.2} {:>8.2}",
             t.name(),
             row[0],
             row[1],
             row[2],
             row[3],
-            row[4]
+            row[4],
+            row[5]
         );
     }
     Ok(())

@@ -61,6 +61,22 @@
 //! | moving-hot | 38.56 | 38.19 | 39.24 | 35.22 | 38.74 |
 //! | recency-bursts | 34.17 | 28.04 | 35.97 | 28.03 | 33.95 |
 //!
+//! # The ARC-adapted variant (`TwoList::protected_arc`, session 19)
+//!
+//! The protected variant loses recency bursts and a moving hot set because its cold target
+//! shrinks whenever a shadow ages out unused, which on Zipf background happens at almost
+//! every eviction: the target sits at its 1% floor and a new block is evicted before its
+//! second read. ARC's signals instead: grow on a refault of a block never protected
+//! (the kernel keeps that bit in its shadows: `PG_workingset`), if it came back within
+//! [`GHOST_REACH`] cold areas; shrink on a refault of one that had been protected. Quick
+//! traces, miss % (protected, protected_arc, LRU, LIRS): Zipf 0.99 26.45, 26.50, 31.81,
+//! 27.12; loop 1.25x 22.78, 22.78, 100, 21.76; noisy loop 1.1x 20.84, 18.03, 94.73, 17.05;
+//! moving hot set 39.24, 36.68, 35.22, 38.74; recency bursts 35.97, 29.09, 28.03, 33.95;
+//! readahead mix 59.49, 60.32, 64.30, 59.97. Full traces: Zipf within 0.12 of protected,
+//! noisy loops 16.55 and 26.08 (18.59, 27.29), moving hot set 30.86 (33.86; LRU 29.62),
+//! recency bursts 25.49 (25.43; LRU 25.10), readahead mix 58.34 (57.22: worse). Not yet
+//! solved: the 2x loop, and 0.5 to 1 point of recency bursts and the moving hot set.
+//!
 //! The model follows the real cache within 0.8 points on every trace but two (loop-1.1x with
 //! noise, recency bursts: the real cache's counted second chances keep old blocks longer
 //! than the model's single one). The protected variant wins every Zipf trace and the loops
@@ -76,12 +92,22 @@
 use super::list::KeyList;
 use super::{FastMap, Policy};
 
+/// How far past the cold target a never-protected block's refault may come and still grow
+/// the target ([`TwoList::protected_arc`]): a loop's refaults come a fraction of the cache
+/// later and must not grow it (the protected set would shrink to half the cache), a recency
+/// burst's come within a few cold areas. Quick traces, miss %, by reach: 2: recency bursts
+/// 29.09, Zipf 0.99 26.50, noisy 1.25x loop 27.52; 3: 28.88, 27.92, 27.53; 4: 28.66, 28.50,
+/// 27.54; 16: 28.42, 28.73, 27.61 and the 1.1x loop 55.46 (11.88 below).
+const GHOST_REACH: u64 = 2;
+
 /// Per resident block: its reference bit and when it last entered its list's head.
 #[derive(Clone, Copy, Debug, Default)]
 struct Meta {
     referenced: bool,
     active: bool,
     stamp: u64,
+    /// It was on the active list since it was last read in (the kernel's `PG_workingset`).
+    workingset: bool,
 }
 
 /// The two-list model (see the module docs).
@@ -94,7 +120,7 @@ pub struct TwoList {
     /// Evicted blocks, oldest first, with the clock at their eviction and the clock when
     /// they last entered a list's head (their last known access).
     shadows: KeyList,
-    shadow_at: FastMap<u64, (u64, u64)>,
+    shadow_at: FastMap<u64, (u64, u64, bool)>,
     /// `nonresident_age`.
     clock: u64,
     /// `active <= inactive * ratio` (the kernel's `inactive_ratio`).
@@ -102,6 +128,9 @@ pub struct TwoList {
     /// The protected variant's adaptive inactive target, in blocks (`None`: the kernel's
     /// rules).
     cold_target: Option<usize>,
+    /// The cold target adapts as ARC's does, on the shadows' workingset bit
+    /// ([`TwoList::protected_arc`]); otherwise as CLOCK-Pro's.
+    ghosts: bool,
 }
 
 impl TwoList {
@@ -118,7 +147,20 @@ impl TwoList {
             clock: 0,
             ratio: ratio.max(1),
             cold_target: None,
+            ghosts: false,
         }
+    }
+
+    /// The protected variant with ARC's adaptation of the cold target instead of
+    /// CLOCK-Pro's: a refault of a block that was never protected (the shadow's workingset
+    /// bit clear: ARC's hit in B1) grows the target by one if its refault distance is at most
+    /// [`GHOST_REACH`] times the target; a refault of one that had been protected (B2)
+    /// shrinks it by one; a shadow aging out changes nothing. Admission to the protected
+    /// set is the protected variant's.
+    pub fn protected_arc(capacity: usize) -> TwoList {
+        let mut t = TwoList::protected(capacity);
+        t.ghosts = true;
+        t
     }
 
     /// The variant with a protected set and an adaptive inactive target.
@@ -152,6 +194,7 @@ impl TwoList {
                 referenced: false,
                 active: true,
                 stamp: self.clock,
+                workingset: true,
             },
         );
     }
@@ -177,13 +220,27 @@ impl TwoList {
 
     /// Whether a refault of a block evicted at clock `evicted`, last entered a list's head
     /// at clock `stamp`, joins the active list.
-    fn admit_refault(&mut self, evicted: u64, stamp: u64) -> bool {
+    fn admit_refault(&mut self, evicted: u64, stamp: u64, workingset: bool) -> bool {
         let distance = self.clock - evicted;
         let Some(target) = self.cold_target else {
             return distance <= self.active.len() as u64;
         };
         if distance > self.capacity as u64 {
             return false;
+        }
+        if self.ghosts {
+            // ARC's adaptation, on the shadow's workingset bit: a block evicted before its
+            // second read, back soon enough that a little more cold room would have kept
+            // it, wanted more cold room; one that had been protected wanted more protected
+            // room.
+            let t = if workingset {
+                target.saturating_sub(1).max(self.min_cold())
+            } else if distance <= GHOST_REACH * target as u64 {
+                (target + 1).min(self.max_cold())
+            } else {
+                target
+            };
+            self.cold_target = Some(t);
         }
         if self.active.len() < self.capacity - target {
             // The protected set is still filling.
@@ -194,24 +251,26 @@ impl TwoList {
         // with more cold room).
         let reuse = self.clock - stamp;
         if reuse < self.tail_age() {
-            self.cold_target = Some((target + 1).min(self.max_cold()));
+            if !self.ghosts {
+                self.cold_target = Some((target + 1).min(self.max_cold()));
+            }
             return true;
         }
         false
     }
 
-    fn remember(&mut self, key: u64, stamp: u64) {
+    fn remember(&mut self, key: u64, stamp: u64, workingset: bool) {
         if self.shadows.len() == self.capacity {
             if let Some(old) = self.shadows.pop_back() {
                 self.shadow_at.remove(&old);
                 // Aged out unused: the cold room did not pay.
-                if let Some(t) = self.cold_target {
+                if let (Some(t), false) = (self.cold_target, self.ghosts) {
                     self.cold_target = Some(t.saturating_sub(1).max(self.min_cold()));
                 }
             }
         }
         self.shadows.push_front(key);
-        self.shadow_at.insert(key, (self.clock, stamp));
+        self.shadow_at.insert(key, (self.clock, stamp, workingset));
     }
 
     /// Frees one block: ages the active list while the inactive one is low, then evicts from
@@ -244,9 +303,9 @@ impl TwoList {
                 self.inactive.push_front(k);
                 continue;
             }
-            let stamp = m.stamp;
+            let (stamp, ws) = (m.stamp, m.workingset);
             self.meta.remove(&k);
-            self.remember(k, stamp);
+            self.remember(k, stamp, ws);
             self.clock += 1;
             return;
         }
@@ -272,7 +331,7 @@ impl Policy for TwoList {
         if refault.is_some() {
             self.shadows.remove(key);
         }
-        if refault.is_some_and(|(evicted, stamp)| self.admit_refault(evicted, stamp)) {
+        if refault.is_some_and(|(evicted, stamp, ws)| self.admit_refault(evicted, stamp, ws)) {
             self.activate(key);
         } else {
             self.inactive.push_front(key);
@@ -321,6 +380,28 @@ mod tests {
         assert!(p.max_resident <= 100);
     }
 
+    /// The harness's recency bursts (quick size: groups of 48 new blocks, each read about
+    /// four times within 400 reads, over Zipf 0.99): ARC's adaptation grows the cold area
+    /// until a burst's blocks live to their second read, as LRU keeps them (29.09% misses
+    /// against 28.03%); CLOCK-Pro's keeps it at its floor (35.97%).
+    #[test]
+    fn the_arc_adapted_cold_target_keeps_recency_bursts_as_lru_does() {
+        use super::super::traces::{Size, Trace};
+        let spec = Size::Quick.spec();
+        let trace = Trace::RecencyBursts.generate(&spec, 42);
+        let lru = replay(&mut Lru::new(spec.capacity), &trace).miss_pct();
+        let clock_pro = replay(&mut TwoList::protected(spec.capacity), &trace).miss_pct();
+        let arc = replay(&mut TwoList::protected_arc(spec.capacity), &trace).miss_pct();
+        assert!(arc < lru + 1.5, "arc-adapted {arc}, LRU {lru}");
+        assert!(
+            arc + 3.0 < clock_pro,
+            "arc-adapted {arc}, CLOCK-Pro-adapted {clock_pro}"
+        );
+        // And a loop longer than the cache stays mostly resident.
+        let looped = looped(125, 40);
+        assert!(replay(&mut TwoList::protected_arc(100), &looped).miss_pct() < 40.0);
+    }
+
     #[test]
     fn both_stay_within_capacity_on_random_reads() {
         let mut rng = 0x1234_5678u64;
@@ -332,7 +413,11 @@ mod tests {
                 rng % 300
             })
             .collect();
-        for mut p in [TwoList::kernel(64, 4), TwoList::protected(64)] {
+        for mut p in [
+            TwoList::kernel(64, 4),
+            TwoList::protected(64),
+            TwoList::protected_arc(64),
+        ] {
             let out = replay(&mut p, &trace);
             assert!(out.max_resident <= 64);
             assert!(out.misses > 0 && out.misses < out.reads);
