@@ -68,7 +68,7 @@
 //! every eviction: the target sits at its 1% floor and a new block is evicted before its
 //! second read. ARC's signals instead: grow on a refault of a block never protected
 //! (the kernel keeps that bit in its shadows: `PG_workingset`), if it came back within
-//! [`GHOST_REACH`] cold areas; shrink on a refault of one that had been protected. Quick
+//! `GHOST_REACH` cold areas; shrink on a refault of one that had been protected. Quick
 //! traces, miss % (protected, protected_arc, LRU, LIRS): Zipf 0.99 26.45, 26.50, 31.81,
 //! 27.12; loop 1.25x 22.78, 22.78, 100, 21.76; noisy loop 1.1x 20.84, 18.03, 94.73, 17.05;
 //! moving hot set 39.24, 36.68, 35.22, 38.74; recency bursts 35.97, 29.09, 28.03, 33.95;
@@ -154,7 +154,7 @@ impl TwoList {
     /// The protected variant with ARC's adaptation of the cold target instead of
     /// CLOCK-Pro's: a refault of a block that was never protected (the shadow's workingset
     /// bit clear: ARC's hit in B1) grows the target by one if its refault distance is at most
-    /// [`GHOST_REACH`] times the target; a refault of one that had been protected (B2)
+    /// `GHOST_REACH` times the target; a refault of one that had been protected (B2)
     /// shrinks it by one; a shadow aging out changes nothing. Admission to the protected
     /// set is the protected variant's.
     pub fn protected_arc(capacity: usize) -> TwoList {
