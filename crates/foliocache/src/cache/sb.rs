@@ -229,16 +229,31 @@ impl CacheInner {
     /// up, reclaims cold folios in this thread and retries; fails only when reclaim finds
     /// nothing to free (everything pinned, mapped or under I/O).
     pub(crate) fn alloc_folio(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
-        let f = self.lru.alloc(&self.arena, self, order);
+        self.alloc_with(order, Patience::Retry)
+    }
+
+    /// [`CacheInner::alloc_folio`] and [`CacheInner::alloc_folio_noretry`]: reclaim as
+    /// `patience` allows, the shadow shrinker, the wait for pageout where reclaim met only
+    /// dirty pages, and the background reclaimer's doorbell.
+    fn alloc_with(&self, order: u32, patience: Patience) -> Result<FolioRef<'_>, AllocError> {
+        let f = self.try_alloc(order, patience);
         self.shrink_slab();
         let f = match f {
             Ok(f) => f,
-            Err(e) => self.alloc_throttled(order, e, Patience::Retry)?,
+            Err(e) => self.alloc_throttled(order, e, patience)?,
         };
         if let Some(k) = &self.kswapd {
             k.note_alloc(&self.arena);
         }
         Ok(f)
+    }
+
+    /// One try: the LRU's allocation with full reclaim, or with one reclaim pass.
+    fn try_alloc(&self, order: u32, patience: Patience) -> Result<FolioRef<'_>, AllocError> {
+        match patience {
+            Patience::Retry => self.lru.alloc(&self.arena, self, order),
+            Patience::NoRetry => self.lru.alloc_noretry(&self.arena, self, order),
+        }
     }
 
     /// `reclaim_throttle(VMSCAN_THROTTLE_WRITEBACK)`, with [`Config::pageout`]: reclaim found
@@ -280,10 +295,6 @@ impl CacheInner {
         err: AllocError,
         patience: Patience,
     ) -> Result<FolioRef<'_>, AllocError> {
-        let alloc = || match patience {
-            Patience::Retry => self.lru.alloc(&self.arena, self, order),
-            Patience::NoRetry => self.lru.alloc_noretry(&self.arena, self, order),
-        };
         let written = || self.counters.sum(Event::WritebackPages);
         let mut seen = written();
         let start = std::time::Instant::now();
@@ -330,7 +341,7 @@ impl CacheInner {
                 // Pages written, or entries of pages someone else wrote since they were
                 // queued taken off the queue: try again at once (reclaim queues what it
                 // meets dirty again).
-                match alloc() {
+                match self.try_alloc(order, patience) {
                     Ok(f) => return Ok(f),
                     Err(e) => err = e,
                 }
@@ -350,7 +361,7 @@ impl CacheInner {
             if t.elapsed() < std::time::Duration::from_micros(100) {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
-            match alloc() {
+            match self.try_alloc(order, patience) {
                 Ok(f) => return Ok(f),
                 Err(e) => err = e,
             }
@@ -408,16 +419,7 @@ impl CacheInner {
     /// fall back to smaller folios whenever the background reclaimer has not kept a few free
     /// (a 16 KiB block read as four pages, then collapsed under its latch).
     pub(crate) fn alloc_folio_noretry(&self, order: u32) -> Result<FolioRef<'_>, AllocError> {
-        let f = self.lru.alloc_noretry(&self.arena, self, order);
-        self.shrink_slab();
-        let f = match f {
-            Ok(f) => f,
-            Err(e) => self.alloc_throttled(order, e, Patience::NoRetry)?,
-        };
-        if let Some(k) = &self.kswapd {
-            k.note_alloc(&self.arena);
-        }
-        Ok(f)
+        self.alloc_with(order, Patience::NoRetry)
     }
 
     /// `shrink_slab` for the one shrinker we have (`mm-shadow`): if the cache's indexes hold
