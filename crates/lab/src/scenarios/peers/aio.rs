@@ -986,20 +986,25 @@ fn measure_tokio_fs(ctx: &Ctx, rt: &Runtime, traces: &Arc<Traces>) -> LabResult<
     let handles = (0..ctx.tasks)
         .map(|_| Handle::TokioFs(file.clone()))
         .collect();
-    let (out, misses) = run_tasks(
-        rt,
-        handles,
-        traces,
-        ctx.content(),
-        ctx.duration,
-        kernel_misses,
-    );
-    Ok(Sample {
+    Ok(peer_sample(ctx, rt, handles, traces, kernel_misses))
+}
+
+/// The tasks of `handles` on `rt` for a contender without foliocache's counters (no stats,
+/// no bad pages to count), its misses counted by `misses`.
+fn peer_sample(
+    ctx: &Ctx,
+    rt: &Runtime,
+    handles: Vec<Handle>,
+    traces: &Arc<Traces>,
+    misses: impl Fn() -> u64 + Send + 'static,
+) -> Sample {
+    let (out, misses) = run_tasks(rt, handles, traces, ctx.content(), ctx.duration, misses);
+    Sample {
         out,
         misses: Some(misses),
         stats: None,
         bad_pages: 0,
-    })
+    }
 }
 
 /// One resident measurement of `kind` at `threads` threads: the resident cache, or the file
@@ -1435,20 +1440,9 @@ mod foyer {
         });
         let handles = (0..ctx.tasks).map(|_| Handle::Foyer(blocks.clone())).collect();
         let m = blocks.misses.clone();
-        let (out, misses) = run_tasks(
-            rt,
-            handles,
-            traces,
-            ctx.content(),
-            ctx.duration,
-            move || m.load(Ordering::Relaxed),
-        );
-        Ok(Sample {
-            out,
-            misses: Some(misses),
-            stats: None,
-            bad_pages: 0,
-        })
+        Ok(peer_sample(ctx, rt, handles, traces, move || {
+            m.load(Ordering::Relaxed)
+        }))
     }
 }
 
