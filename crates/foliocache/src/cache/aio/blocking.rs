@@ -67,6 +67,8 @@ pub(super) struct Blocking<T: Send + 'static> {
     pub(super) on_lost: Option<Box<dyn FnOnce(T) + Send>>,
     /// Run after the jobs queued before it on this queue, not beside them.
     pub(super) serial: Option<Arc<Serial>>,
+    /// The result was handed to the caller: nothing is left for `on_lost`.
+    done: bool,
 }
 
 struct Slot<T> {
@@ -99,6 +101,7 @@ impl<T: Send + 'static> Blocking<T> {
             }),
             on_lost: None,
             serial: None,
+            done: false,
         }
     }
 }
@@ -168,9 +171,11 @@ where
         }
         let mut st = this.slot.lock();
         if let Some(r) = st.result.take() {
+            this.done = true;
             return Poll::Ready(r);
         }
         if st.lost {
+            this.done = true;
             return Poll::Ready(T::from(WorkerLost));
         }
         match &st.waker {
@@ -183,8 +188,13 @@ where
 
 impl<T: Send + 'static> Drop for Blocking<T> {
     fn drop(&mut self) {
-        if self.job.is_some() {
-            return; // never queued: nothing happened
+        if self.job.is_some() || self.done {
+            // Never queued, or its result was read: `on_lost` (and what it holds, perhaps the
+            // last handle of a file) goes here, on the caller's thread. Parked in the slot it
+            // would go with the worker's last reference to it, which the worker may drop
+            // after the caller has gone on and dropped the cache: the file's last writeback
+            // would then run behind the caller's back.
+            return;
         }
         let mut st = self.slot.lock();
         st.dropped = true;
@@ -209,5 +219,73 @@ impl<T> From<WorkerLost> for Result<T, CacheError> {
         Err(CacheError::Spawn(io::Error::other(
             "the worker thread running this call panicked",
         )))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::Blocking;
+    use crate::cache::error::CacheError;
+    use crate::{Config, FolioCache};
+
+    /// A waker whose `wake` reports that it was called, then waits to be let go: the worker
+    /// that calls it stays between publishing the result and dropping its hold on the slot.
+    struct Held {
+        called: Mutex<mpsc::Sender<()>>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl Wake for Held {
+        fn wake(self: Arc<Self>) {
+            self.called.lock().unwrap().send(()).unwrap();
+            self.release.lock().unwrap().recv().unwrap();
+        }
+    }
+
+    /// A call whose result the caller has read lets go of `on_lost`'s captures when its
+    /// future is dropped, on the caller's thread, even while the worker still holds the
+    /// slot. (An async sync's `on_lost` holds the file: parked in the slot, the file's last
+    /// handle went with the worker, and its last writeback ran after the caller had dropped
+    /// the cache: after a simulated power cut, onto the restored disk.)
+    #[test]
+    fn a_read_result_leaves_nothing_for_the_worker_to_drop() {
+        let c = FolioCache::new(Config::new(1 << 20)).unwrap();
+        let held = Arc::new(());
+        let (called_tx, called) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let waker = Waker::from(Arc::new(Held {
+            called: Mutex::new(called_tx),
+            release: Mutex::new(release_rx),
+        }));
+        let mut cx = Context::from_waker(&waker);
+        let (go, gate) = mpsc::channel::<()>();
+        let mut b = Blocking::new(&c.inner, move || {
+            gate.recv().unwrap();
+            Ok::<(), CacheError>(())
+        });
+        let keep = held.clone();
+        b.on_lost = Some(Box::new(move |_r: Result<(), CacheError>| drop(keep)));
+        let mut b = Box::pin(b);
+        // The first poll queues the job, which waits at its gate.
+        assert!(Pin::new(&mut b).poll(&mut cx).is_pending());
+        go.send(()).unwrap();
+        called.recv().unwrap(); // the worker is inside `wake`, the result published
+        assert!(matches!(
+            Pin::new(&mut b).poll(&mut cx),
+            Poll::Ready(Ok(()))
+        ));
+        drop(b);
+        assert_eq!(
+            Arc::strong_count(&held),
+            1,
+            "on_lost's captures went with the future"
+        );
+        release.send(()).unwrap();
     }
 }
