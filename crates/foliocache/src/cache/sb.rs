@@ -557,7 +557,7 @@ impl Evict for CacheInner {
         let r = m
             .mapping
             .pages
-            .evict_with_shadow(folio, |f| self.lru.workingset_eviction(f))
+            .evict_with_shadow(folio, |f| self.lru.workingset_eviction(&self.arena, f))
             .map_err(FolioLocked::unlock);
         if r.is_ok() {
             let n = pages.end - pages.start;
@@ -609,7 +609,7 @@ impl Evict for CacheInner {
                     };
                     freed += m.mapping.pages.evict_batch_with_shadow(
                         group,
-                        |f| self.lru.workingset_eviction(f),
+                        |f| self.lru.workingset_eviction(&self.arena, f),
                         &mut not_evicted,
                     );
                     let reason = Budget::reclaim_reason();

@@ -21,7 +21,7 @@
 //! ```
 
 use crate::mm::filetable::TableRef;
-use crate::mm::lru::{DrainFilter, LruConfig};
+use crate::mm::lru::{DrainFilter, LruConfig, LruPolicy};
 use crate::mm::readahead::InsertMode;
 use crate::mm::refcount::RefStrategy;
 use crate::mm::rmap::Tracking;
@@ -52,6 +52,9 @@ pub struct Experiment {
     pub reference_on_fill: bool,
     /// [`LruConfig::active_second_chance`]. Default true.
     pub active_second_chance: bool,
+    /// [`LruConfig::policy`]: the two lists' replacement policy. Default
+    /// [`LruPolicy::TwoList`].
+    pub lru_policy: LruPolicy,
     /// How the cache's address spaces (snapshots, [`FolioCache::spaces`](crate::FolioCache::spaces))
     /// track who maps a folio (seed 002). `None` (the default): `rmap-id`, with the
     /// exclusive-writer path as calibrated on this machine ([`Tracking::rmap_id_calibrated`]).
@@ -77,6 +80,7 @@ impl Experiment {
             batch_slots: lru.batch_slots,
             reference_on_fill: lru.reference_on_fill,
             active_second_chance: lru.active_second_chance,
+            lru_policy: lru.policy,
             tracking: None,
         }
     }
@@ -123,6 +127,12 @@ impl Experiment {
         self
     }
 
+    /// Sets [`Experiment::lru_policy`].
+    pub fn lru_policy(mut self, policy: LruPolicy) -> Experiment {
+        self.lru_policy = policy;
+        self
+    }
+
     /// Sets [`Experiment::active_second_chance`].
     pub fn active_second_chance(mut self, on: bool) -> Experiment {
         self.active_second_chance = on;
@@ -146,6 +156,7 @@ impl Experiment {
             reference_on_fill: self.reference_on_fill,
             inactive_ratio,
             active_second_chance: self.active_second_chance,
+            policy: self.lru_policy,
         }
     }
 }

@@ -202,7 +202,15 @@ pub fn run(args: &Args) -> LabResult<Report> {
         let start = Instant::now();
         let trace = t.generate(&spec, args.seed);
         let mut cells = Vec::new();
-        let mut real_rows = vec![("foliocache", Config::block_cache(spec.capacity * 4096))];
+        let protected = foliocache::mm::Experiment::new()
+            .lru_policy(foliocache::mm::lru::LruPolicy::Protected);
+        let mut real_rows = vec![
+            ("foliocache", Config::block_cache(spec.capacity * 4096)),
+            (
+                "foliocache-protected",
+                Config::block_cache(spec.capacity * 4096).experiment(protected),
+            ),
+        ];
         if t.sequential() {
             real_rows.push((
                 "foliocache-readahead",

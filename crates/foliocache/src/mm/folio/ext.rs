@@ -13,18 +13,15 @@
 //! the folio lives; `prep` runs on every frame of a new folio.
 
 use crate::mm::rmap::FolioRmap;
-use crate::mm::sync::{AtomicU32, Ordering};
-
-/// "No neighbour" in the pfn-linked lists.
-pub const EXT_NONE: u32 = u32::MAX;
+use crate::mm::sync::{AtomicU64, Ordering};
 
 /// `struct page_ext`: per-frame words owned by the layers above the arena.
 #[derive(Debug)]
 pub struct FolioExt {
-    /// LRU list link to the previous folio's pfn ([`EXT_NONE`] = none); owned by `lru`.
-    pub lru_prev: AtomicU32,
-    /// LRU list link to the next folio's pfn ([`EXT_NONE`] = none); owned by `lru`.
-    pub lru_next: AtomicU32,
+    /// The eviction clock (`nonresident_age`) when the folio last entered the head of an LRU
+    /// list, under [`LruPolicy::Protected`](crate::mm::lru::LruPolicy): written under the
+    /// lruvec lock, read by the eviction that packs it into the shadow; owned by `lru`.
+    pub lru_stamp: AtomicU64,
     /// `_mapcount`, `_large_mapcount`, the rmap values and mm-owner slots: who maps the folio
     /// (meaningful on the head frame); owned by `space`; unmapped at free.
     pub rmap: FolioRmap,
@@ -33,16 +30,14 @@ pub struct FolioExt {
 impl FolioExt {
     pub(crate) fn new() -> Self {
         Self {
-            lru_prev: AtomicU32::new(EXT_NONE),
-            lru_next: AtomicU32::new(EXT_NONE),
+            lru_stamp: AtomicU64::new(0),
             rmap: FolioRmap::new(),
         }
     }
 
     /// `prep_new_page` for the extension: every field back to its initial value.
     pub(crate) fn prep(&self) {
-        self.lru_prev.store(EXT_NONE, Ordering::Relaxed);
-        self.lru_next.store(EXT_NONE, Ordering::Relaxed);
+        self.lru_stamp.store(0, Ordering::Relaxed);
         self.rmap.prep();
     }
 

@@ -142,7 +142,7 @@ pub use arena::{
     MemoryLimit, ReleaseHook, METADATA_BYTES_PER_PAGE,
 };
 pub use buddy::{MAX_ORDER, NR_ORDERS, PCP_MAX_ORDER};
-pub use ext::{FolioExt, EXT_NONE};
+pub use ext::FolioExt;
 pub use handle::{FolioLocked, FolioRef, FrozenFolio};
 #[cfg(not(loom))]
 pub(crate) use wait::TaskWait;

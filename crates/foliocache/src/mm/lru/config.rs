@@ -53,6 +53,44 @@ impl crate::Variant for DrainFilter {
 }
 crate::variant::variant_traits!(DrainFilter);
 
+/// Which replacement policy an [`Lru`](super::Lru) runs over its two lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum LruPolicy {
+    /// The kernel's active/inactive lists (`mm/vmscan.c`'s classic half): the inactive list
+    /// kept at `active / inactive_ratio`, a refault within the active list's size activated
+    /// (`workingset_refault`).
+    #[default]
+    TwoList,
+    /// The active list as a protected set that loops cannot flush, with non-resident history
+    /// used as LIRS and CLOCK-Pro use theirs, and the inactive list's size adapted as ARC
+    /// adapts its recency share ([`workingset`](super::workingset) explains it): a refault is
+    /// activated only if its reuse distance is below the age of the coldest active folio.
+    Protected,
+}
+
+impl LruPolicy {
+    /// Every policy, in declaration order.
+    pub const ALL: [LruPolicy; 2] = [LruPolicy::TwoList, LruPolicy::Protected];
+
+    /// Stable name: `two-list`, `protected`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LruPolicy::TwoList => "two-list",
+            LruPolicy::Protected => "protected",
+        }
+    }
+}
+
+impl crate::Variant for LruPolicy {
+    const KIND: &'static str = "LRU policy";
+    const ALL: &'static [Self] = &LruPolicy::ALL;
+    fn name(self) -> &'static str {
+        LruPolicy::name(self)
+    }
+}
+crate::variant::variant_traits!(LruPolicy);
+
 /// How an [`Lru`](super::Lru) behaves: start from [`LruConfig::DEFAULT`] (or `default()`) and the setters,
 /// which are named like the fields (new fields may come in minor releases).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +135,10 @@ pub struct LruConfig {
     /// (the kernel's below 1 GiB) 84.1% / 66.5% without, 84.3% / 67.4% with; at ratio 4
     /// (`Config::block_cache`) 83.9% / 66.3% without, 86.2% / 69.3% with.
     pub active_second_chance: bool,
+    /// The replacement policy (default [`LruPolicy::TwoList`]). Under
+    /// [`LruPolicy::Protected`], `inactive_ratio` is unused (the inactive list's target
+    /// adapts) and refault activation needs `workingset`.
+    pub policy: LruPolicy,
 }
 
 /// The most per-CPU batch sets an LRU accepts ([`LruConfig::batch_slots`]): more than any
@@ -131,6 +173,7 @@ lru_config_setters! {
     reference_on_fill: bool,
     inactive_ratio: Option<u32>,
     active_second_chance: bool,
+    policy: LruPolicy,
 }
 
 impl LruConfig {
@@ -144,6 +187,7 @@ impl LruConfig {
         reference_on_fill: false,
         inactive_ratio: None,
         active_second_chance: true,
+        policy: LruPolicy::TwoList,
     };
 }
 

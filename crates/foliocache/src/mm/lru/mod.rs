@@ -166,7 +166,7 @@ mod stats;
 pub mod workingset;
 
 pub use batch::FOLIO_BATCH_SIZE;
-pub use config::{DrainFilter, LruConfig, MAX_BATCH_SLOTS, MAX_INACTIVE_RATIO};
+pub use config::{DrainFilter, LruConfig, LruPolicy, MAX_BATCH_SLOTS, MAX_INACTIVE_RATIO};
 pub use list::{LruList, NR_LRU_LISTS};
 pub use reclaim::{
     Evict, ReclaimResult, Watermarks, MAX_BUSY_WAITS, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX,
@@ -201,6 +201,8 @@ struct LruVec {
     inactive_ratio: Option<u32>,
     /// [`LruConfig::active_second_chance`].
     active_second_chance: bool,
+    /// The protected policy's state ([`LruPolicy::Protected`]), if it runs.
+    protection: Option<Arc<workingset::Protection>>,
     /// The counters changed under the lock (the [`LruStats`] fields `stats` takes from here;
     /// the others stay zero).
     counts: LruStats,
@@ -259,15 +261,18 @@ impl LruVec {
     }
 
     /// `lru_activate`: a folio isolated by an activate-batch drain moves to the active list.
+    /// Moves an inactive folio to the active head; whether it moved.
     #[inline]
-    fn activate(&mut self, folio: &Folio) {
+    fn activate(&mut self, folio: &Folio) -> bool {
         if folio.flags() & (PG_ACTIVE | PG_UNEVICTABLE) == 0 {
             self.lists.del(folio.pfn());
             folio.set_flag(PG_ACTIVE);
             self.lists
                 .add_head(folio.pfn(), folio.order() as u8, LruList::Active);
             self.counts.activated += 1;
+            return true;
         }
+        false
     }
 
     /// `inactive_is_low`: the inactive list is short of `1 / ratio` of the active one, with the
@@ -277,6 +282,9 @@ impl LruVec {
     #[inline]
     fn inactive_is_low(&self) -> bool {
         let inactive = self.lists.pages(LruList::Inactive);
+        if let Some(p) = &self.protection {
+            return (inactive as u64) < p.inactive_floor();
+        }
         let active = self.lists.pages(LruList::Active);
         let ratio = match self.inactive_ratio {
             Some(r) => (r as usize).max(1),
@@ -288,6 +296,17 @@ impl LruVec {
 
 /// The kernel's `inactive_ratio` for lists holding `pages` 4 KiB pages: `int_sqrt(10 * GiB)`,
 /// 1 below 1 GiB.
+/// Under the protected policy, records that `folio` just entered a list's head at eviction
+/// clock `clock` (`FolioExt::lru_stamp`). Called under the lruvec lock `v`.
+#[inline]
+fn stamp(v: &LruVec, arena: &Arena, folio: &Folio, clock: u64) {
+    if v.protection.is_some() {
+        // ORDERING: Relaxed; read by `workingset_eviction` after the folio was isolated under
+        // this same lock, which orders the two.
+        arena.ext(folio).lru_stamp.store(clock, Ordering::Relaxed);
+    }
+}
+
 fn kernel_inactive_ratio(pages: usize) -> usize {
     let gib = pages >> (30 - crate::mm::folio::PAGE_SHIFT);
     if gib == 0 {
@@ -400,15 +419,19 @@ impl Lru {
             config.batch_slots
         );
         let lists = Lists::new(arena.nr_pages() as usize);
+        let protection = (config.policy == LruPolicy::Protected)
+            .then(|| Arc::new(workingset::Protection::new(arena.nr_pages() as u64)));
         let workingset = Workingset::new(
             config.workingset,
             arena.nr_pages() as u64,
             lists.active_pages_mirror(),
+            protection.clone(),
         );
         let vec = Arc::new(LruVecLock(Mutex::new(LruVec {
             lists,
             inactive_ratio: config.inactive_ratio,
             active_second_chance: config.active_second_chance,
+            protection,
             counts: LruStats::default(),
         })));
         let hook_vec = vec.clone();
@@ -611,6 +634,7 @@ impl Lru {
             }
             let v = v.get_or_insert_with(|| self.vec.lock());
             v.link(folio);
+            stamp(v, arena, folio, self.nonresident_age());
             v.counts.inserted += 1;
             if folio.ref_count(s) == 1 {
                 v.counts.dead_inserted += 1;
@@ -637,7 +661,9 @@ impl Lru {
                 continue;
             }
             let v = v.get_or_insert_with(|| self.vec.lock());
-            v.activate(folio);
+            if v.activate(folio) {
+                stamp(v, arena, folio, self.nonresident_age());
+            }
             folio.set_flag(PG_LRU);
         }
         drop(v);

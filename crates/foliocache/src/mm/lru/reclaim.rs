@@ -392,11 +392,15 @@ impl Lru {
         let (scanned, aged, on_lists) = {
             let mut v = self.vec.lock();
             let on_lists = v.lists.folios(LruList::Inactive) + v.lists.folios(LruList::Active);
-            let aged = if v.inactive_is_low() {
-                deactivate(&mut v, arena, SWAP_CLUSTER_MAX, second_chances)
+            let clock = self.nonresident_age();
+            let mut aged = if v.inactive_is_low() {
+                deactivate(&mut v, arena, SWAP_CLUSTER_MAX, second_chances, clock)
             } else {
                 0
             };
+            if v.protection.is_some() {
+                aged += publish_active_tail(&mut v, arena, second_chances, clock);
+            }
             let scanned = isolate(&mut v, arena, &mut isolated, &mut skipped, second_chances);
             (scanned, aged as u64, on_lists as u64)
         };
@@ -494,9 +498,16 @@ fn deactivate(
     arena: &Arena,
     nr: usize,
     second_chance: bool,
+    clock: u64,
 ) -> usize {
     let mut looked_at = 0;
     while looked_at < nr {
+        // The protected policy deactivates to its floor exactly: a folio more would leave
+        // the inactive list above it, which admits refaults as if the protected set were
+        // still filling.
+        if v.protection.is_some() && !v.inactive_is_low() {
+            break;
+        }
         let Some(pfn) = v.lists.tail(LruList::Active) else {
             break;
         };
@@ -509,12 +520,9 @@ fn deactivate(
         }
         // A chance per read since aging last looked: the counted ones first, then the one
         // that set `PG_referenced`.
-        if second_chance
-            && v.active_second_chance
-            && (folio.dec_lru_refs()
-                || (folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED)))
-        {
+        if second_chance && spend_active_chance(v, folio) {
             v.lists.move_head(pfn, LruList::Active);
+            super::stamp(v, arena, folio, clock);
             v.counts.rotated_active += 1;
             continue;
         }
@@ -532,6 +540,53 @@ fn deactivate(
 /// Folios being freed, or isolated by someone else, are rotated to the head. Returns the
 /// number scanned. With `second_chance` false a referenced folio is isolated like the rest
 /// (`folio_check_references` for an unmapped file folio).
+/// Whether aging gives the active `folio` another trip round the active list, spending one
+/// of its counted reads, else its `PG_referenced` ([`LruConfig::active_second_chance`](super::LruConfig)).
+#[inline]
+fn spend_active_chance(v: &LruVec, folio: &crate::mm::folio::Folio) -> bool {
+    v.active_second_chance
+        && (folio.dec_lru_refs()
+            || (folio.flags() & PG_REFERENCED != 0 && folio.test_clear_flag(PG_REFERENCED)))
+}
+
+/// The protected policy's view of the coldest protected folio (`workingset` module docs):
+/// rotates referenced active tails to the head (each spending a chance, stamped `clock`), at
+/// most [`SWAP_CLUSTER_MAX`], then publishes the stamp of the tail left for refaults to
+/// compare their reuse distance with. Returns the folios looked at.
+fn publish_active_tail(
+    v: &mut MutexGuard<'_, LruVec>,
+    arena: &Arena,
+    second_chance: bool,
+    clock: u64,
+) -> usize {
+    let mut looked_at = 0;
+    while second_chance && looked_at < SWAP_CLUSTER_MAX {
+        let Some(pfn) = v.lists.tail(LruList::Active) else {
+            break;
+        };
+        let folio = arena.folio(pfn);
+        if folio.test_flag(PG_LRU) && !spend_active_chance(v, folio) {
+            break;
+        }
+        // Referenced (or isolated by an activation drain, which relinks it): to the head.
+        looked_at += 1;
+        v.lists.move_head(pfn, LruList::Active);
+        super::stamp(v, arena, folio, clock);
+        v.counts.rotated_active += 1;
+    }
+    let tail = v.lists.tail(LruList::Active).map(|pfn| {
+        // ORDERING: Relaxed; written under the lock we hold (`stamp`).
+        arena
+            .ext(arena.folio(pfn))
+            .lru_stamp
+            .load(Ordering::Relaxed)
+    });
+    if let Some(p) = &v.protection {
+        p.set_tail_stamp(tail, v.lists.pages(LruList::Inactive) as u64);
+    }
+    looked_at
+}
+
 fn isolate<'a>(
     v: &mut MutexGuard<'_, LruVec>,
     arena: &'a Arena,

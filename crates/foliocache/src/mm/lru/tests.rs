@@ -272,15 +272,10 @@ fn naive_filter_frees_active_folios_as_bad_pages_and_ours_does_not() {
         let a = arena(64, RefStrategy::LockedBit);
         let l = Lru::new(
             &a,
-            LruConfig {
-                filter,
-                add_as_active: true,
-                batch_slots: 1,
-                workingset: true,
-                reference_on_fill: false,
-                inactive_ratio: None,
-                active_second_chance: true,
-            },
+            LruConfig::DEFAULT
+                .filter(filter)
+                .add_as_active(true)
+                .batch_slots(1),
         );
         let c = Cache::new(&a);
         for i in 0..20 {
@@ -750,7 +745,7 @@ fn a_refault_within_the_active_list_activates_and_one_beyond_does_not() {
     // Evicted at clock 0 (the eviction moves it to 1), having been active once.
     let x = a.alloc(0).unwrap();
     x.set_flag(PG_WORKINGSET);
-    let shadow = l.workingset_eviction(&x).unwrap();
+    let shadow = l.workingset_eviction(&a, &x).unwrap();
     drop(x);
     assert_eq!(l.nonresident_age(), 1);
     // Seven more evictions or activations: refault distance 8 = the active list.
@@ -792,12 +787,12 @@ fn large_folios_move_the_clock_and_refault_by_their_pages() {
     // An order-2 folio evicted at clock 0 moves the clock by its 4 pages.
     let x = a.alloc(2).unwrap();
     x.set_flag(PG_WORKINGSET);
-    let shadow = l.workingset_eviction(&x).unwrap();
+    let shadow = l.workingset_eviction(&a, &x).unwrap();
     drop(x);
     assert_eq!(l.nonresident_age(), 4);
     // An order-4 folio evicted after it: 16 pages more. Distance 20 = the active pages.
     let y = a.alloc(4).unwrap();
-    assert!(l.workingset_eviction(&y).is_some());
+    assert!(l.workingset_eviction(&a, &y).is_some());
     drop(y);
     assert_eq!(l.nonresident_age(), 20);
     assert_eq!(l.workingset_test_recent(shadow), (true, true));
@@ -808,7 +803,7 @@ fn large_folios_move_the_clock_and_refault_by_their_pages() {
     // moves the clock by them too.
     let recent = {
         let z = a.alloc(0).unwrap();
-        let s = l.workingset_eviction(&z).unwrap();
+        let s = l.workingset_eviction(&a, &z).unwrap();
         drop(z);
         s
     };
@@ -836,7 +831,7 @@ fn refault_distance_survives_the_clock_wrapping() {
     c.add_active(&l, 100, 8);
     l.set_nonresident_age(u64::MAX - 3);
     let x = a.alloc(0).unwrap();
-    let shadow = l.workingset_eviction(&x).unwrap();
+    let shadow = l.workingset_eviction(&a, &x).unwrap();
     drop(x);
     l.workingset_age_nonresident(4); // the clock passes u64::MAX: distance 5
     assert_eq!(l.nonresident_age(), 1);
@@ -870,7 +865,7 @@ fn activations_advance_the_clock_and_off_means_no_shadows() {
         assert_eq!(l.nonresident_age(), 0);
         l.mark_accessed(&a, &f); // promoted: `workingset_activation`
         assert_eq!(l.nonresident_age(), on as u64);
-        assert_eq!(l.workingset_eviction(&f).is_some(), on);
+        assert_eq!(l.workingset_eviction(&a, &f).is_some(), on);
         assert_eq!(l.workingset_stats().enabled, on);
         drop(f);
         l.drain(&a);

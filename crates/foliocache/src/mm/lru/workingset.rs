@@ -53,6 +53,46 @@
 //! eviction is shifted down before packing and up after unpacking, the mask applied in clock
 //! units as upstream) and tested with a non-zero one.
 //!
+//! # The protected policy ([`LruPolicy::Protected`](super::LruPolicy))
+//!
+//! The kernel's rule activates every refault whose distance is within the active list.
+//! A loop over a little more than memory refaults every page at a distance of about a
+//! quarter of memory, so every refault is activated, the active list cycles in loop order,
+//! and every read misses: LRU's worst case, which the shadows could have prevented. The
+//! protected policy uses the non-resident history as LIRS (Jiang and Zhang, SIGMETRICS 2002)
+//! and CLOCK-Pro (Jiang, Chen and Zhang, USENIX ATC 2005) use theirs:
+//!
+//! - **The active list is the protected set.** A refault joins it only if its *reuse
+//!   distance* (clock ticks since the folio last entered a list's head: the refault distance
+//!   plus the time it spent resident) is below the *age of the coldest protected folio* (the
+//!   ticks since the active tail entered the active head, after referenced tails are rotated
+//!   to the head, as CLOCK-Pro's hot hand clears reference bits). In a loop every page has
+//!   the same reuse distance, one period, and the tail was read less than a period ago: the
+//!   refaults stay inactive, the protected set stays and hits every period, as LIRS keeps its
+//!   LIR set. Until the protected set reaches its share of the budget, any refault within the
+//!   budget's distance joins it.
+//! - **The inactive list's size adapts as ARC's recency share does** (Megiddo and Modha, FAST
+//!   2003), on the shadow's workingset bit: a refault of a folio never active (ARC's ghost
+//!   hit in B1) grows the inactive target by its pages if it came back within
+//!   [`GHOST_REACH`] inactive targets (more inactive room would have kept it; a loop's
+//!   refaults come from much farther and do not grow it); a refault of a folio that had been
+//!   active (B2) shrinks it. The target stays between 1% and half of the budget. Reclaim
+//!   deactivates while the inactive list is below the target (instead of
+//!   `inactive_is_low`'s ratio).
+//! - **History** is what the kernel already keeps: a refault from farther than the budget
+//!   counts as new.
+//!
+//! What it adds to the cache: a stamp per folio ([`FolioExt::lru_stamp`](crate::mm::folio::FolioExt),
+//! the clock when the folio last entered a list's head, written under the lruvec lock), the
+//! stamp's age packed into the shadow beside the eviction timestamp, and two relaxed
+//! atomics: the inactive target and the active tail's stamp, which reclaim publishes under
+//! the lock after rotating referenced tails. A hit touches none of them.
+//!
+//! Its shadow word spends the 60 timestamp bits as 40 bits of eviction timestamp (distances
+//! modulo 2^40 pages: exact, since an LRU holds at most 2^32 folios) and 20 bits of resident
+//! age in units of `2^age_shift` pages, where `age_shift` is what a budget of more than 2^20
+//! pages needs (a larger age saturates; such a folio is far colder than any protected one).
+//!
 //! # Concurrency
 //!
 //! The clock and the counters are relaxed atomics: the clock is a statistic whose readers
@@ -64,7 +104,7 @@
 
 use super::Lru;
 use crate::mm::folio::flags::{PG_ACTIVE, PG_WORKINGSET};
-use crate::mm::folio::Folio;
+use crate::mm::folio::{Arena, Folio};
 use crate::mm::index::{Shadow, ShadowNodes};
 use crate::mm::sync::{Arc, AtomicU64, CachePadded, Ordering};
 
@@ -106,6 +146,149 @@ pub fn refault_distance(refault: u64, eviction: u64, bucket_order: u32) -> u64 {
     refault.wrapping_sub(eviction << bucket_order) & EVICTION_MASK
 }
 
+/// Eviction-timestamp bits of a protected-policy shadow (module docs).
+pub const PROTECTED_EVICTION_BITS: u32 = 40;
+/// Resident-age bits of a protected-policy shadow.
+pub const RESIDENT_AGE_BITS: u32 = TIMESTAMP_BITS - PROTECTED_EVICTION_BITS;
+const PROTECTED_EVICTION_MASK: u64 = (1 << PROTECTED_EVICTION_BITS) - 1;
+const RESIDENT_AGE_MAX: u64 = (1 << RESIDENT_AGE_BITS) - 1;
+
+/// How many inactive targets away a refault of a never-active folio may come from and still
+/// grow the target (module docs, the protected policy). A recency burst's pages come back
+/// within a few targets; a loop's from a fraction of the budget, which must not grow it (the
+/// protected set would shrink to half the budget). The lab's model measured 2, 3, 4 and 16
+/// (`crates/lab/src/policy/twolist.rs`): 2 keeps Zipf and loops best at a point's cost on
+/// recency bursts.
+pub const GHOST_REACH: u64 = 2;
+
+/// The resident-age granularity of a budget of `pages`: the bits by which its size exceeds
+/// [`RESIDENT_AGE_BITS`].
+pub fn resident_age_shift(pages: u64) -> u32 {
+    let bits = u64::BITS - pages.saturating_sub(1).leading_zeros();
+    bits.saturating_sub(RESIDENT_AGE_BITS)
+}
+
+/// The shadow of a folio evicted at clock `age` under the protected policy, `resident` clock
+/// ticks after it last entered a list's head.
+pub fn pack_shadow_protected(age: u64, workingset: bool, resident: u64, age_shift: u32) -> Shadow {
+    let resident = (resident >> age_shift).min(RESIDENT_AGE_MAX);
+    let stamp = (resident << PROTECTED_EVICTION_BITS) | (age & PROTECTED_EVICTION_MASK);
+    let v = (((stamp << WORKINGSET_SHIFT) | workingset as u64) << MARKER_SHIFT) | 1;
+    Shadow::new(v).expect("a packed shadow fits in a value entry")
+}
+
+/// A protected-policy shadow's eviction timestamp (40 bits), resident age (clock ticks, to
+/// `2^age_shift`) and workingset flag.
+pub fn unpack_shadow_protected(shadow: Shadow, age_shift: u32) -> (u64, u64, bool) {
+    let (stamp, workingset) = unpack_shadow(shadow);
+    (
+        stamp & PROTECTED_EVICTION_MASK,
+        (stamp >> PROTECTED_EVICTION_BITS) << age_shift,
+        workingset,
+    )
+}
+
+/// The active tail's stamp when the active list is empty: its age is unbounded.
+const NO_TAIL: u64 = u64::MAX;
+
+/// The protected policy's shared state (module docs): read by refaults without the lruvec
+/// lock, the tail stamp written by its holder.
+#[derive(Debug)]
+pub(crate) struct Protection {
+    /// The pages the lists may hold (the arena's budget).
+    capacity: u64,
+    /// The inactive list's target, in pages (ARC's `p`).
+    cold_target: AtomicU64,
+    /// The clock when the active tail entered the active head ([`NO_TAIL`]: empty list).
+    tail_stamp: AtomicU64,
+    /// The inactive list's pages when the tail was last published.
+    inactive_pages: AtomicU64,
+    /// The resident-age granularity of the shadows ([`resident_age_shift`]).
+    age_shift: u32,
+}
+
+impl Protection {
+    pub(crate) fn new(capacity: u64) -> Protection {
+        let p = Protection {
+            capacity: capacity.max(2),
+            cold_target: AtomicU64::new(0),
+            tail_stamp: AtomicU64::new(NO_TAIL),
+            inactive_pages: AtomicU64::new(0),
+            age_shift: resident_age_shift(capacity),
+        };
+        p.cold_target.store(p.min_cold(), Ordering::Relaxed);
+        p
+    }
+
+    /// The inactive target's floor: 1% of the budget (the model's, and CLOCK-Pro's).
+    fn min_cold(&self) -> u64 {
+        (self.capacity / 100).clamp(1, self.max_cold())
+    }
+
+    fn max_cold(&self) -> u64 {
+        (self.capacity / 2).max(1)
+    }
+
+    /// The inactive list's target now, in pages.
+    pub(crate) fn cold_target(&self) -> u64 {
+        // ORDERING: Relaxed: a controller's setting, read by reclaim as a hint (a stale
+        // value deactivates a folio more or less); nothing is published with it.
+        self.cold_target.load(Ordering::Relaxed)
+    }
+
+    /// The inactive list's size below which reclaim deactivates: the target plus one reclaim
+    /// batch. The lab's model evicts one block per miss; reclaim isolates
+    /// [`SWAP_CLUSTER_MAX`](super::SWAP_CLUSTER_MAX) folios at once, and an inactive list of
+    /// only the target would be emptied by one batch and refilled from the protected set at
+    /// every allocation (measured: the loops then miss as under the two lists).
+    pub(crate) fn inactive_floor(&self) -> u64 {
+        self.cold_target() + super::SWAP_CLUSTER_MAX as u64
+    }
+
+    /// Publishes the active tail's stamp (`None`: the list is empty) and the inactive list's
+    /// size. Called under the lruvec lock.
+    pub(crate) fn set_tail_stamp(&self, stamp: Option<u64>, inactive_pages: u64) {
+        // ORDERING: Relaxed, as the tail stamp below.
+        self.inactive_pages.store(inactive_pages, Ordering::Relaxed);
+        // ORDERING: Relaxed: pairs with the load in `admit`, which wants a recent age, not an
+        // ordering with anything else (as the active-pages mirror).
+        self.tail_stamp
+            .store(stamp.unwrap_or(NO_TAIL), Ordering::Relaxed);
+    }
+
+    /// Whether a refault of `nr` pages, evicted `distance` ticks ago after `resident` ticks
+    /// on the lists (`workingset`: it had been active), joins the active list, the clock
+    /// reading `clock`; adapts the inactive target first.
+    fn admit(&self, distance: u64, resident: u64, workingset: bool, clock: u64, nr: u64) -> bool {
+        if distance > self.capacity {
+            return false; // past the history kept: new
+        }
+        let (min, max) = (self.min_cold(), self.max_cold());
+        // ARC's adaptation (module docs). The read-modify-write keeps concurrent refaults'
+        // steps; Relaxed as in `cold_target`.
+        let _ = self
+            .cold_target
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                if workingset {
+                    Some(t.saturating_sub(nr).max(min))
+                } else if distance <= GHOST_REACH.saturating_mul(t) {
+                    Some((t + nr).min(max))
+                } else {
+                    None
+                }
+            });
+        // The protected set is still filling while the inactive list holds more than its
+        // floor (deactivation refills it to the floor exactly, and no further). Compared with
+        // the model's `active < capacity - target`, this leaves out the pages that are free
+        // or in add batches, which the active list can never have.
+        if self.inactive_pages.load(Ordering::Relaxed) > self.inactive_floor() {
+            return true;
+        }
+        let tail = self.tail_stamp.load(Ordering::Relaxed);
+        tail == NO_TAIL || distance.saturating_add(resident) < clock.wrapping_sub(tail)
+    }
+}
+
 /// The workingset state of an lruvec.
 #[derive(Debug)]
 pub(crate) struct Workingset {
@@ -120,10 +303,17 @@ pub(crate) struct Workingset {
     restore: AtomicU64,
     /// The shadow-node count of every index of the cache.
     shadow_nodes: Arc<ShadowNodes>,
+    /// The protected policy's state, if it runs.
+    pub(crate) protection: Option<Arc<Protection>>,
 }
 
 impl Workingset {
-    pub(crate) fn new(enabled: bool, pages: u64, active_pages: Arc<AtomicU64>) -> Workingset {
+    pub(crate) fn new(
+        enabled: bool,
+        pages: u64,
+        active_pages: Arc<AtomicU64>,
+        protection: Option<Arc<Protection>>,
+    ) -> Workingset {
         Workingset {
             enabled,
             bucket_order: bucket_order(pages),
@@ -133,6 +323,7 @@ impl Workingset {
             activate: AtomicU64::new(0),
             restore: AtomicU64::new(0),
             shadow_nodes: Arc::new(ShadowNodes::new()),
+            protection,
         }
     }
 }
@@ -158,6 +349,9 @@ crate::mm::stats::counter_set! {
         gauges {
             /// `WORKINGSET_NODES`: index nodes holding only shadow entries now.
             nodes,
+            /// The inactive list's target in pages under the protected policy (0 under the
+            /// two lists).
+            cold_target,
         }
         other {
             /// Whether shadows are left at eviction ([`LruConfig::workingset`](super::LruConfig)).
@@ -175,10 +369,11 @@ impl Lru {
             .fetch_add(nr_pages, Ordering::Relaxed);
     }
 
-    /// `workingset_eviction`: called by reclaim with a folio it has frozen and is about to
-    /// remove from its index: reads the clock, advances it by the folio's pages, and returns
-    /// the shadow to leave in the slot (`None` if workingset detection is off).
-    pub fn workingset_eviction(&self, folio: &Folio) -> Option<Shadow> {
+    /// `workingset_eviction`: called by reclaim with a folio of `arena` it has frozen and is
+    /// about to remove from its index: reads the clock, advances it by the folio's pages, and
+    /// returns the shadow to leave in the slot (`None` if workingset detection is off). Under
+    /// the protected policy the shadow also carries the folio's resident age.
+    pub fn workingset_eviction(&self, arena: &Arena, folio: &Folio) -> Option<Shadow> {
         let ws = &self.workingset;
         if !ws.enabled {
             return None;
@@ -186,11 +381,16 @@ impl Lru {
         let age = ws
             .nonresident_age
             .fetch_add(folio.nr_pages() as u64, Ordering::Relaxed);
-        Some(pack_shadow(
-            age,
-            ws.bucket_order,
-            folio.test_flag(PG_WORKINGSET),
-        ))
+        let workingset = folio.test_flag(PG_WORKINGSET);
+        Some(match &ws.protection {
+            None => pack_shadow(age, ws.bucket_order, workingset),
+            Some(p) => {
+                // ORDERING: Relaxed; written under the lruvec lock (`Lru::stamp`), and this
+                // folio was isolated under that lock after the write: the lock orders them.
+                let stamp = arena.ext(folio).lru_stamp.load(Ordering::Relaxed);
+                pack_shadow_protected(age, workingset, age.wrapping_sub(stamp), p.age_shift)
+            }
+        })
     }
 
     /// `workingset_test_recent` for file pages: whether the folio `shadow` stands for was
@@ -210,11 +410,25 @@ impl Lru {
     /// list when queued), advances the clock as an activation does, and, if it had been
     /// active before its eviction, sets `PG_workingset` and counts a restore. Returns
     /// whether it was activated.
+    ///
+    /// Under the protected policy, "recent" is the policy's admission (module docs), and the
+    /// inactive target adapts first.
     pub fn workingset_refault(&self, folio: &Folio, shadow: Shadow) -> bool {
         let ws = &self.workingset;
         let nr = folio.nr_pages() as u64;
         ws.refault.fetch_add(nr, Ordering::Relaxed);
-        let (recent, workingset) = self.workingset_test_recent(shadow);
+        let (recent, workingset) = match &ws.protection {
+            None => self.workingset_test_recent(shadow),
+            Some(p) => {
+                let (eviction, resident, workingset) = unpack_shadow_protected(shadow, p.age_shift);
+                let clock = ws.nonresident_age.load(Ordering::Relaxed);
+                let distance = clock.wrapping_sub(eviction) & PROTECTED_EVICTION_MASK;
+                (
+                    p.admit(distance, resident, workingset, clock, nr),
+                    workingset,
+                )
+            }
+        };
         if !recent {
             return false;
         }
@@ -259,6 +473,7 @@ impl Lru {
             restore: ws.restore.load(Ordering::Relaxed),
             nodes: ws.shadow_nodes.nodes(),
             nodereclaim: ws.shadow_nodes.reclaimed(),
+            cold_target: ws.protection.as_ref().map_or(0, |p| p.cold_target()),
         }
     }
 
