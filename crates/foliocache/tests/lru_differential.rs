@@ -20,7 +20,8 @@ use foliocache::mm::folio::flags::{PG_ACTIVE, PG_LRU, PG_REFERENCED, PG_WORKINGS
 use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
 use foliocache::mm::index::Index;
 use foliocache::mm::lru::{
-    DrainFilter, Evict, Lru, LruConfig, LruList, LruStats, FOLIO_BATCH_SIZE, SWAP_CLUSTER_MAX,
+    DrainFilter, Evict, Lru, LruConfig, LruList, LruPolicy, LruStats, FOLIO_BATCH_SIZE,
+    SWAP_CLUSTER_MAX,
 };
 use foliocache::mm::refcount::RefStrategy;
 use rand::rngs::StdRng;
@@ -61,6 +62,9 @@ struct Model {
     filter: Option<DrainFilter>,
     add_as_active: bool,
     active_second_chance: bool,
+    /// Under the protected policy: the inactive list's floor (its target plus a reclaim
+    /// batch; the target stays at its floor here, since nothing refaults).
+    protected_floor: Option<usize>,
     /// Reads the model counted in a folio's refs (path coverage).
     refs_counted: u64,
     folios: HashMap<u32, MFolio>,
@@ -277,8 +281,16 @@ impl Model {
         while reclaimed < nr && scanned < budget {
             self.s.lock_acquisitions += 1;
             let mut aged = 0u64;
-            if self.lists[0].len() < self.lists[1].len() {
+            let low = |m: &Model| match m.protected_floor {
+                Some(floor) => m.lists[0].len() < floor,
+                None => m.lists[0].len() < m.lists[1].len(),
+            };
+            if low(self) {
                 for _ in 0..SWAP_CLUSTER_MAX {
+                    // The protected policy deactivates to its floor and no further.
+                    if self.protected_floor.is_some() && !low(self) {
+                        break;
+                    }
                     let Some(pfn) = self.lists[1].pop_back() else {
                         break;
                     };
@@ -299,6 +311,28 @@ impl Model {
                     f.workingset = true;
                     self.lists[0].push_front(pfn);
                     self.s.deactivated += 1;
+                }
+            }
+            if self.protected_floor.is_some() {
+                // The coldest protected folio is found by rotating referenced active tails
+                // to the head, each spending a read, as aging does.
+                for _ in 0..SWAP_CLUSTER_MAX {
+                    let Some(&pfn) = self.lists[1].back() else {
+                        break;
+                    };
+                    let f = self.folios.get_mut(&pfn).unwrap();
+                    if !(self.active_second_chance && (f.refs > 0 || f.referenced)) {
+                        break;
+                    }
+                    if f.refs > 0 {
+                        f.refs -= 1;
+                    } else {
+                        f.referenced = false;
+                    }
+                    self.lists[1].pop_back();
+                    self.lists[1].push_front(pfn);
+                    self.s.rotated_active += 1;
+                    aged += 1;
                 }
             }
             let mut isolated = Vec::new();
@@ -406,14 +440,14 @@ fn compare(real: &Real, m: &Model, step: usize, op: &str) {
     );
 }
 
-/// How a run configures the LRU: drain filter, add-as-active, active second chance.
+/// How a run configures the LRU: drain filter, add-as-active, active second chance, policy.
 #[derive(Clone, Copy)]
-struct Setup(DrainFilter, bool, bool);
+struct Setup(DrainFilter, bool, bool, LruPolicy);
 
 fn run(
     seed: u64,
     steps: usize,
-    Setup(filter, add_as_active, active_second_chance): Setup,
+    Setup(filter, add_as_active, active_second_chance, policy): Setup,
 ) -> LruStats {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut c = ArenaConfig::new(512 * PAGE_SIZE, RefStrategy::LockedBit);
@@ -429,7 +463,8 @@ fn run(
             .workingset(true)
             .reference_on_fill(false)
             .inactive_ratio(None)
-            .active_second_chance(active_second_chance),
+            .active_second_chance(active_second_chance)
+            .policy(policy),
     );
     let index = Index::new(arena.clone());
     let arena_ref: &Arena = &arena;
@@ -439,10 +474,13 @@ fn run(
         index,
         pins: Vec::new(),
     };
+    // The protected policy's floor for 512 pages: a target of 1% (5 pages), plus a batch.
+    let protected_floor = (policy == LruPolicy::Protected).then_some(512 / 100 + SWAP_CLUSTER_MAX);
     let mut m = Model {
         filter: Some(filter),
         add_as_active,
         active_second_chance,
+        protected_floor,
         ..Model::default()
     };
     const PAGES: u64 = 300;
@@ -530,7 +568,7 @@ fn run(
 
 /// Runs four seeds and checks that together they went down every path the model describes.
 fn runs(first_seed: u64, setup: Setup) {
-    let Setup(filter, add_as_active, active_second_chance) = setup;
+    let Setup(filter, add_as_active, active_second_chance, _) = setup;
     let mut sum = LruStats::default();
     for seed in first_seed..first_seed + 4 {
         let st = run(seed, steps(), setup);
@@ -584,20 +622,52 @@ fn steps() -> usize {
 
 #[test]
 fn filtered_matches_the_model() {
-    runs(0, Setup(DrainFilter::Filtered, false, true));
+    runs(
+        0,
+        Setup(DrainFilter::Filtered, false, true, LruPolicy::TwoList),
+    );
 }
 
 #[test]
 fn vanilla_matches_the_model() {
-    runs(10, Setup(DrainFilter::Vanilla, false, true));
+    runs(
+        10,
+        Setup(DrainFilter::Vanilla, false, true, LruPolicy::TwoList),
+    );
 }
 
 #[test]
 fn filtered_add_as_active_matches_the_model() {
-    runs(20, Setup(DrainFilter::Filtered, true, true));
+    runs(
+        20,
+        Setup(DrainFilter::Filtered, true, true, LruPolicy::TwoList),
+    );
 }
 
 #[test]
 fn kernel_active_aging_matches_the_model() {
-    runs(30, Setup(DrainFilter::Filtered, false, false));
+    runs(
+        30,
+        Setup(DrainFilter::Filtered, false, false, LruPolicy::TwoList),
+    );
+}
+
+/// The protected policy: the inactive list kept at its floor (target plus a reclaim batch),
+/// deactivation to the floor exactly, and referenced active tails rotated at every reclaim
+/// step (the coldest protected folio's age; refault admission is in the unit tests and
+/// `tests/workingset.rs`, since this model's evictions leave no shadows).
+#[test]
+fn protected_matches_the_model() {
+    runs(
+        40,
+        Setup(DrainFilter::Filtered, false, true, LruPolicy::Protected),
+    );
+}
+
+#[test]
+fn protected_add_as_active_without_second_chances_matches_the_model() {
+    runs(
+        50,
+        Setup(DrainFilter::Filtered, true, false, LruPolicy::Protected),
+    );
 }

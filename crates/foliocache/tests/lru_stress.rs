@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use foliocache::mm::folio::{Arena, ArenaConfig, FolioLocked, FolioRef, PAGE_SIZE};
 use foliocache::mm::index::Index;
-use foliocache::mm::lru::{DrainFilter, Evict, Lru, LruConfig, LruList};
+use foliocache::mm::lru::{DrainFilter, Evict, Lru, LruConfig, LruList, LruPolicy};
 use foliocache::mm::refcount::RefStrategy;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -71,7 +71,7 @@ struct Counts {
     reclaims: AtomicU64,
 }
 
-fn stress(s: RefStrategy, add_as_active: bool, ops_per_thread: u64) {
+fn stress(s: RefStrategy, add_as_active: bool, policy: LruPolicy, ops_per_thread: u64) {
     let mut c = ArenaConfig::new(BUDGET_PAGES * PAGE_SIZE, s);
     c.panic_on_bad_page = true;
     let arena = Arc::new(Arena::new(c).unwrap());
@@ -79,7 +79,8 @@ fn stress(s: RefStrategy, add_as_active: bool, ops_per_thread: u64) {
         &arena,
         LruConfig::DEFAULT
             .filter(DrainFilter::Filtered)
-            .add_as_active(add_as_active),
+            .add_as_active(add_as_active)
+            .policy(policy),
     );
     let files = Files((0..FILES).map(|_| Index::new(arena.clone())).collect());
     let counts = Counts::default();
@@ -200,10 +201,15 @@ fn ops() -> u64 {
 
 #[test]
 fn readers_truncaters_and_reclaim_locked_bit() {
-    stress(RefStrategy::LockedBit, false, ops());
+    stress(RefStrategy::LockedBit, false, LruPolicy::TwoList, ops());
+}
+
+#[test]
+fn readers_truncaters_and_reclaim_protected_policy() {
+    stress(RefStrategy::LockedBit, false, LruPolicy::Protected, ops());
 }
 
 #[test]
 fn readers_truncaters_and_reclaim_add_as_active_cas_loop() {
-    stress(RefStrategy::CasLoop, true, ops());
+    stress(RefStrategy::CasLoop, true, LruPolicy::TwoList, ops());
 }

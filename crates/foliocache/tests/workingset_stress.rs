@@ -11,6 +11,7 @@ use std::sync::Arc;
 use foliocache::backing::MemBacking;
 use foliocache::mm::folio::{Arena, ArenaConfig, PAGE_SIZE};
 use foliocache::mm::index::{Index, Shadow, ShadowNodes};
+use foliocache::mm::lru::LruPolicy;
 use foliocache::{Config, FolioCache};
 use rand::{Rng, SeedableRng};
 
@@ -126,10 +127,22 @@ fn content(pages: usize, seed: u8) -> Vec<u8> {
 /// file is dropped: nothing may stay allocated and no shadow node may stay counted.
 #[test]
 fn readers_over_files_larger_than_the_budget_then_everything_dropped() {
+    readers_then_everything_dropped(LruPolicy::TwoList);
+}
+
+/// The same under the protected policy: refaults judged by reuse distance, concurrent
+/// refaults adapting the inactive target, the active tail's stamp published by reclaim.
+#[test]
+fn readers_under_the_protected_policy_then_everything_dropped() {
+    readers_then_everything_dropped(LruPolicy::Protected);
+}
+
+fn readers_then_everything_dropped(policy: LruPolicy) {
     let budget = 64;
     let cache = FolioCache::new(
         Config::new(budget * PAGE)
             .readahead_pages(8)
+            .lru_policy(policy)
             .panic_on_bad_page(true),
     )
     .unwrap();
@@ -215,6 +228,12 @@ fn readers_over_files_larger_than_the_budget_then_everything_dropped() {
     // machine once ran them nearly one after another and activated none), so this test of
     // concurrency does not judge the policy: tests/workingset.rs does, deterministically.
     assert!(ws.refault > 0, "{ws:?}");
+    match policy {
+        // The inactive target moved by concurrent refaults stays within its bounds: 1% of the
+        // budget (at least a page) to half of it.
+        LruPolicy::Protected => assert!((1..=budget as u64 / 2).contains(&ws.cold_target)),
+        _ => assert_eq!(ws.cold_target, 0),
+    }
     assert!(
         ws.nodereclaim > 0,
         "the sweeps must have left work for the shrinker: {ws:?}"

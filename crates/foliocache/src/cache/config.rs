@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::mm::folio::BudgetOverLimit;
 pub use crate::mm::lru::MAX_INACTIVE_RATIO;
-use crate::mm::lru::{LruConfig, MAX_BATCH_SLOTS};
+use crate::mm::lru::{LruConfig, LruPolicy, MAX_BATCH_SLOTS};
 use crate::mm::readahead::DEFAULT_RA_PAGES;
 use crate::mm::writeback::WbErrorPolicy;
 use crate::mm::Experiment;
@@ -56,6 +56,8 @@ pub struct Config {
     pub(crate) workingset: bool,
     /// Active pages per inactive one (see [`Config::inactive_ratio`]).
     pub(crate) inactive_ratio: Option<u32>,
+    /// The LRU's replacement policy (see [`Config::lru_policy`]).
+    pub(crate) lru_policy: LruPolicy,
     /// Run a background reclaimer thread (see [`Config::background_reclaim`]).
     pub(crate) background_reclaim: bool,
     /// Transparent huge pages for the cache's memory (see [`Config::huge_pages`]).
@@ -114,6 +116,7 @@ impl Config {
             panic_on_bad_page: cfg!(debug_assertions),
             workingset: lru.workingset,
             inactive_ratio: lru.inactive_ratio,
+            lru_policy: lru.policy,
             background_reclaim: false,
             huge_pages: true,
             unused_inodes: DEFAULT_UNUSED_INODES,
@@ -345,6 +348,16 @@ impl Config {
         self
     }
 
+    /// Sets the LRU's replacement policy (default [`LruPolicy::TwoList`], the kernel's
+    /// active and inactive lists). [`LruPolicy::Protected`] keeps a protected set that loops
+    /// longer than the budget cannot flush, and sizes the inactive list as ARC sizes its
+    /// recency share: see [`workingset`](crate::mm::lru::workingset) for the rules and the
+    /// README's block-cache advice for the measurements.
+    pub fn lru_policy(mut self, policy: LruPolicy) -> Config {
+        self.lru_policy = policy;
+        self
+    }
+
     /// Sets how many active pages are kept per inactive one before reclaim deactivates
     /// (`inactive_ratio`); `None` (the default) computes it as the kernel does from the
     /// lists' size: `int_sqrt(10 * GiB)`, 1 below 1 GiB; at most [`MAX_INACTIVE_RATIO`]. A
@@ -451,7 +464,7 @@ impl Config {
     /// The [`LruConfig`] this configuration builds.
     pub(crate) fn lru_config(&self) -> LruConfig {
         self.experiment
-            .lru_config(self.workingset, self.inactive_ratio)
+            .lru_config(self.workingset, self.inactive_ratio, self.lru_policy)
     }
 
     /// Checks the configuration; [`FolioCache::new`](super::FolioCache::new) calls it first.

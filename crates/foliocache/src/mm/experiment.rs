@@ -52,9 +52,6 @@ pub struct Experiment {
     pub reference_on_fill: bool,
     /// [`LruConfig::active_second_chance`]. Default true.
     pub active_second_chance: bool,
-    /// [`LruConfig::policy`]: the two lists' replacement policy. Default
-    /// [`LruPolicy::TwoList`].
-    pub lru_policy: LruPolicy,
     /// How the cache's address spaces (snapshots, [`FolioCache::spaces`](crate::FolioCache::spaces))
     /// track who maps a folio (seed 002). `None` (the default): `rmap-id`, with the
     /// exclusive-writer path as calibrated on this machine ([`Tracking::rmap_id_calibrated`]).
@@ -80,7 +77,6 @@ impl Experiment {
             batch_slots: lru.batch_slots,
             reference_on_fill: lru.reference_on_fill,
             active_second_chance: lru.active_second_chance,
-            lru_policy: lru.policy,
             tracking: None,
         }
     }
@@ -127,12 +123,6 @@ impl Experiment {
         self
     }
 
-    /// Sets [`Experiment::lru_policy`].
-    pub fn lru_policy(mut self, policy: LruPolicy) -> Experiment {
-        self.lru_policy = policy;
-        self
-    }
-
     /// Sets [`Experiment::active_second_chance`].
     pub fn active_second_chance(mut self, on: bool) -> Experiment {
         self.active_second_chance = on;
@@ -147,7 +137,12 @@ impl Experiment {
 
     /// The [`LruConfig`] these variants and the user's LRU settings make.
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn lru_config(&self, workingset: bool, inactive_ratio: Option<u32>) -> LruConfig {
+    pub(crate) fn lru_config(
+        &self,
+        workingset: bool,
+        inactive_ratio: Option<u32>,
+        policy: LruPolicy,
+    ) -> LruConfig {
         LruConfig {
             filter: self.drain_filter,
             add_as_active: self.add_as_active,
@@ -156,7 +151,7 @@ impl Experiment {
             reference_on_fill: self.reference_on_fill,
             inactive_ratio,
             active_second_chance: self.active_second_chance,
-            policy: self.lru_policy,
+            policy,
         }
     }
 }

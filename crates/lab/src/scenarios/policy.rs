@@ -202,13 +202,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
         let start = Instant::now();
         let trace = t.generate(&spec, args.seed);
         let mut cells = Vec::new();
-        let protected = foliocache::mm::Experiment::new()
-            .lru_policy(foliocache::mm::lru::LruPolicy::Protected);
         let mut real_rows = vec![
             ("foliocache", Config::block_cache(spec.capacity * 4096)),
             (
                 "foliocache-protected",
-                Config::block_cache(spec.capacity * 4096).experiment(protected),
+                Config::block_cache(spec.capacity * 4096)
+                    .lru_policy(foliocache::mm::lru::LruPolicy::Protected),
             ),
         ];
         if t.sequential() {

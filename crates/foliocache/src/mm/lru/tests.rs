@@ -951,3 +951,123 @@ fn rotate_reclaimable_moves_an_inactive_folio_to_the_tail() {
     }
     l.validate(&a).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------
+// The protected policy (`workingset` module docs)
+// ---------------------------------------------------------------------------------------
+
+fn lru_protected(arena: &Arena) -> Lru {
+    Lru::new(
+        arena,
+        LruConfig::DEFAULT
+            .batch_slots(1)
+            .policy(LruPolicy::Protected),
+    )
+}
+
+/// The shadow of a folio evicted under the protected policy carries its eviction clock and
+/// the time since it last entered a list's head (its stamp, set when the add batch linked
+/// it); a refault is admitted to the active list exactly when that reuse distance is below
+/// the coldest active folio's age (it entered its head after the active tail did), when the
+/// protected set is still filling, or when the active list is empty; never from past the
+/// budget. The inactive target grows on a never-active refault within reach, shrinks on a
+/// refault of a once-active folio, and stays within its bounds.
+#[test]
+fn protected_refaults_are_admitted_by_reuse_distance_and_adapt_the_inactive_target() {
+    let a = arena(256, RefStrategy::LockedBit);
+    let l = lru_protected(&a);
+    let c = Cache::new(&a);
+    let p = l.workingset.protection.clone().unwrap();
+    let target = |l: &Lru| l.workingset_stats().cold_target;
+    assert_eq!(target(&l), 2, "1% of 256 pages");
+    l.workingset_age_nonresident(10);
+    let x = c.add(&l, 0);
+    l.drain(&a);
+    assert_eq!(a.ext(&x).lru_stamp.load(Ordering::Relaxed), 10);
+    l.workingset_age_nonresident(10);
+    let shadow = l.workingset_eviction(&a, &x).unwrap();
+    assert_eq!(
+        workingset::unpack_shadow_protected(shadow, 0),
+        (20, 10, false)
+    );
+    drop(x);
+    c.truncate(0);
+    // The clock reads 21: reuse distance 11 (entered its head at 10).
+    let mut next = 100;
+    let mut refault = |l: &Lru| {
+        next += 1;
+        let (f, activated) = c.add_refaulted(l, next, shadow);
+        drop(f);
+        c.truncate(next);
+        activated
+    };
+    p.set_tail_stamp(Some(5), 0);
+    assert!(
+        refault(&l),
+        "the tail entered its head at 5, before the folio"
+    );
+    assert_eq!(
+        target(&l),
+        3,
+        "a never-active refault within 2 targets grows it"
+    );
+    p.set_tail_stamp(Some(15), 0);
+    assert!(
+        !refault(&l),
+        "the tail entered its head at 15, after the folio"
+    );
+    p.set_tail_stamp(Some(15), 1000);
+    assert!(
+        refault(&l),
+        "the inactive list is above its floor: still filling"
+    );
+    p.set_tail_stamp(None, 0);
+    assert!(refault(&l), "no active folio to compare with");
+    // Every refault so far came back from within reach: 2 + 4.
+    assert_eq!(target(&l), 6);
+    // The three admissions advanced the clock as activations do (to 24); ten ticks more
+    // make the distance 14, past twice the target (12): the target stays.
+    l.workingset_age_nonresident(10);
+    p.set_tail_stamp(Some(5), 0);
+    assert!(refault(&l));
+    assert_eq!(target(&l), 6);
+    // From past the budget: new, whatever the tail.
+    l.workingset_age_nonresident(300);
+    p.set_tail_stamp(None, 0);
+    assert!(!refault(&l), "a refault from past the budget is new");
+    // A once-active folio's refault shrinks the target, down to its floor.
+    let y = c.add(&l, 1);
+    l.drain(&a);
+    y.set_flag(PG_WORKINGSET);
+    let ws_shadow = l.workingset_eviction(&a, &y).unwrap();
+    drop(y);
+    c.truncate(1);
+    for i in 0..10 {
+        let (f, _) = c.add_refaulted(&l, 200 + i, ws_shadow);
+        drop(f);
+        c.truncate(200 + i);
+    }
+    assert_eq!(target(&l), 2, "shrunk to the floor and no further");
+    l.drain(&a); // the batch held the refaulted folios' last references
+    c.truncate_all_and_check(&l);
+}
+
+/// The resident age saturates instead of wrapping, in units that cover any budget.
+#[test]
+fn protected_shadows_keep_their_fields_and_saturate_the_age() {
+    use workingset::{pack_shadow_protected, resident_age_shift, unpack_shadow_protected};
+    assert_eq!(resident_age_shift(1 << 20), 0);
+    assert_eq!(resident_age_shift((1 << 20) + 1), 1);
+    assert_eq!(resident_age_shift(1 << 32), 12);
+    for ws in [false, true] {
+        let s = pack_shadow_protected(u64::MAX - 3, ws, 12_345, 0);
+        assert_eq!(
+            unpack_shadow_protected(s, 0),
+            ((u64::MAX - 3) & ((1 << 40) - 1), 12_345, ws)
+        );
+    }
+    let s = pack_shadow_protected(7, false, u64::MAX, 0);
+    assert_eq!(unpack_shadow_protected(s, 0), (7, (1 << 20) - 1, false));
+    let s = pack_shadow_protected(7, true, 4096 * 3 + 5, 12);
+    assert_eq!(unpack_shadow_protected(s, 12), (7, 4096 * 3, true));
+}
