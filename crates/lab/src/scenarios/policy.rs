@@ -19,6 +19,11 @@
 //!   keep. The cache's policy in that configuration is printed with the results: the
 //!   kernel's active/inactive lists with workingset detection, four active pages per
 //!   inactive one, and the `Experiment` defaults (`active_second_chance` on).
+//! - `foliocache-protected`: the same cache with
+//!   [`Config::lru_policy`]`(LruPolicy::Protected)`: the active list a protected set that
+//!   admits a refault only if its reuse distance is below the coldest protected block's age
+//!   (LIRS's and CLOCK-Pro's use of non-resident history), the inactive list sized as ARC
+//!   sizes its recency share (`foliocache::mm::lru::workingset` explains it).
 //! - `foliocache-readahead`, on the traces with sequential runs only: the same with
 //!   `Config::new`'s 32-page readahead window. Its misses are lookups that started a
 //!   read; blocks brought in by readahead then hit, so this row is not a policy's miss
@@ -40,7 +45,7 @@
 //!
 //! | kind | names |
 //! |---|---|
-//! | variants | `foliocache`, `foliocache-readahead`, `lru`, `arc`, `lirs`, `s3-fifo`, `w-tinylfu`, `quick_cache`, `moka`, `belady-opt` |
+//! | variants | `foliocache`, `foliocache-protected`, `foliocache-readahead`, `lru`, `arc`, `lirs`, `s3-fifo`, `w-tinylfu`, `quick_cache`, `moka`, `belady-opt` |
 //! | metrics | `miss_ratio_pct` (misses over reads, in percent; 1 thread, 1 run: a replay is deterministic) |
 //! | row fields | `trace`: the trace's name |
 //! | comparisons | per trace, metric `miss_ratio_pct`: candidate `foliocache` against the best online policy of the trace (baseline, named in the comparison) |
@@ -175,8 +180,10 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "seed": args.seed,
             "traces": traces.iter().map(|t| t.name()).collect::<Vec<_>>(),
             "foliocache_policy": policy_text,
-            "foliocache_config": "Config::block_cache(capacity * 4096); foliocache-readahead: \
-                                  the same with readahead_pages(32)",
+            "foliocache_config": "Config::block_cache(capacity * 4096); foliocache-protected: \
+                                  the same with lru_policy(LruPolicy::Protected); \
+                                  foliocache-readahead: the same as foliocache with \
+                                  readahead_pages(32)",
         }),
         traces.len() as u64,
         std::time::Duration::from_secs(1),
@@ -594,6 +601,7 @@ mod tests {
         assert!(report.problems().is_empty(), "{:?}", report.problems());
         for v in [
             "foliocache",
+            "foliocache-protected",
             "foliocache-readahead",
             "lru",
             "belady-opt",
@@ -602,6 +610,14 @@ mod tests {
             let m = Args::row_value(&report, v, "loop-1.25x-noise").unwrap();
             assert!((0.0..=100.0).contains(&m), "{v}: {m}");
         }
+        // The protected policy keeps most of a noisy loop that the two lists cycle through.
+        let row = |v| Args::row_value(&report, v, "loop-1.25x-noise").unwrap();
+        assert!(
+            row("foliocache-protected") + 20.0 < row("foliocache"),
+            "protected {}, two lists {}",
+            row("foliocache-protected"),
+            row("foliocache")
+        );
         assert!(Args::row_value(&report, "foliocache-readahead", "zipf-0.99").is_none());
         assert!(json.with_extension("svg").exists());
         let (_, problems) = Report::validate_file(&json).unwrap();

@@ -533,6 +533,7 @@ impl<'a> Ctx<'a> {
             "foliocache_workingset": setup.lru.workingset,
             "foliocache_inactive_ratio": setup.lru.inactive_ratio,
             "foliocache_active_second_chance": setup.lru.active_second_chance,
+            "foliocache_lru_policy": setup.lru.policy.name(),
             "cpu": "getrusage(RUSAGE_SELF) user + system over the window: every thread of the process",
             "latency_sampling": format!("1 read in {}", super::LATENCY_EVERY),
             "fio": plan.fio.as_ref().map(|p| p.display().to_string()),

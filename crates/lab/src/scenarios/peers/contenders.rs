@@ -462,6 +462,7 @@ pub fn block_cache_config(budget_bytes: usize, ra_pages: usize, lru: LruConfig) 
         .readahead_pages(ra_pages)
         .workingset(lru.workingset)
         .inactive_ratio(lru.inactive_ratio)
+        .lru_policy(lru.policy)
         .experiment(Experiment::new().active_second_chance(lru.active_second_chance))
 }
 

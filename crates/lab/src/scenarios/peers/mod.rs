@@ -92,7 +92,7 @@ pub mod workload;
 
 use std::fs::File;
 
-use foliocache::mm::lru::LruConfig;
+use foliocache::mm::lru::{LruConfig, LruPolicy};
 use foliocache::BLOCK_CACHE_INACTIVE_RATIO;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,6 +183,11 @@ pub struct Args {
     /// (`LruConfig::active_second_chance = false`).
     #[arg(long)]
     pub kernel_active_aging: bool,
+    /// The foliocache contenders' replacement policy (`Config::lru_policy`): `two-list` (the
+    /// kernel's active and inactive lists, the default) or `protected` (a protected set with
+    /// non-resident history and an adaptive inactive list).
+    #[arg(long, default_value = "two-list", value_parser = parse_lru_policy)]
+    pub lru_policy: LruPolicy,
     /// Block size: `4k` (a page), `16k` (InnoDB's page, many RocksDB deployments' block) or
     /// `64k`. Every contender caches and reads whole blocks; `foliocache-pinned` gets an
     /// aligned block as one large folio. The JSON records it (`block_bytes`).
@@ -274,11 +279,17 @@ impl Default for Args {
             no_workingset: false,
             inactive_ratio: InactiveRatio::Fixed(BLOCK_CACHE_INACTIVE_RATIO),
             kernel_active_aging: false,
+            lru_policy: LruPolicy::TwoList,
             block: BLOCK,
             io: IoArgs::default(),
             aio: aio::AsyncArgs::default(),
         }
     }
+}
+
+/// `--lru-policy`: a policy by its stable name.
+fn parse_lru_policy(s: &str) -> Result<LruPolicy, String> {
+    s.parse().map_err(|e: foliocache::UnknownVariant| e.to_string())
 }
 
 /// The skews of the hit-ratio sweep (`--sweep-skews`' default).
@@ -386,6 +397,7 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "foliocache_workingset": setup.lru.workingset,
             "foliocache_inactive_ratio": setup.lru.inactive_ratio,
             "foliocache_active_second_chance": setup.lru.active_second_chance,
+            "foliocache_lru_policy": setup.lru.policy.name(),
             "trace_len": trace_len,
             "trace_halves": "the warm-up replays the first trace_len reads of a thread's trace, the measurement the next trace_len",
             "machine_budget": "kernel-pread and mmap use the kernel page cache: their budget is the machine's memory",
@@ -409,8 +421,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
         machine_memory() as f64 / (1u64 << 30) as f64
     );
     println!(
-        "peers: foliocache contenders: Config::block_cache, readahead {}, inactive ratio {}, \
-         workingset detection {}, active second chance {}",
+        "peers: foliocache contenders: Config::block_cache, LRU policy {}, readahead {}, \
+         inactive ratio {}, workingset detection {}, active second chance {}",
+        setup.lru.policy,
         if setup.ra_pages == 0 {
             "off".to_string()
         } else {
@@ -695,7 +708,8 @@ fn prepare(args: &Args, settings: &Settings, dir: Option<&Path>, warm: bool) -> 
         lru: LruConfig::DEFAULT
             .workingset(!args.no_workingset)
             .inactive_ratio(args.inactive_ratio.get())
-            .active_second_chance(!args.kernel_active_aging),
+            .active_second_chance(!args.kernel_active_aging)
+            .policy(args.lru_policy),
         _dir: dir,
     })
 }
