@@ -205,7 +205,9 @@ impl Model {
         if !f.referenced {
             f.referenced = true;
         } else if f.active {
-            if second_chance && f.refs < 3 {
+            // The protected policy counts one read beyond `referenced` (PROTECTED_MAX_REFS).
+            let max_refs = if self.protected_floor.is_some() { 1 } else { 3 };
+            if second_chance && f.refs < max_refs {
                 f.refs += 1;
                 self.refs_counted += 1;
             }

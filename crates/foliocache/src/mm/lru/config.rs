@@ -66,6 +66,8 @@ pub enum LruPolicy {
     /// used as LIRS and CLOCK-Pro use theirs, and the inactive list's size adapted as ARC
     /// adapts its recency share ([`workingset`](super::workingset) explains it): a refault is
     /// activated only if its reuse distance is below the age of the coldest active folio.
+    /// Aging counts one read beyond `PG_referenced`
+    /// ([`PROTECTED_MAX_REFS`](super::PROTECTED_MAX_REFS)) instead of three.
     Protected,
 }
 
