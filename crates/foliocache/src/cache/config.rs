@@ -155,16 +155,24 @@ impl Config {
     /// both); on uniform reads nothing changes (no block is more popular than another).
     ///
     /// ```
+    /// use foliocache::mm::lru::LruPolicy;
     /// use foliocache::Config;
     ///
     /// let config = Config::block_cache(256 << 20);
-    /// assert_eq!(config, Config::new(256 << 20).readahead_pages(0).inactive_ratio(Some(4)));
+    /// assert_eq!(
+    ///     config,
+    ///     Config::new(256 << 20)
+    ///         .readahead_pages(0)
+    ///         .inactive_ratio(Some(4))
+    ///         .lru_policy(LruPolicy::Protected)
+    /// );
     /// assert!(config.validate().is_ok());
     /// ```
     pub fn block_cache(budget_bytes: usize) -> Config {
         Config::new(budget_bytes)
             .readahead_pages(0)
             .inactive_ratio(Some(BLOCK_CACHE_INACTIVE_RATIO))
+            .lru_policy(LruPolicy::Protected)
     }
 
     /// A configuration for the buffer pool of an update-in-place engine with its own
@@ -461,8 +469,17 @@ impl Config {
         self
     }
 
-    /// The [`LruConfig`] this configuration builds.
-    pub(crate) fn lru_config(&self) -> LruConfig {
+    /// The [`LruConfig`] this configuration builds: the replacement policy, inactive ratio and
+    /// workingset detection set here, with the experiment's LRU switches.
+    ///
+    /// ```
+    /// use foliocache::mm::lru::LruPolicy;
+    /// use foliocache::Config;
+    ///
+    /// assert_eq!(Config::new(1 << 20).lru_config().policy, LruPolicy::TwoList);
+    /// assert_eq!(Config::block_cache(1 << 20).lru_config().policy, LruPolicy::Protected);
+    /// ```
+    pub fn lru_config(&self) -> LruConfig {
         self.experiment
             .lru_config(self.workingset, self.inactive_ratio, self.lru_policy)
     }

@@ -624,6 +624,12 @@ impl FolioCache {
         &self.inner.config.experiment
     }
 
+    /// The LRU's configuration: its replacement policy ([`Config::lru_policy`]), inactive
+    /// ratio, workingset detection and the experiment's switches.
+    pub fn lru_config(&self) -> &crate::mm::lru::LruConfig {
+        self.inner.lru.config()
+    }
+
     /// The cache's family of address spaces (seed 002's [`Spaces`](crate::mm::space::Spaces)),
     /// on its arena, with the experiment's sharer tracking
     /// ([`Experiment::tracking`](crate::mm::Experiment::tracking)): the family snapshots

@@ -104,7 +104,10 @@ mod tests {
             WorkingsetStats::GAUGES,
             "workingset_",
         );
-        assert_eq!(WorkingsetStats::GAUGES, ["workingset_nodes"]);
+        assert_eq!(
+            WorkingsetStats::GAUGES,
+            ["workingset_nodes", "workingset_cold_target"]
+        );
         check(SpaceStats::default().vmstat(), SpaceStats::GAUGES, "");
         assert_eq!(SpaceStats::default().vmstat().len(), 8);
     }

@@ -17,13 +17,14 @@
 //!   (`CacheStats::misses` over the reads; `hits + misses` must equal the reads). Readahead
 //!   is off (the block cache's), so on every trace a miss is a block the policy did not
 //!   keep. The cache's policy in that configuration is printed with the results: the
-//!   kernel's active/inactive lists with workingset detection, four active pages per
-//!   inactive one, and the `Experiment` defaults (`active_second_chance` on).
-//! - `foliocache-protected`: the same cache with
-//!   [`Config::lru_policy`]`(LruPolicy::Protected)`: the active list a protected set that
-//!   admits a refault only if its reuse distance is below the coldest protected block's age
-//!   (LIRS's and CLOCK-Pro's use of non-resident history), the inactive list sized as ARC
-//!   sizes its recency share (`foliocache::mm::lru::workingset` explains it).
+//!   protected policy (`LruPolicy::Protected`: the active list a protected set that admits
+//!   a refault only if its reuse distance is below the coldest protected block's age, as
+//!   LIRS and CLOCK-Pro use non-resident history, and the inactive list sized as ARC sizes
+//!   its recency share; `foliocache::mm::lru::workingset` explains it) with workingset
+//!   detection and the `Experiment` defaults (`active_second_chance` on).
+//! - `foliocache-two-list`: the same cache with
+//!   [`Config::lru_policy`]`(LruPolicy::TwoList)`: the kernel's active and inactive lists,
+//!   four active pages per inactive one (the block cache's default before issue 26).
 //! - `foliocache-readahead`, on the traces with sequential runs only: the same with
 //!   `Config::new`'s 32-page readahead window. Its misses are lookups that started a
 //!   read; blocks brought in by readahead then hit, so this row is not a policy's miss
@@ -45,7 +46,7 @@
 //!
 //! | kind | names |
 //! |---|---|
-//! | variants | `foliocache`, `foliocache-protected`, `foliocache-readahead`, `lru`, `arc`, `lirs`, `s3-fifo`, `w-tinylfu`, `quick_cache`, `moka`, `belady-opt` |
+//! | variants | `foliocache`, `foliocache-two-list`, `foliocache-readahead`, `lru`, `arc`, `lirs`, `s3-fifo`, `w-tinylfu`, `quick_cache`, `moka`, `belady-opt` |
 //! | metrics | `miss_ratio_pct` (misses over reads, in percent; 1 thread, 1 run: a replay is deterministic) |
 //! | row fields | `trace`: the trace's name |
 //! | comparisons | per trace, metric `miss_ratio_pct`: candidate `foliocache` against the best online policy of the trace (baseline, named in the comparison) |
@@ -157,10 +158,12 @@ pub fn run(args: &Args) -> LabResult<Report> {
         .map_err(|e| crate::lab_err!("generating {}: {e}", path.display()))?;
     let experiment = foliocache::mm::Experiment::new();
     let policy_text = format!(
-        "foliocache: Config::block_cache({} pages): readahead off, inactive_ratio {} \
-         (active pages per inactive one), workingset detection on; LRU experiment: \
-         active_second_chance {}, reference_on_fill {}, add_as_active {}",
+        "foliocache: Config::block_cache({} pages): readahead off, LRU policy {}, \
+         workingset detection on (foliocache-two-list: the two lists, inactive_ratio {} \
+         active pages per inactive one); LRU experiment: active_second_chance {}, \
+         reference_on_fill {}, add_as_active {}",
         spec.capacity,
+        Config::block_cache(spec.capacity * 4096).lru_config().policy,
         foliocache::BLOCK_CACHE_INACTIVE_RATIO,
         experiment.active_second_chance,
         experiment.reference_on_fill,
@@ -180,8 +183,8 @@ pub fn run(args: &Args) -> LabResult<Report> {
             "seed": args.seed,
             "traces": traces.iter().map(|t| t.name()).collect::<Vec<_>>(),
             "foliocache_policy": policy_text,
-            "foliocache_config": "Config::block_cache(capacity * 4096); foliocache-protected: \
-                                  the same with lru_policy(LruPolicy::Protected); \
+            "foliocache_config": "Config::block_cache(capacity * 4096); foliocache-two-list: \
+                                  the same with lru_policy(LruPolicy::TwoList); \
                                   foliocache-readahead: the same as foliocache with \
                                   readahead_pages(32)",
         }),
@@ -212,9 +215,9 @@ pub fn run(args: &Args) -> LabResult<Report> {
         let mut real_rows = vec![
             ("foliocache", Config::block_cache(spec.capacity * 4096)),
             (
-                "foliocache-protected",
+                "foliocache-two-list",
                 Config::block_cache(spec.capacity * 4096)
-                    .lru_policy(foliocache::mm::lru::LruPolicy::Protected),
+                    .lru_policy(foliocache::mm::lru::LruPolicy::TwoList),
             ),
         ];
         if t.sequential() {
@@ -601,7 +604,7 @@ mod tests {
         assert!(report.problems().is_empty(), "{:?}", report.problems());
         for v in [
             "foliocache",
-            "foliocache-protected",
+            "foliocache-two-list",
             "foliocache-readahead",
             "lru",
             "belady-opt",
@@ -610,13 +613,14 @@ mod tests {
             let m = Args::row_value(&report, v, "loop-1.25x-noise").unwrap();
             assert!((0.0..=100.0).contains(&m), "{v}: {m}");
         }
-        // The protected policy keeps most of a noisy loop that the two lists cycle through.
+        // The protected policy (the block cache's) keeps most of a noisy loop that the two
+        // lists cycle through.
         let row = |v| Args::row_value(&report, v, "loop-1.25x-noise").unwrap();
         assert!(
-            row("foliocache-protected") + 20.0 < row("foliocache"),
+            row("foliocache") + 20.0 < row("foliocache-two-list"),
             "protected {}, two lists {}",
-            row("foliocache-protected"),
-            row("foliocache")
+            row("foliocache"),
+            row("foliocache-two-list")
         );
         assert!(Args::row_value(&report, "foliocache-readahead", "zipf-0.99").is_none());
         assert!(json.with_extension("svg").exists());

@@ -183,11 +183,11 @@ pub struct Args {
     /// (`LruConfig::active_second_chance = false`).
     #[arg(long)]
     pub kernel_active_aging: bool,
-    /// The foliocache contenders' replacement policy (`Config::lru_policy`): `two-list` (the
-    /// kernel's active and inactive lists, the default) or `protected` (a protected set with
-    /// non-resident history and an adaptive inactive list).
-    #[arg(long, default_value = "two-list", value_parser = parse_lru_policy)]
-    pub lru_policy: LruPolicy,
+    /// The foliocache contenders' replacement policy (`Config::lru_policy`): `protected` (a
+    /// protected set with non-resident history and an adaptive inactive list) or `two-list`
+    /// (the kernel's active and inactive lists). Default: `Config::block_cache`'s.
+    #[arg(long, value_parser = parse_lru_policy)]
+    pub lru_policy: Option<LruPolicy>,
     /// Block size: `4k` (a page), `16k` (InnoDB's page, many RocksDB deployments' block) or
     /// `64k`. Every contender caches and reads whole blocks; `foliocache-pinned` gets an
     /// aligned block as one large folio. The JSON records it (`block_bytes`).
@@ -279,7 +279,7 @@ impl Default for Args {
             no_workingset: false,
             inactive_ratio: InactiveRatio::Fixed(BLOCK_CACHE_INACTIVE_RATIO),
             kernel_active_aging: false,
-            lru_policy: LruPolicy::TwoList,
+            lru_policy: None,
             block: BLOCK,
             io: IoArgs::default(),
             aio: aio::AsyncArgs::default(),
@@ -709,7 +709,9 @@ fn prepare(args: &Args, settings: &Settings, dir: Option<&Path>, warm: bool) -> 
             .workingset(!args.no_workingset)
             .inactive_ratio(args.inactive_ratio.get())
             .active_second_chance(!args.kernel_active_aging)
-            .policy(args.lru_policy),
+            .policy(args.lru_policy.unwrap_or(
+                foliocache::Config::block_cache(block()).lru_config().policy,
+            )),
         _dir: dir,
     })
 }
