@@ -1,7 +1,9 @@
 //! A model of foliocache's two lists (the kernel's active/inactive LRU with workingset
-//! refault detection, `mm/vmscan.c` and `mm/workingset.c`), and a proposed variant with a
-//! protected set that loops cannot flush: the prototype for issue 26, measured here before it
-//! is built into `mm::lru`.
+//! refault detection, `mm/vmscan.c` and `mm/workingset.c`), and a variant with a protected
+//! set that loops cannot flush: the prototype for issue 26, measured here before it was built
+//! into `mm::lru` as `LruPolicy::Protected` (`TwoList::protected_arc` is its model; the real
+//! one keeps its inactive list a reclaim batch above the target, since reclaim isolates 32
+//! folios at once, and counts one read beyond the reference bit).
 //!
 //! # The model (`TwoList::kernel`)
 //!

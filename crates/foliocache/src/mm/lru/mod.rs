@@ -17,6 +17,7 @@
 //! | [`Lru::alloc`] / [`Lru::alloc_noretry`] | `__alloc_pages_slowpath` with direct reclaim / readahead's `__GFP_NORETRY` |
 //! | [`Watermarks`], [`Lru::balance`] | `zone->_watermark[]`, kswapd's `balance_pgdat` (the cache runs it on a thread when asked) |
 //! | [`Lru::workingset_eviction`], [`Lru::workingset_refault`] ([`workingset`]) | `mm/workingset.c`: the eviction clock, shadow entries, refault activation |
+//! | [`LruPolicy::Protected`] ([`workingset`], "The protected policy") | not the kernel's: LIRS's protected set and CLOCK-Pro's non-resident history judged by reuse distance, ARC's adaptive recency share; it replaces `workingset_refault`'s admission test and `inactive_is_low`'s ratio |
 //!
 //! One lruvec per cache (the kernel has one per memcg and node); only file folios (the
 //! inactive, active and unevictable lists of the file half).
@@ -29,8 +30,11 @@
 //! ([`LruConfig::active_second_chance`] switches back; the kernel keeps only referenced
 //! executable mappings). With reads the only access signal an unmapped page has, both lists
 //! then age by CLOCK (the active one weighted by read counts, a GCLOCK) instead of by insertion
-//! order. The inactive ratio is the kernel's formula unless [`LruConfig::inactive_ratio`] (or
-//! `Config::block_cache`) sets it.
+//! order. The inactive ratio is the kernel's formula unless [`LruConfig::inactive_ratio`]
+//! sets it. Under [`LruPolicy::Protected`] (`Config::block_cache`'s) the lists are the same
+//! but a refault joins the active list only if it is hotter than the coldest active folio,
+//! the inactive list is kept at an adaptive target, and aging counts one read beyond
+//! `PG_referenced` ([`PROTECTED_MAX_REFS`]).
 //!
 //! # The seed (004): dead folios in add batches
 //!
