@@ -112,6 +112,20 @@
 //! side with the new folio locked, before it is queued for the LRU. The workingset size is
 //! read from a relaxed mirror of the active list's page count, so neither side takes the
 //! lruvec lock.
+//!
+//! The protected policy adds no lock-free protocol. A folio's stamp is written under the
+//! lruvec lock (when a drain links it, an activation moves it, or aging rotates it) and read
+//! by the eviction that isolated the folio under that lock afterwards: the lock orders them,
+//! and an isolated folio is on no list, so nothing writes its stamp until it is freed or put
+//! back. The inactive target, the active tail's stamp and the inactive list's size are
+//! relaxed atomics read by refaults without the lock: a controller's setting and two hints,
+//! which, read stale, admit or refuse one refault differently, as a refault racing reclaim
+//! would anyway; no memory is published through them. The target's read-modify-write keeps
+//! concurrent refaults' steps and its bounds (the workingset stress test checks them after
+//! four threads' refaults). So there is no loom model of the policy: the ones of the lists'
+//! lock-free steps (`loom_tests/lru.rs`, `loom_tests/workingset.rs`) cover the paths it
+//! shares, and the LRU differential test compares its list order, flags and counters with a
+//! model after every operation.
 
 use super::Lru;
 use crate::mm::folio::flags::{PG_ACTIVE, PG_WORKINGSET};
