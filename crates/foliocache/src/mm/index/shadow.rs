@@ -134,9 +134,14 @@ impl ShadowNodes {
     }
 
     /// `count_shadow_nodes`' limit: the shadow nodes worth keeping for a cache of `pages`
-    /// pages. A refault farther than the active list (at most the whole cache) is never acted
-    /// on, so shadows for about `pages` evictions suffice; assuming nodes are at worst 1/8
-    /// full, that is `pages * 8 / FANOUT` nodes (`pages >> (XA_CHUNK_SHIFT - 3)`).
+    /// pages. The kernel's two lists never act on a refault farther than the active list (at
+    /// most the whole cache), so shadows for about `pages` evictions suffice; assuming nodes
+    /// are at worst 1/8 full, that is `pages * 8 / FANOUT` nodes (`pages >> (XA_CHUNK_SHIFT -
+    /// 3)`). The protected policy looks two budgets back
+    /// ([`HISTORY_BUDGETS`](crate::mm::lru::workingset::HISTORY_BUDGETS)); the same limit
+    /// covers that once nodes are a quarter full, and sparser nodes lose part of the second
+    /// budget's history (the lab's 2x loop over a file 8 times the budget keeps what LIRS
+    /// keeps within a point).
     #[inline]
     pub fn limit(pages: u64) -> u64 {
         pages * 8 / FANOUT as u64

@@ -1031,10 +1031,13 @@ fn protected_refaults_are_admitted_by_reuse_distance_and_adapt_the_inactive_targ
     p.set_tail_stamp(Some(5), 0);
     assert!(refault(&l));
     assert_eq!(target(&l), 6);
-    // From past the budget: new, whatever the tail.
-    l.workingset_age_nonresident(300);
+    // From past the history (two budgets): new, whatever the tail.
+    l.workingset_age_nonresident(400);
     p.set_tail_stamp(None, 0);
-    assert!(!refault(&l), "a refault from past the budget is new");
+    assert!(refault(&l), "a refault from within two budgets is judged");
+    l.workingset_age_nonresident(200);
+    p.set_tail_stamp(None, 0);
+    assert!(!refault(&l), "a refault from past two budgets is new");
     // A once-active folio's refault shrinks the target, down to its floor.
     let y = c.add(&l, 1);
     l.drain(&a);
