@@ -534,12 +534,6 @@ fn deactivate(
     looked_at
 }
 
-/// `isolate_lru_folios` from the inactive tail, scanning up to [`SWAP_CLUSTER_MAX`] folios:
-/// a referenced one gets its second chance right here (flag cleared, rotated to the head,
-/// no reference taken); the others leave the list with a reference and `PG_lru` cleared.
-/// Folios being freed, or isolated by someone else, are rotated to the head. Returns the
-/// number scanned. With `second_chance` false a referenced folio is isolated like the rest
-/// (`folio_check_references` for an unmapped file folio).
 /// Whether aging gives the active `folio` another trip round the active list, spending one
 /// of its counted reads, else its `PG_referenced` ([`LruConfig::active_second_chance`](super::LruConfig)).
 #[inline]
@@ -565,14 +559,16 @@ fn publish_active_tail(
             break;
         };
         let folio = arena.folio(pfn);
-        if folio.test_flag(PG_LRU) && !spend_active_chance(v, folio) {
-            break;
+        if folio.test_flag(PG_LRU) {
+            if !spend_active_chance(v, folio) {
+                break; // the coldest protected folio
+            }
+            super::stamp(v, arena, folio, clock);
+            v.counts.rotated_active += 1;
         }
-        // Referenced (or isolated by an activation drain, which relinks it): to the head.
-        looked_at += 1;
+        // Referenced, or isolated by an activation drain (which relinks it): to the head.
         v.lists.move_head(pfn, LruList::Active);
-        super::stamp(v, arena, folio, clock);
-        v.counts.rotated_active += 1;
+        looked_at += 1;
     }
     let tail = v.lists.tail(LruList::Active).map(|pfn| {
         // ORDERING: Relaxed; written under the lock we hold (`stamp`).
@@ -587,6 +583,12 @@ fn publish_active_tail(
     looked_at
 }
 
+/// `isolate_lru_folios` from the inactive tail, scanning up to [`SWAP_CLUSTER_MAX`] folios:
+/// a referenced one gets its second chance right here (flag cleared, rotated to the head,
+/// no reference taken); the others leave the list with a reference and `PG_lru` cleared.
+/// Folios being freed, or isolated by someone else, are rotated to the head. Returns the
+/// number scanned. With `second_chance` false a referenced folio is isolated like the rest
+/// (`folio_check_references` for an unmapped file folio).
 fn isolate<'a>(
     v: &mut MutexGuard<'_, LruVec>,
     arena: &'a Arena,
