@@ -9,6 +9,12 @@
 //! cached page, over and over, so everything it touches stays in the L1 cache and what is
 //! left is the instructions of the hit itself: `read_at` and `get_folio` under the
 //! `cas-loop` and `locked-bit` refcounts (the only difference between their caches).
+//!
+//! The third is reclaim's cost per evicted page under each replacement policy: a
+//! `Config::block_cache` of 1,024 pages read in a cycle over a 4,096-page in-memory file, so
+//! every read misses, evicts a page (reclaim runs once per 32) and replaces a shadow older
+//! than two budgets: the same work under both policies but for their reclaim and refault
+//! steps.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -16,6 +22,8 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use foliocache::backing::MemBacking;
+use foliocache::mm::lru::LruPolicy;
 use foliocache::mm::refcount::RefStrategy;
 use foliocache::mm::Experiment;
 use foliocache::{Config, FolioCache};
@@ -154,5 +162,33 @@ fn latched_update(c: &mut Criterion) {
     f.sync_data().unwrap();
 }
 
-criterion_group!(benches, hits, hot_hit, latched_update);
+fn miss_reclaim(c: &mut Criterion) {
+    const BUDGET: usize = 1024;
+    const FILE: usize = 4 * BUDGET;
+    let data = vec![7u8; FILE * BLOCK];
+    let mut g = c.benchmark_group("cache/miss-reclaim/threads=1/budget=1024/file=4096");
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
+    for policy in LruPolicy::ALL {
+        let cache =
+            FolioCache::new(Config::block_cache(BUDGET * BLOCK).lru_policy(policy)).expect("cache");
+        let f = cache
+            .open_backing("cycle", MemBacking(data.clone()))
+            .expect("open");
+        let mut buf = vec![0u8; BLOCK];
+        let mut i = 0usize;
+        g.bench_function(policy.name(), |b| {
+            b.iter(|| {
+                i = (i + 1) % FILE;
+                f.read_exact_at(&mut buf, (i * BLOCK) as u64).unwrap();
+                black_box(&buf);
+            })
+        });
+        let s = cache.stats();
+        assert!(s.misses * 10 >= (s.hits + s.misses) * 9, "{s:?}");
+    }
+    g.finish();
+}
+
+criterion_group!(benches, hits, hot_hit, latched_update, miss_reclaim);
 criterion_main!(benches);
