@@ -633,6 +633,8 @@ impl Lru {
         let mut dead = FolioBatch::new();
         let mut linked = FolioBatch::new();
         let mut v: Option<MutexGuard<'_, LruVec>> = None;
+        // The protected policy's stamp for the folios linked here (one load a batch).
+        let clock = self.nonresident_age();
         for &pfn in batch.as_slice() {
             let folio = arena.folio(pfn);
             #[cfg(loom)]
@@ -656,7 +658,7 @@ impl Lru {
             }
             let v = v.get_or_insert_with(|| self.vec.lock());
             v.link(folio);
-            stamp(v, arena, folio, self.nonresident_age());
+            stamp(v, arena, folio, clock);
             v.counts.inserted += 1;
             if folio.ref_count(s) == 1 {
                 v.counts.dead_inserted += 1;
@@ -675,6 +677,7 @@ impl Lru {
     fn move_activate(&self, arena: &Arena, cpu: &mut CpuBatches) {
         let batch = cpu.lru_activate.take();
         let mut v: Option<MutexGuard<'_, LruVec>> = None;
+        let clock = self.nonresident_age();
         for &pfn in batch.as_slice() {
             let folio = arena.folio(pfn);
             // Isolate it from the lists' other users (reclaim skips folios without PG_lru);
@@ -684,7 +687,7 @@ impl Lru {
             }
             let v = v.get_or_insert_with(|| self.vec.lock());
             if v.activate(folio) {
-                stamp(v, arena, folio, self.nonresident_age());
+                stamp(v, arena, folio, clock);
             }
             folio.set_flag(PG_LRU);
         }

@@ -227,6 +227,17 @@ pub fn unpack_shadow_protected(shadow: Shadow, age_shift: u32) -> (u64, u64, boo
     )
 }
 
+/// The inactive target's floor for a budget of `capacity` pages: 1% of it (the model's, and
+/// CLOCK-Pro's).
+fn min_cold(capacity: u64) -> u64 {
+    (capacity / 100).clamp(1, max_cold(capacity))
+}
+
+/// The inactive target's ceiling: half the budget.
+fn max_cold(capacity: u64) -> u64 {
+    (capacity / 2).max(1)
+}
+
 /// The active tail's stamp when the active list is empty: its age is unbounded.
 const NO_TAIL: u64 = u64::MAX;
 
@@ -248,24 +259,22 @@ pub(crate) struct Protection {
 
 impl Protection {
     pub(crate) fn new(capacity: u64) -> Protection {
-        let p = Protection {
-            capacity: capacity.max(2),
-            cold_target: AtomicU64::new(0),
+        let capacity = capacity.max(2);
+        Protection {
+            capacity,
+            cold_target: AtomicU64::new(min_cold(capacity)),
             tail_stamp: AtomicU64::new(NO_TAIL),
             inactive_pages: AtomicU64::new(0),
             age_shift: resident_age_shift(capacity),
-        };
-        p.cold_target.store(p.min_cold(), Ordering::Relaxed);
-        p
+        }
     }
 
-    /// The inactive target's floor: 1% of the budget (the model's, and CLOCK-Pro's).
     fn min_cold(&self) -> u64 {
-        (self.capacity / 100).clamp(1, self.max_cold())
+        min_cold(self.capacity)
     }
 
     fn max_cold(&self) -> u64 {
-        (self.capacity / 2).max(1)
+        max_cold(self.capacity)
     }
 
     /// The inactive list's target now, in pages.
