@@ -32,8 +32,9 @@ pub struct IoArgs {
     pub direct: DirectIo,
 }
 
-/// Parses a library variant by its stable name.
-fn parse_variant<V: Variant>(s: &str) -> Result<V, String> {
+/// Parses a library variant by its stable name (a `value_parser` for any
+/// [`Variant`](foliocache::Variant) option).
+pub fn parse_variant<V: Variant>(s: &str) -> Result<V, String> {
     V::from_name(s).map_err(|e| e.to_string())
 }
 

@@ -46,7 +46,7 @@ pub use args::{
 pub use bench::Bench;
 pub use fileio::{
     cpu_time, drop_kernel_cache, free_bytes, fs_name, kernel_residency, merge, mode_name,
-    Filesystem, IoArgs, IoSetup,
+    parse_variant, Filesystem, IoArgs, IoSetup,
 };
 pub use fio::{parse_fio, FioArgs, FioJob, FioOut, FIO_ENGINES};
 pub use plot_svg::{esc, figure, plot, Unit};

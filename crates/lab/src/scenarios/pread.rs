@@ -64,7 +64,7 @@ use serde_json::{json, Map, Value};
 
 use super::files::{cache_stats_json, default_dir, LabFile};
 use crate::harness::{
-    merge, run_threads, seed_order, seed_table, Bench, CommonArgs, IoArgs, IoSetup, LabResult,
+    merge, parse_variant, run_threads, seed_order, seed_table, Bench, CommonArgs, IoArgs, IoSetup, LabResult,
     Report, Table, CHECK_EVERY,
 };
 
@@ -131,12 +131,8 @@ pub struct Args {
     pub read_size: usize,
     /// How opens and closes pin the cache's open-file table (reads do not look handles up):
     /// immutable, atomic, percpu, percpu-fast.
-    #[arg(long, default_value = "percpu-fast", value_parser = parse_table_ref)]
+    #[arg(long, default_value = "percpu-fast", value_parser = parse_variant::<TableRef>)]
     pub file_table: TableRef,
-}
-
-fn parse_table_ref(s: &str) -> Result<TableRef, String> {
-    s.parse::<TableRef>().map_err(|e| e.to_string())
 }
 
 super::scenario!();

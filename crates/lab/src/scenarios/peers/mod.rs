@@ -104,7 +104,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use crate::harness::{
-    fmt_num, parse_duration, run_threads, seed_table, Bench, CommonArgs, IoArgs, LabResult, Report,
+    fmt_num, parse_duration, parse_variant, run_threads, seed_table, Bench, CommonArgs, IoArgs, LabResult, Report,
     Settings, Table, CHECK_EVERY,
 };
 use contenders::{Kind, Reader};
@@ -186,7 +186,7 @@ pub struct Args {
     /// The foliocache contenders' replacement policy (`Config::lru_policy`): `protected` (a
     /// protected set with non-resident history and an adaptive inactive list) or `two-list`
     /// (the kernel's active and inactive lists). Default: `Config::block_cache`'s.
-    #[arg(long, value_parser = parse_lru_policy)]
+    #[arg(long, value_parser = parse_variant::<LruPolicy>)]
     pub lru_policy: Option<LruPolicy>,
     /// Block size: `4k` (a page), `16k` (InnoDB's page, many RocksDB deployments' block) or
     /// `64k`. Every contender caches and reads whole blocks; `foliocache-pinned` gets an
@@ -285,11 +285,6 @@ impl Default for Args {
             aio: aio::AsyncArgs::default(),
         }
     }
-}
-
-/// `--lru-policy`: a policy by its stable name.
-fn parse_lru_policy(s: &str) -> Result<LruPolicy, String> {
-    s.parse().map_err(|e: foliocache::UnknownVariant| e.to_string())
 }
 
 /// The skews of the hit-ratio sweep (`--sweep-skews`' default).
